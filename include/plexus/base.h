@@ -1,0 +1,107 @@
+/* plexus/base.h — status codes, error messages, arena allocator,
+ * counter-based RNG, clocks.  Depends on libc only.
+ *
+ * Errors are values (DESIGN decision 6): public functions return px_status
+ * (or NULL) and leave a message readable with px_last_error().  The message
+ * is per thread, so ranks of the threads backend never see each other's. */
+#ifndef PLEXUS_BASE_H
+#define PLEXUS_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum px_status {
+  PX_OK = 0,
+  PX_ERR_INVALID,     /* a bad argument or option */
+  PX_ERR_SHAPE,       /* tensor shapes that do not fit together */
+  PX_ERR_IO,          /* open/read/write/rename failed */
+  PX_ERR_FORMAT,      /* a file that is not what it claims to be */
+  PX_ERR_NOMEM,       /* an allocation failed */
+  PX_ERR_NOT_FOUND,   /* a named thing (tensor, key, parameter) is missing */
+  PX_ERR_UNSUPPORTED, /* valid, but not implemented (dtype, device) */
+  PX_ERR_COMM,        /* a collective or peer failed */
+  PX_ERR_TIMEOUT,     /* a watchdog fired */
+  PX_ERR_INTERNAL     /* a bug in plexus or a library it calls */
+} px_status;
+
+/* The message of the last error on this thread ("" if none). */
+const char *px_last_error(void);
+/* A short name of a status code, e.g. "PX_ERR_SHAPE". */
+const char *px_status_name(px_status s);
+/* Set the thread's error message (printf-style) and return `s`, so library
+ * code can write `return px_error(PX_ERR_SHAPE, "linear: ...", ...)`. */
+px_status px_error(px_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prefix the current message with more context: "ctx: old message". */
+px_status px_error_wrap(px_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void px_clear_error(void);
+
+/* ---- Arena: bump allocator for activations, reset every step ------------
+ * Allocations are 64-byte aligned.  The arena grows by chunks while the
+ * first steps find out how much a step needs; px_arena_reset then merges
+ * the chunks into one block of the high-water size, so the steady-state
+ * training loop performs no allocation at all (DESIGN decision 4). */
+typedef struct px_arena px_arena;
+
+px_arena *px_arena_create(size_t initial_bytes);
+void px_arena_free(px_arena *a);
+/* NULL (with px_last_error set) only if the system is out of memory. */
+void *px_arena_alloc(px_arena *a, size_t bytes);
+/* Zero-filled variant. */
+void *px_arena_calloc(px_arena *a, size_t bytes);
+void px_arena_reset(px_arena *a);
+size_t px_arena_used(const px_arena *a);
+size_t px_arena_capacity(const px_arena *a);
+/* Number of times the arena had to ask the system for memory; a training
+ * loop in steady state keeps this constant. */
+uint64_t px_arena_system_allocs(const px_arena *a);
+
+/* ---- Counter-based RNG: Philox4x32-10 -----------------------------------
+ * Random numbers are a pure function of (seed, counter), so any rank,
+ * thread or worker can draw the numbers of element i of step s without
+ * sharing state: reproducible whatever the parallel layout. */
+void px_philox4x32(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo,
+                   uint32_t out[4]);
+
+/* A sequential stream on top of Philox, for initialisation and shuffles. */
+typedef struct px_rng {
+  uint64_t seed;
+  uint64_t stream;   /* independent streams of one seed */
+  uint64_t counter;  /* blocks of 4 words used so far */
+  uint32_t buf[4];
+  int      left;     /* words left in buf */
+} px_rng;
+
+px_rng px_rng_make(uint64_t seed, uint64_t stream);
+uint32_t px_rng_u32(px_rng *r);
+uint64_t px_rng_u64(px_rng *r);
+/* Uniform in [0, 1) with 24 bits (float) or 53 bits (double). */
+float px_rng_uniform(px_rng *r);
+double px_rng_uniform_f64(px_rng *r);
+/* Standard normal (Box-Muller). */
+float px_rng_normal(px_rng *r);
+/* Uniform integer in [0, n). */
+uint64_t px_rng_below(px_rng *r, uint64_t n);
+/* u32 -> float in [0, 1), the mapping all plexus kernels use. */
+static inline float px_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+/* ---- Clocks -------------------------------------------------------------- */
+/* Monotonic seconds. */
+double px_time_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,227 @@
+/* plexus/nn.h — the module protocol, containers, layers and losses.
+ *
+ * A module is a small table of functions (px_module_ops) plus its
+ * parameters.  forward(x) -> y allocates y from the step arena and keeps
+ * what backward needs; backward(dy) -> dx returns the input gradient and
+ * ADDS the parameter gradients into the model's flat gradient buffer
+ * (Torch7's updateGradInput and accGradParameters, in one call, in that
+ * order).  A NULL dx asks the module to skip the input gradient.
+ *
+ * Parameters of the whole model live in ONE flat buffer, gradients in a
+ * second with the same layout (DESIGN decision 1).  Modules only declare
+ * their parameters (name, shape, initialiser); px_model_create names them
+ * state_dict-style ("0.weight", "3.running_mean"), lays them out in
+ * registration order, points every module at its slices and initialises
+ * them from the seed.
+ *
+ * Containers call the model's hooks around every child (DESIGN decision 2):
+ * pre_forward, post_forward, pre_backward, grads_ready.  grads_ready(m)
+ * means: every gradient of m's parameters (and its children's) has been
+ * accumulated for this backward pass. */
+#ifndef PLEXUS_NN_H
+#define PLEXUS_NN_H
+
+#include "plexus/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct px_module px_module;
+typedef struct px_ctx px_ctx;
+
+/* ---- Parameters --------------------------------------------------------- */
+typedef enum px_init_kind {
+  PX_INIT_ZEROS = 0,
+  PX_INIT_ONES,
+  PX_INIT_UNIFORM,  /* U(-a, a) */
+  PX_INIT_NORMAL    /* N(0, a²) */
+} px_init_kind;
+
+typedef struct px_param {
+  /* Local name ("weight") until px_model_create, then the full dotted name. */
+  char          name[PX_NAME_MAX];
+  int           ndim;
+  int64_t       shape[PX_MAX_DIMS];
+  size_t        numel;
+  size_t        offset;     /* elements from the start of the flat buffer */
+  float        *data;       /* view into model->param_data (or buffer_data) */
+  float        *grad;       /* view into model->grad_data; NULL for buffers */
+  bool          is_buffer;  /* running statistics: saved, broadcast, not trained */
+  px_init_kind  init;
+  float         init_a;
+  px_module    *owner;
+} px_param;
+
+#define PX_MODULE_MAX_PARAMS 4
+
+/* ---- Hooks -------------------------------------------------------------- */
+typedef struct px_hooks {
+  void *user;
+  void (*pre_forward)(void *user, px_module *m);
+  void (*post_forward)(void *user, px_module *m);
+  void (*pre_backward)(void *user, px_module *m);
+  void (*grads_ready)(void *user, px_module *m);
+} px_hooks;
+
+#define PX_MAX_HOOKS 8
+
+typedef enum px_hook_point {
+  PX_HOOK_PRE_FORWARD,
+  PX_HOOK_POST_FORWARD,
+  PX_HOOK_PRE_BACKWARD,
+  PX_HOOK_GRADS_READY
+} px_hook_point;
+
+/* ---- Step context: what every forward/backward call can see ------------- */
+struct px_ctx {
+  px_arena       *arena;     /* activations; reset by px_model_forward */
+  bool            training;
+  uint64_t        seed;      /* the model's seed (dropout masks) */
+  uint64_t        step;      /* training-mode forward passes so far */
+  const px_hooks *hooks;
+  int             n_hooks;
+};
+
+/* Allocate an output tensor from the arena. */
+px_status px_ctx_tensor(px_ctx *ctx, px_tensor *out, int ndim, const int64_t *shape);
+/* Same shape as `like`. */
+px_status px_ctx_tensor_like(px_ctx *ctx, px_tensor *out, const px_tensor *like);
+void px_ctx_call_hooks(px_ctx *ctx, px_hook_point point, px_module *m);
+
+/* ---- The module protocol ------------------------------------------------ */
+typedef struct px_module_ops {
+  const char *type;  /* "Linear", "Conv2d", ... */
+  /* y = f(x).  Allocate y from ctx (or make it a view of x); keep pointers
+   * to whatever backward needs (they stay valid until the next step). */
+  px_status (*forward)(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y);
+  /* dx = ∂L/∂x from dy (skip when dx == NULL); grads += ∂L/∂θ. */
+  px_status (*backward)(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx);
+  /* Optional: initialise parameters (default: each param's init spec). */
+  void (*init)(px_module *m, px_rng *rng);
+  /* Optional: free what the module allocated itself (not the struct). */
+  void (*destroy)(px_module *m);
+} px_module_ops;
+
+struct px_module {
+  const px_module_ops *ops;
+  char         name[64];     /* name in the parent: "0", "ln_1"; "" = transparent */
+  px_module   *parent;
+  px_module  **children;
+  int          n_children;
+  int          cap_children;
+  px_param     params[PX_MODULE_MAX_PARAMS];
+  int          n_params;
+  bool         training;
+  uint32_t     uid;          /* pre-order index in the model */
+  void        *user;         /* free for a parallel strategy or the caller */
+};
+
+/* For layer authors: allocate a module of `size` bytes (a struct that
+ * starts with px_module) and declare parameters on it. */
+px_module *px_module_alloc(size_t size, const px_module_ops *ops);
+px_param *px_module_add_param(px_module *m, const char *name, int ndim,
+                              const int64_t *shape, px_init_kind init,
+                              float init_a, bool is_buffer);
+px_status px_module_add_child(px_module *m, const char *name, px_module *child);
+/* Free a module that was never given to a model (or whose model is freed). */
+void px_module_free(px_module *m);
+/* Run one child with hooks around it (what containers do). */
+px_status px_module_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y);
+px_status px_module_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx);
+
+/* ---- Containers --------------------------------------------------------- */
+/* Sequential: children named "0", "1", ... unless added with a name. */
+px_module *px_chain(void);
+px_status px_chain_add(px_module *chain, px_module *child);
+px_status px_chain_add_named(px_module *chain, const char *name, px_module *child);
+/* px_chain_of(3, a, b, c).  If any child is NULL (its constructor failed),
+ * frees the others and returns NULL with that child's error kept. */
+px_module *px_chain_of(int n, ...);
+/* y = x + inner(x); the inner module's parameters keep their own names
+ * (the residual is transparent in names). */
+px_module *px_residual(px_module *inner);
+
+/* ---- Layers -------------------------------------------------------------
+ * Shapes: linear (..., in) -> (..., out); conv/pool/batchnorm2d (N,C,H,W);
+ * batchnorm also (N,C); layernorm and softmax over the last dimension. */
+px_module *px_linear(int in_features, int out_features, bool bias);
+px_module *px_relu(void);
+px_module *px_gelu(bool tanh_approx);
+px_module *px_tanh(void);
+px_module *px_sigmoid(void);
+px_module *px_softmax(void);
+px_module *px_dropout(float p);
+px_module *px_flatten(void);      /* (N, ...) -> (N, prod(...)), a view */
+px_module *px_conv2d(int in_channels, int out_channels, int kernel_size,
+                     int stride, int padding, bool bias);
+px_module *px_maxpool2d(int kernel_size, int stride);
+px_module *px_avgpool2d(int kernel_size, int stride);
+px_module *px_batchnorm(int channels, float eps, float momentum);
+px_module *px_layernorm(int dim, float eps);
+
+/* ---- The model: a module tree plus flat buffers ------------------------- */
+typedef struct px_model {
+  px_module  *root;
+  px_module **modules;        /* all modules, pre-order (uid = index) */
+  int         n_modules;
+  px_param  **params;         /* trainable, in layout order */
+  int         n_params;
+  px_param  **buffers;        /* running statistics, in layout order */
+  int         n_buffers;
+  float      *param_data;     /* (n_param_elems,)  one allocation */
+  float      *grad_data;      /* (n_param_elems,)  same layout */
+  size_t      n_param_elems;
+  float      *buffer_data;    /* (n_buffer_elems,) */
+  size_t      n_buffer_elems;
+  uint64_t    seed;
+  px_arena   *arena;
+  px_ctx      ctx;
+  px_hooks    hooks[PX_MAX_HOOKS];
+} px_model;
+
+/* Takes ownership of `root` (freed with the model, also on failure). */
+px_status px_model_create(px_model **out, px_module *root, uint64_t seed);
+void px_model_free(px_model *m);
+/* Begins a step: resets the arena, then y = root(x).  y lives in the arena
+ * until the next forward; x must stay valid until backward. */
+px_status px_model_forward(px_model *m, const px_tensor *x, px_tensor *y);
+/* grads += ∂L/∂θ for the last forward; dx may be NULL. */
+px_status px_model_backward(px_model *m, const px_tensor *dy, px_tensor *dx);
+void px_model_zero_grad(px_model *m);
+void px_model_train(px_model *m, bool training);
+/* n floats from the step arena (e.g. the loss gradient), NULL if no memory. */
+float *px_model_scratch(px_model *m, size_t n);
+/* Listen to every module's forward/backward; returns PX_ERR_INVALID when
+ * PX_MAX_HOOKS listeners are already attached. */
+px_status px_model_add_hooks(px_model *m, const px_hooks *hooks);
+/* Re-initialise all parameters and buffers from `seed`. */
+void px_model_init(px_model *m, uint64_t seed);
+px_param *px_model_find(const px_model *m, const char *name);
+/* Parameters then buffers, each a view into the flat buffers, named as in
+ * PyTorch's state_dict.  Free with px_state_dict_free. */
+px_status px_model_state_dict(const px_model *m, px_state_dict *sd);
+/* One line per parameter: name, shape, offset. */
+void px_model_print(const px_model *m, void *file /* FILE* */);
+
+/* ---- Losses --------------------------------------------------------------
+ * Each returns the mean loss and, if the gradient pointer is not NULL,
+ * writes ∂loss/∂input (same shape as the input) there. */
+px_status px_mse_loss(const px_tensor *pred, const px_tensor *target,
+                      float *loss, float *dpred);
+
+typedef struct px_ce_opts {
+  int   ignore_index;     /* targets equal to this are skipped (-100) */
+  float label_smoothing;  /* 0 = none */
+} px_ce_opts;
+#define PX_CE_DEFAULTS ((px_ce_opts){ .ignore_index = -100, .label_smoothing = 0.0f })
+
+/* logits (N, C) (or (..., C), flattened to rows), targets (N,) class ids.
+ * Mean over the non-ignored rows; 0 if every row is ignored. */
+px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
+                                const px_ce_opts *opts, float *loss, float *dlogits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

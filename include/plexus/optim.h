@@ -1,0 +1,86 @@
+/* plexus/optim.h — optimizers, learning-rate schedules, gradient clipping.
+ *
+ * Every optimizer works over flat buffers (DESIGN decision 1): a params
+ * array, a grads array of the same length, and its own state arrays of the
+ * same length again (SGD: momentum; Adam/AdamW: exp_avg, exp_avg_sq) in one
+ * allocation.  A ZeRO shard is just a smaller (params, grads, n).  The
+ * update rules are PyTorch's (torch.optim, single parameter group). */
+#ifndef PLEXUS_OPTIM_H
+#define PLEXUS_OPTIM_H
+
+#include "plexus/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum px_optim_kind { PX_OPTIM_SGD = 0, PX_OPTIM_ADAM, PX_OPTIM_ADAMW } px_optim_kind;
+
+typedef struct px_optim_opts {
+  px_optim_kind kind;
+  float lr;
+  /* SGD */
+  float momentum;     /* 0 = plain SGD */
+  float dampening;
+  bool  nesterov;
+  /* Adam, AdamW */
+  float beta1, beta2, eps;
+  /* SGD and Adam: L2 term added to the gradient; AdamW: decoupled decay. */
+  float weight_decay;
+} px_optim_opts;
+
+/* PyTorch's defaults for each optimizer at a given learning rate. */
+px_optim_opts px_sgd_defaults(float lr);
+px_optim_opts px_adam_defaults(float lr);
+px_optim_opts px_adamw_defaults(float lr); /* weight_decay 0.01 as in PyTorch */
+
+typedef struct px_optim {
+  px_optim_opts opts;
+  float   *params;   /* (n,) not owned */
+  float   *grads;    /* (n,) not owned */
+  size_t   n;
+  float   *state;    /* (n_state, n) owned: one allocation */
+  int      n_state;
+  int64_t  step;     /* updates taken so far */
+} px_optim;
+
+px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
+                          const px_optim_opts *opts);
+void px_optim_free(px_optim *o);
+/* One update of params from grads with the current lr. */
+px_status px_optim_step(px_optim *o);
+void px_optim_set_lr(px_optim *o, float lr);
+/* State slot k as a flat (n,) array, and its PyTorch name
+ * ("momentum_buffer", "exp_avg", "exp_avg_sq"); NULL if k is out of range. */
+float *px_optim_state_slot(px_optim *o, int k, const char **name);
+
+/* ---- Schedules: lr as a function of the optimizer step ------------------ */
+typedef enum px_lr_kind { PX_LR_CONSTANT = 0, PX_LR_STEP, PX_LR_COSINE } px_lr_kind;
+
+typedef struct px_lr_schedule {
+  px_lr_kind kind;
+  float   base_lr;
+  int64_t warmup_steps;  /* linear from base_lr/warmup to base_lr (all kinds) */
+  /* STEP: lr = base_lr · gamma^(floor(step / step_size)) */
+  int64_t step_size;
+  float   gamma;
+  /* COSINE: from base_lr down to min_lr at total_steps, then min_lr */
+  int64_t total_steps;
+  float   min_lr;
+} px_lr_schedule;
+
+/* The learning rate for optimizer step `step` (0-based). */
+float px_lr_at(const px_lr_schedule *s, int64_t step);
+
+/* ---- Gradient clipping ----------------------------------------------------
+ * Global L2 norm as torch.nn.utils.clip_grad_norm_: if norm > max_norm,
+ * scale by max_norm / (norm + 1e-6).  Returns the norm before clipping.
+ * Sharded callers compute px_sumsq per shard, all-reduce it, and call
+ * px_clip_grad_scale with the global norm. */
+float px_clip_grad_norm(float *grads, size_t n, float max_norm);
+void px_clip_grad_scale(float *grads, size_t n, float norm, float max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,16 @@
+/* plexus/plexus.h — everything.  See DESIGN.md for the layers. */
+#ifndef PLEXUS_PLEXUS_H
+#define PLEXUS_PLEXUS_H
+
+#include "plexus/base.h"
+#include "plexus/tensor.h"
+#include "plexus/nn.h"
+#include "plexus/optim.h"
+#include "plexus/io.h"
+
+#define PLEXUS_VERSION_MAJOR 0
+#define PLEXUS_VERSION_MINOR 1
+#define PLEXUS_VERSION_PATCH 0
+#define PLEXUS_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,108 @@
+// Bump allocator for activations.  Chunks grow while the first steps learn
+// how much a step needs; reset merges them into one block, so steady state
+// allocates nothing (DESIGN decision 4).
+#include "plexus/base.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_ALIGN 64
+
+typedef struct chunk {
+  struct chunk *prev;
+  size_t        size;
+  size_t        used;
+  unsigned char *mem;
+} chunk;
+
+struct px_arena {
+  chunk   *head;       /* current chunk; older ones behind it */
+  size_t   total_used; /* bytes handed out since the last reset */
+  size_t   high_water;
+  uint64_t system_allocs;
+};
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+static chunk *chunk_new(size_t size) {
+  chunk *c = malloc(sizeof *c);
+  if (!c) return NULL;
+  c->mem = aligned_alloc(ARENA_ALIGN, round_up(size, ARENA_ALIGN));
+  if (!c->mem) { free(c); return NULL; }
+  c->prev = NULL;
+  c->size = size;
+  c->used = 0;
+  return c;
+}
+
+px_arena *px_arena_create(size_t initial_bytes) {
+  px_arena *a = calloc(1, sizeof *a);
+  if (!a) { px_error(PX_ERR_NOMEM, "arena: out of memory"); return NULL; }
+  if (initial_bytes < (1u << 20)) initial_bytes = 1u << 20;
+  a->head = chunk_new(initial_bytes);
+  if (!a->head) { free(a); px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", initial_bytes); return NULL; }
+  a->system_allocs = 1;
+  return a;
+}
+
+void px_arena_free(px_arena *a) {
+  if (!a) return;
+  chunk *c = a->head;
+  while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+  free(a);
+}
+
+void *px_arena_alloc(px_arena *a, size_t bytes) {
+  size_t need = round_up(bytes ? bytes : 1, ARENA_ALIGN);
+  chunk *c = a->head;
+  if (c->used + need > c->size) {
+    size_t size = c->size * 2;
+    if (size < need) size = need;
+    chunk *n = chunk_new(size);
+    if (!n) { px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", size); return NULL; }
+    n->prev = c;
+    a->head = c = n;
+    a->system_allocs++;
+  }
+  void *p = c->mem + c->used;
+  c->used += need;
+  a->total_used += need;
+  if (a->total_used > a->high_water) a->high_water = a->total_used;
+  return p;
+}
+
+void *px_arena_calloc(px_arena *a, size_t bytes) {
+  void *p = px_arena_alloc(a, bytes);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+void px_arena_reset(px_arena *a) {
+  if (a->head->prev) {
+    // Several chunks: replace them all by one that holds the high water.
+    chunk *big = chunk_new(a->high_water);
+    if (big) {
+      chunk *c = a->head;
+      while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+      a->head = big;
+      a->system_allocs++;
+    } else {
+      // Keep the chunks; drop all but the newest (largest).
+      chunk *c = a->head->prev;
+      while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+      a->head->prev = NULL;
+    }
+  }
+  a->head->used = 0;
+  a->total_used = 0;
+}
+
+size_t px_arena_used(const px_arena *a) { return a->total_used; }
+
+size_t px_arena_capacity(const px_arena *a) {
+  size_t s = 0;
+  for (const chunk *c = a->head; c; c = c->prev) s += c->size;
+  return s;
+}
+
+uint64_t px_arena_system_allocs(const px_arena *a) { return a->system_allocs; }

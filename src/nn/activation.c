@@ -1,0 +1,122 @@
+// Pointwise activations.  Each saves what its derivative needs:
+//   relu:    y = max(x, 0)                 dx = dy · [x > 0]
+//   tanh:    y = tanh(x)                   dx = dy · (1 - y²)
+//   sigmoid: y = 1 / (1 + e^-x)            dx = dy · y (1 - y)
+//   gelu:    y = x Φ(x)                    dx = dy · (Φ(x) + x φ(x))
+//   gelu≈:   y = ½x(1 + tanh(u)), u = √(2/π)(x + 0.044715 x³)
+//            dx = dy · (½(1 + t) + ½x(1 - t²) u'),  u' = √(2/π)(1 + 3·0.044715 x²)
+#include "plexus/nn.h"
+#include "tensor/internal.h"
+
+#include <math.h>
+
+typedef enum act_kind { ACT_RELU, ACT_TANH, ACT_SIGMOID, ACT_GELU, ACT_GELU_TANH } act_kind;
+
+typedef struct act {
+  px_module base;
+  act_kind  kind;
+  px_tensor saved;  /* x (relu, gelu) or y (tanh, sigmoid) */
+} act;
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_C 0.044715f
+#define INV_SQRT_2 0.7071067811865476f
+
+static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  act *a = (act *)m;
+  px_status st = px_ctx_tensor_like(ctx, y, x);
+  if (st != PX_OK) return st;
+  const size_t n = (size_t)px_tensor_numel(x);
+  const float *restrict X = px_f32(x);
+  float *restrict Y = px_f32(y);
+  switch (a->kind) {
+  case ACT_RELU:
+    #pragma omp parallel for simd if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) Y[i] = X[i] > 0.0f ? X[i] : 0.0f;
+    a->saved = *x;
+    break;
+  case ACT_TANH:
+    #pragma omp parallel for if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) Y[i] = tanhf(X[i]);
+    a->saved = *y;
+    break;
+  case ACT_SIGMOID:
+    #pragma omp parallel for if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) Y[i] = 1.0f / (1.0f + expf(-X[i]));
+    a->saved = *y;
+    break;
+  case ACT_GELU:
+    #pragma omp parallel for if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) Y[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT_2));
+    a->saved = *x;
+    break;
+  case ACT_GELU_TANH:
+    #pragma omp parallel for if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) {
+      float v = X[i];
+      Y[i] = 0.5f * v * (1.0f + tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
+    }
+    a->saved = *x;
+    break;
+  }
+  return PX_OK;
+}
+
+static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  act *a = (act *)m;
+  if (!dx) return PX_OK;
+  px_status st = px_ctx_tensor_like(ctx, dx, dy);
+  if (st != PX_OK) return st;
+  const size_t n = (size_t)px_tensor_numel(dy);
+  const float *restrict S = px_f32(&a->saved), *restrict DY = px_f32(dy);
+  float *restrict DX = px_f32(dx);
+  switch (a->kind) {
+  case ACT_RELU:
+    #pragma omp parallel for simd if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) DX[i] = S[i] > 0.0f ? DY[i] : 0.0f;
+    break;
+  case ACT_TANH:
+    #pragma omp parallel for simd if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) DX[i] = DY[i] * (1.0f - S[i] * S[i]);
+    break;
+  case ACT_SIGMOID:
+    #pragma omp parallel for simd if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) DX[i] = DY[i] * S[i] * (1.0f - S[i]);
+    break;
+  case ACT_GELU:
+    #pragma omp parallel for if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) {
+      float v = S[i];
+      float cdf = 0.5f * (1.0f + erff(v * INV_SQRT_2));
+      float pdf = 0.3989422804014327f * expf(-0.5f * v * v);
+      DX[i] = DY[i] * (cdf + v * pdf);
+    }
+    break;
+  case ACT_GELU_TANH:
+    #pragma omp parallel for if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) {
+      float v = S[i];
+      float t = tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
+      float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
+      DX[i] = DY[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+    break;
+  }
+  return PX_OK;
+}
+
+static const px_module_ops relu_ops = {.type = "ReLU", .forward = act_forward, .backward = act_backward};
+static const px_module_ops tanh_ops = {.type = "Tanh", .forward = act_forward, .backward = act_backward};
+static const px_module_ops sigmoid_ops = {.type = "Sigmoid", .forward = act_forward, .backward = act_backward};
+static const px_module_ops gelu_ops = {.type = "GELU", .forward = act_forward, .backward = act_backward};
+
+static px_module *act_new(const px_module_ops *ops, act_kind kind) {
+  act *a = (act *)px_module_alloc(sizeof *a, ops);
+  if (a) a->kind = kind;
+  return a ? &a->base : NULL;
+}
+
+px_module *px_relu(void) { return act_new(&relu_ops, ACT_RELU); }
+px_module *px_tanh(void) { return act_new(&tanh_ops, ACT_TANH); }
+px_module *px_sigmoid(void) { return act_new(&sigmoid_ops, ACT_SIGMOID); }
+px_module *px_gelu(bool tanh_approx) { return act_new(&gelu_ops, tanh_approx ? ACT_GELU_TANH : ACT_GELU); }

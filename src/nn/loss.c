@@ -1,0 +1,80 @@
+// Losses: value and input gradient in one pass (as llm.c fuses them).
+#include "plexus/nn.h"
+
+#include <math.h>
+#include <stdio.h>
+
+// L = (1/n) Σ (p - t)²        ∂L/∂p = 2 (p - t) / n
+px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *loss, float *dpred) {
+  if (!px_tensor_same_shape(pred, target)) {
+    char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "mse_loss: prediction %s and target %s differ in shape",
+                    px_shape_str(pred->ndim, pred->shape, a, sizeof a),
+                    px_shape_str(target->ndim, target->shape, b, sizeof b));
+  }
+  const size_t n = (size_t)px_tensor_numel(pred);
+  if (n == 0) return px_error(PX_ERR_SHAPE, "mse_loss: empty input");
+  const float *P = px_f32(pred), *T = px_f32(target);
+  double s = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)P[i] - T[i];
+    s += d * d;
+  }
+  *loss = (float)(s / (double)n);
+  if (dpred) {
+    const float k = 2.0f / (float)n;
+    for (size_t i = 0; i < n; i++) dpred[i] = k * (P[i] - T[i]);
+  }
+  return PX_OK;
+}
+
+// Per row with p = softmax(z), C classes, smoothing ε, target t:
+//   ℓ = -(1-ε) log p_t - (ε/C) Σ_j log p_j
+//   ∂ℓ/∂z_j = p_j - (1-ε)[j = t] - ε/C
+// L = mean of ℓ over rows whose target is not ignore_index.
+px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts,
+                                float *loss, float *dlogits) {
+  px_ce_opts o = opts ? *opts : PX_CE_DEFAULTS;
+  if (logits->ndim < 1) return px_error(PX_ERR_SHAPE, "cross_entropy: logits need a class dimension");
+  const int C = (int)logits->shape[logits->ndim - 1];
+  const int64_t N = C ? px_tensor_numel(logits) / C : 0;
+  if (C <= 0 || N <= 0) return px_error(PX_ERR_SHAPE, "cross_entropy: empty logits");
+  if (o.label_smoothing < 0.0f || o.label_smoothing > 1.0f)
+    return px_error(PX_ERR_INVALID, "cross_entropy: label_smoothing %g outside [0, 1]", (double)o.label_smoothing);
+  int64_t valid = 0;
+  for (int64_t r = 0; r < N; r++) {
+    if (targets[r] == o.ignore_index) continue;
+    if (targets[r] < 0 || targets[r] >= C)
+      return px_error(PX_ERR_INVALID, "cross_entropy: target %d of row %lld is not a class in [0, %d)",
+                      targets[r], (long long)r, C);
+    valid++;
+  }
+  const float eps = o.label_smoothing;
+  double total = 0;
+  const float inv_valid = valid ? 1.0f / (float)valid : 0.0f;
+  for (int64_t r = 0; r < N; r++) {
+    const float *z = px_f32(logits) + r * C;
+    float *dz = dlogits ? dlogits + r * C : NULL;
+    if (targets[r] == o.ignore_index) {
+      if (dz) for (int j = 0; j < C; j++) dz[j] = 0.0f;
+      continue;
+    }
+    float zmax = z[0];
+    for (int j = 1; j < C; j++) zmax = z[j] > zmax ? z[j] : zmax;
+    double se = 0, sz = 0;
+    for (int j = 0; j < C; j++) { se += exp((double)z[j] - zmax); sz += z[j]; }
+    double lse = zmax + log(se);  // log Σ e^z
+    double nll = lse - z[targets[r]];
+    double smooth = lse - sz / C; // -(1/C) Σ log p_j
+    total += (1.0 - eps) * nll + eps * smooth;
+    if (dz) {
+      const float inv_se = (float)(1.0 / se);
+      for (int j = 0; j < C; j++) {
+        float p = expf(z[j] - zmax) * inv_se;
+        dz[j] = (p - eps / (float)C - (j == targets[r] ? 1.0f - eps : 0.0f)) * inv_valid;
+      }
+    }
+  }
+  *loss = valid ? (float)(total / (double)valid) : 0.0f;
+  return PX_OK;
+}

@@ -1,0 +1,218 @@
+// px_model: a module tree plus ONE flat buffer for parameters, one for
+// gradients (same layout) and one for buffers (DESIGN decision 1).
+//
+//   param_data: [ 0.weight | 0.bias | 2.weight | 2.bias | ... ]   (n_param_elems,)
+//   grad_data:  [ same layout ]
+//   buffer_data:[ 1.running_mean | 1.running_var | ... ]           (n_buffer_elems,)
+#include "plexus/nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static px_status collect(px_model *md, px_module *m, const char *prefix, int *cap) {
+  if (md->n_modules == *cap) {
+    *cap = *cap ? 2 * *cap : 64;
+    px_module **mods = realloc(md->modules, (size_t)*cap * sizeof *mods);
+    if (!mods) return px_error(PX_ERR_NOMEM, "model: out of memory");
+    md->modules = mods;
+  }
+  m->uid = (uint32_t)md->n_modules;
+  md->modules[md->n_modules++] = m;
+  // Full names: the path of non-empty child names, then the local name.
+  for (int k = 0; k < m->n_params; k++) {
+    px_param *p = &m->params[k];
+    char full[PX_NAME_MAX];
+    int len = snprintf(full, sizeof full, "%s%s%s", prefix, prefix[0] ? "." : "", p->name);
+    if (len >= (int)sizeof full)
+      return px_error(PX_ERR_INVALID, "model: parameter name \"%s%s\" longer than %d characters",
+                      prefix, p->name, PX_NAME_MAX - 1);
+    memcpy(p->name, full, sizeof full);
+  }
+  for (int i = 0; i < m->n_children; i++) {
+    px_module *c = m->children[i];
+    char sub[PX_NAME_MAX];
+    if (c->name[0]) {
+      int len = snprintf(sub, sizeof sub, "%s%s%s", prefix, prefix[0] ? "." : "", c->name);
+      if (len >= (int)sizeof sub) return px_error(PX_ERR_INVALID, "model: module path too long at \"%s\"", c->name);
+    } else {
+      snprintf(sub, sizeof sub, "%s", prefix);
+    }
+    px_status st = collect(md, c, sub, cap);
+    if (st != PX_OK) return st;
+  }
+  return PX_OK;
+}
+
+static float *alloc_floats(size_t n) {
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  float *p = aligned_alloc(64, bytes ? bytes : 64);
+  if (p) memset(p, 0, bytes ? bytes : 64);
+  return p;
+}
+
+static void init_param(px_param *p, px_rng *rng) {
+  switch (p->init) {
+  case PX_INIT_ZEROS: px_fill(p->data, p->numel, 0.0f); break;
+  case PX_INIT_ONES: px_fill(p->data, p->numel, 1.0f); break;
+  case PX_INIT_UNIFORM:
+    for (size_t i = 0; i < p->numel; i++) p->data[i] = p->init_a * (2.0f * px_rng_uniform(rng) - 1.0f);
+    break;
+  case PX_INIT_NORMAL:
+    for (size_t i = 0; i < p->numel; i++) p->data[i] = p->init_a * px_rng_normal(rng);
+    break;
+  }
+}
+
+void px_model_init(px_model *md, uint64_t seed) {
+  md->seed = seed;
+  md->ctx.seed = seed;
+  // Each module draws from its own stream (its pre-order index), so adding
+  // a layer at the end does not change the initial weights of the others.
+  for (int i = 0; i < md->n_modules; i++) {
+    px_module *m = md->modules[i];
+    if (m->ops->init) {
+      px_rng rng = px_rng_make(seed, (uint64_t)m->uid << 8);
+      m->ops->init(m, &rng);
+      continue;
+    }
+    for (int k = 0; k < m->n_params; k++) {
+      px_rng rng = px_rng_make(seed, ((uint64_t)m->uid << 8) | (uint64_t)k);
+      init_param(&m->params[k], &rng);
+    }
+  }
+}
+
+px_status px_model_create(px_model **out, px_module *root, uint64_t seed) {
+  *out = NULL;
+  if (!root) return px_error(PX_ERR_INVALID, "model: no root module (did its constructor fail? %s)", px_last_error());
+  px_model *md = calloc(1, sizeof *md);
+  if (!md) { px_module_free(root); return px_error(PX_ERR_NOMEM, "model: out of memory"); }
+  md->root = root;
+  int cap = 0;
+  px_status st = collect(md, root, "", &cap);
+  if (st != PX_OK) { px_model_free(md); return st; }
+
+  int n_all = 0;
+  for (int i = 0; i < md->n_modules; i++) n_all += md->modules[i]->n_params;
+  md->params = calloc((size_t)n_all + 1, sizeof *md->params);
+  md->buffers = calloc((size_t)n_all + 1, sizeof *md->buffers);
+  if (!md->params || !md->buffers) { px_model_free(md); return px_error(PX_ERR_NOMEM, "model: out of memory"); }
+  for (int i = 0; i < md->n_modules; i++) {
+    px_module *m = md->modules[i];
+    for (int k = 0; k < m->n_params; k++) {
+      px_param *p = &m->params[k];
+      if (p->is_buffer) { p->offset = md->n_buffer_elems; md->n_buffer_elems += p->numel; md->buffers[md->n_buffers++] = p; }
+      else { p->offset = md->n_param_elems; md->n_param_elems += p->numel; md->params[md->n_params++] = p; }
+    }
+  }
+  // Two parameters with one name would make a state_dict ambiguous.
+  for (int i = 0; i < md->n_modules; i++)
+    for (int k = 0; k < md->modules[i]->n_params; k++) {
+      const char *name = md->modules[i]->params[k].name;
+      px_param *first = px_model_find(md, name);
+      if (first != &md->modules[i]->params[k]) {
+        px_model_free(md);
+        return px_error(PX_ERR_INVALID, "model: two parameters are named \"%s\"; give the children distinct names", name);
+      }
+    }
+
+  md->param_data = alloc_floats(md->n_param_elems);
+  md->grad_data = alloc_floats(md->n_param_elems);
+  md->buffer_data = alloc_floats(md->n_buffer_elems);
+  md->arena = px_arena_create(1u << 20);
+  if (!md->param_data || !md->grad_data || !md->buffer_data || !md->arena) {
+    px_model_free(md);
+    return px_error(PX_ERR_NOMEM, "model: cannot allocate %zu parameters", md->n_param_elems);
+  }
+  for (int i = 0; i < md->n_params; i++) {
+    md->params[i]->data = md->param_data + md->params[i]->offset;
+    md->params[i]->grad = md->grad_data + md->params[i]->offset;
+  }
+  for (int i = 0; i < md->n_buffers; i++) {
+    md->buffers[i]->data = md->buffer_data + md->buffers[i]->offset;
+    md->buffers[i]->grad = NULL;
+  }
+  md->ctx.arena = md->arena;
+  md->ctx.hooks = md->hooks;
+  md->ctx.n_hooks = 0;
+  px_model_train(md, true);
+  px_model_init(md, seed);
+  *out = md;
+  return PX_OK;
+}
+
+void px_model_free(px_model *md) {
+  if (!md) return;
+  px_module_free(md->root);
+  free(md->modules);
+  free(md->params);
+  free(md->buffers);
+  free(md->param_data);
+  free(md->grad_data);
+  free(md->buffer_data);
+  px_arena_free(md->arena);
+  free(md);
+}
+
+px_status px_model_forward(px_model *md, const px_tensor *x, px_tensor *y) {
+  px_arena_reset(md->arena);
+  if (md->ctx.training) md->ctx.step++;
+  return px_module_forward(md->root, &md->ctx, x, y);
+}
+
+px_status px_model_backward(px_model *md, const px_tensor *dy, px_tensor *dx) {
+  return px_module_backward(md->root, &md->ctx, dy, dx);
+}
+
+void px_model_zero_grad(px_model *md) { px_fill(md->grad_data, md->n_param_elems, 0.0f); }
+
+void px_model_train(px_model *md, bool training) {
+  md->ctx.training = training;
+  for (int i = 0; i < md->n_modules; i++) md->modules[i]->training = training;
+}
+
+float *px_model_scratch(px_model *md, size_t n) { return px_arena_alloc(md->arena, n * sizeof(float)); }
+
+px_status px_model_add_hooks(px_model *md, const px_hooks *hooks) {
+  if (md->ctx.n_hooks >= PX_MAX_HOOKS)
+    return px_error(PX_ERR_INVALID, "model: already %d hook sets attached", PX_MAX_HOOKS);
+  md->hooks[md->ctx.n_hooks++] = *hooks;
+  return PX_OK;
+}
+
+px_param *px_model_find(const px_model *md, const char *name) {
+  for (int i = 0; i < md->n_modules; i++)
+    for (int k = 0; k < md->modules[i]->n_params; k++)
+      if (strcmp(md->modules[i]->params[k].name, name) == 0) return &md->modules[i]->params[k];
+  return NULL;
+}
+
+px_status px_model_state_dict(const px_model *md, px_state_dict *sd) {
+  int n = md->n_params + md->n_buffers;
+  sd->items = calloc((size_t)n + 1, sizeof *sd->items);
+  sd->count = 0;
+  if (!sd->items) return px_error(PX_ERR_NOMEM, "model: out of memory");
+  // Module by module, as PyTorch's state_dict orders them.
+  for (int i = 0; i < md->n_modules; i++)
+    for (int k = 0; k < md->modules[i]->n_params; k++) {
+      px_param *p = &md->modules[i]->params[k];
+      px_named_tensor *it = &sd->items[sd->count++];
+      memcpy(it->name, p->name, sizeof it->name);
+      it->tensor = px_tensor_view(p->data, PX_F32, p->ndim, p->shape);
+    }
+  return PX_OK;
+}
+
+void px_model_print(const px_model *md, void *file) {
+  FILE *f = file ? file : stdout;
+  fprintf(f, "%-40s %-20s %10s %10s\n", "name", "shape", "offset", "numel");
+  for (int i = 0; i < md->n_modules; i++)
+    for (int k = 0; k < md->modules[i]->n_params; k++) {
+      const px_param *p = &md->modules[i]->params[k];
+      char s[PX_SHAPE_STR_MAX];
+      fprintf(f, "%-40s %-20s %10zu %10zu%s\n", p->name, px_shape_str(p->ndim, p->shape, s, sizeof s),
+              p->offset, p->numel, p->is_buffer ? "  (buffer)" : "");
+    }
+  fprintf(f, "parameters: %zu   buffers: %zu\n", md->n_param_elems, md->n_buffer_elems);
+}

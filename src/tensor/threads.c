@@ -1,0 +1,32 @@
+// One thread-count setting for OpenMP and OpenBLAS.
+#include "plexus/tensor.h"
+#include "tensor/internal.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+
+// OpenBLAS's own setter; declared here because some cblas.h lack it.
+void openblas_set_num_threads(int num_threads);
+
+static int px_threads = 0; /* 0 = not yet initialised */
+
+void px_set_num_threads(int n) {
+  if (n < 1) n = 1;
+  px_threads = n;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int px_get_num_threads(void) {
+  px_threads_init();
+  return px_threads;
+}
+
+void px_threads_init(void) {
+  if (px_threads) return;
+  const char *env = getenv("PX_NUM_THREADS");
+  int n = env ? atoi(env) : 0;
+  if (n < 1) n = omp_get_max_threads();
+  px_set_num_threads(n);
+}

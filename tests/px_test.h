@@ -1,0 +1,48 @@
+/* px_test.h — the few macros every plexus test uses.
+ * A failed CHECK prints where and what, and the test exits 1 at the end. */
+#ifndef PX_TEST_H
+#define PX_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "plexus/plexus.h"
+
+static int px_test_failures = 0;
+
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, "\n");                                                 \
+      px_test_failures++;                                                    \
+    }                                                                        \
+  } while (0)
+
+/* A call that must succeed; on failure prints px_last_error() and exits. */
+#define CHECK_OK(call)                                                       \
+  do {                                                                       \
+    px_status st_ = (call);                                                  \
+    if (st_ != PX_OK) {                                                      \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__,     \
+              #call, px_status_name(st_), px_last_error());                  \
+      exit(1);                                                               \
+    }                                                                        \
+  } while (0)
+
+#define CHECK_CLOSE(a, b, tol)                                               \
+  CHECK(fabs((double)(a) - (double)(b)) <= (tol) * fmax(1.0, fmax(fabs((double)(a)), fabs((double)(b)))), \
+        "%s = %.9g, %s = %.9g, tol %.3g", #a, (double)(a), #b, (double)(b), (double)(tol))
+
+static inline int px_test_finish(const char *name) {
+  if (px_test_failures) {
+    fprintf(stderr, "%s: %d check(s) failed\n", name, px_test_failures);
+    return 1;
+  }
+  printf("%s: ok\n", name);
+  return 0;
+}
+
+#endif
