@@ -36,8 +36,8 @@ static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
     a->saved = *x;
     break;
   case ACT_TANH:
-    #pragma omp parallel for if (PX_PAR(n))
-    for (size_t i = 0; i < n; i++) Y[i] = tanhf(X[i]);
+    #pragma omp parallel for simd if (PX_PAR(n))
+    for (size_t i = 0; i < n; i++) Y[i] = px_tanhf(X[i]);
     a->saved = *y;
     break;
   case ACT_SIGMOID:
@@ -51,10 +51,10 @@ static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
     a->saved = *x;
     break;
   case ACT_GELU_TANH:
-    #pragma omp parallel for if (PX_PAR(n))
+    #pragma omp parallel for simd if (PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float v = X[i];
-      Y[i] = 0.5f * v * (1.0f + tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
+      Y[i] = 0.5f * v * (1.0f + px_tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
     }
     a->saved = *x;
     break;
@@ -93,10 +93,10 @@ static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
     }
     break;
   case ACT_GELU_TANH:
-    #pragma omp parallel for if (PX_PAR(n))
+    #pragma omp parallel for simd if (PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float v = S[i];
-      float t = tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
+      float t = px_tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
       float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
       DX[i] = DY[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
     }
