@@ -97,6 +97,33 @@ uint64_t px_rng_below(px_rng *r, uint64_t n);
 /* u32 -> float in [0, 1), the mapping all plexus kernels use. */
 static inline float px_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
+/* ---- Element types ------------------------------------------------------
+ * Here rather than in tensor.h because comm/ (which depends on base only)
+ * moves typed buffers too. */
+typedef enum px_dtype {
+  PX_F32 = 0,
+  PX_F64,
+  PX_F16,
+  PX_BF16,
+  PX_I8,
+  PX_I16,
+  PX_I32,
+  PX_I64,
+  PX_U8,
+  PX_U16,
+  PX_U32,
+  PX_U64,
+  PX_BOOL,
+  PX_DTYPE_COUNT
+} px_dtype;
+
+size_t px_dtype_size(px_dtype t);
+/* Short name as in safetensors: "F32", "BF16", "I64", ... */
+const char *px_dtype_name(px_dtype t);
+/* Parse a safetensors dtype name; returns PX_OK or PX_ERR_FORMAT. */
+px_status px_dtype_parse(const char *name, px_dtype *out);
+
+
 /* ---- Clocks -------------------------------------------------------------- */
 /* Monotonic seconds. */
 double px_time_now(void);

@@ -18,23 +18,6 @@
 extern "C" {
 #endif
 
-typedef enum px_dtype {
-  PX_F32 = 0,
-  PX_F64,
-  PX_F16,
-  PX_BF16,
-  PX_I8,
-  PX_I16,
-  PX_I32,
-  PX_I64,
-  PX_U8,
-  PX_U16,
-  PX_U32,
-  PX_U64,
-  PX_BOOL,
-  PX_DTYPE_COUNT
-} px_dtype;
-
 typedef enum px_device { PX_CPU = 0, PX_CUDA = 1 } px_device;
 
 #define PX_MAX_DIMS 4
@@ -47,12 +30,6 @@ typedef struct px_tensor {
   void     *data;
   bool      owned;  /* allocated by px_tensor_new; freed by px_tensor_free */
 } px_tensor;
-
-size_t px_dtype_size(px_dtype t);
-/* Short name as in safetensors: "F32", "BF16", "I64", ... */
-const char *px_dtype_name(px_dtype t);
-/* Parse a safetensors dtype name; returns PX_OK or PX_ERR_FORMAT. */
-px_status px_dtype_parse(const char *name, px_dtype *out);
 
 /* A view of `data` (not owned). */
 px_tensor px_tensor_view(void *data, px_dtype dtype, int ndim, const int64_t *shape);

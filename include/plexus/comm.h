@@ -1,0 +1,142 @@
+/* plexus/comm.h — px_comm: ranks, collectives, point-to-point, sub-groups.
+ *
+ * Every parallel strategy speaks this one interface (DESIGN decision 3); the
+ * backend is chosen at start-up:
+ *   self     a world of one (no communication at all);
+ *   threads  N ranks as threads of one process over shared memory, no MPI;
+ *   mpi      MPI-3 (Open MPI, MPICH) under mpirun / mpiexec / srun.
+ *
+ * All buffers are host memory.  Collectives are called by every rank of the
+ * communicator in the same order (as in MPI).  In-place: allreduce and
+ * broadcast work on `buf`.  Counts are elements, not bytes.
+ *
+ * Watchdog (DESIGN decision 6): every blocking wait has a deadline (default
+ * 600 s, px_comm_set_timeout).  When it passes, the rank prints which
+ * collective it was in, the label set by the caller (step, bucket) and which
+ * ranks it was waiting on, and the whole job ends with that error: MPI_Abort
+ * under MPI; under threads every rank's pending and future calls fail with
+ * PX_ERR_TIMEOUT so px_comm_run returns.  A rank that fails (returns non-zero
+ * from its function, or calls px_comm_abort) makes its peers fail the same
+ * way instead of hanging. */
+#ifndef PLEXUS_COMM_H
+#define PLEXUS_COMM_H
+
+#include "plexus/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct px_comm px_comm;
+typedef struct px_request px_request;
+
+typedef enum px_reduce_op { PX_SUM = 0, PX_AVG, PX_MIN, PX_MAX } px_reduce_op;
+typedef enum px_comm_backend { PX_COMM_SELF = 0, PX_COMM_THREADS, PX_COMM_MPI } px_comm_backend;
+
+/* ---- Start-up ---------------------------------------------------------------
+ * px_comm_run is the usual entry point:
+ *   - started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx) and
+ *     plexus built with MPI: initialises MPI, calls fn once in this process
+ *     with the world communicator, finalises;
+ *   - else n_threads > 1: runs fn on n_threads threads, each with its own
+ *     rank of a threads communicator, and joins them;
+ *   - else: fn once with a world of one.
+ * *exit_code is the first non-zero value any rank returned (0 if all
+ * succeeded).  Returns an error status only if the backend could not start. */
+typedef int (*px_rank_fn)(px_comm *comm, void *arg);
+px_status px_comm_run(int n_threads, px_rank_fn fn, void *arg, int *exit_code);
+
+/* True when this process was started by an MPI launcher. */
+bool px_comm_mpi_launched(void);
+/* True when plexus was built with the MPI backend. */
+bool px_comm_mpi_available(void);
+
+/* Lower-level starts, for programs that manage the lifetime themselves. */
+px_status px_comm_init_self(px_comm **out);
+px_status px_comm_init_mpi(px_comm **out);      /* MPI_Init(_thread) if needed */
+void px_comm_finalize_mpi(void);                 /* MPI_Finalize if we initialised it */
+
+void px_comm_free(px_comm *c);
+
+/* ---- Who am I -------------------------------------------------------------- */
+int px_comm_rank(const px_comm *c);
+int px_comm_size(const px_comm *c);
+/* Rank and size among the ranks on this node (MPI: MPI_COMM_TYPE_SHARED;
+ * threads: same as rank and size). */
+int px_comm_local_rank(const px_comm *c);
+int px_comm_local_size(const px_comm *c);
+px_comm_backend px_comm_backend_of(const px_comm *c);
+const char *px_comm_backend_name(px_comm_backend b);
+
+/* ---- Watchdog and failure ------------------------------------------------- */
+void px_comm_set_timeout(px_comm *c, double seconds);
+double px_comm_timeout(const px_comm *c);
+/* Context printed by the watchdog ("step 12, bucket 3"); copied. */
+void px_comm_set_label(px_comm *c, const char *label);
+/* End the job with `why` (printed once with the rank): MPI_Abort under MPI;
+ * under threads all ranks' communication fails with PX_ERR_COMM. */
+void px_comm_abort(px_comm *c, const char *why);
+
+/* ---- Blocking collectives --------------------------------------------------
+ * dtype: PX_F32, PX_F64, PX_I32, PX_I64 for reductions; any dtype for
+ * broadcast, gather and point-to-point (bytes are moved as they are).
+ * PX_AVG is the sum divided by the size (integers: truncated). */
+px_status px_comm_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op);
+px_status px_comm_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root);
+/* recv: size × count elements, rank r's block at r × count. */
+px_status px_comm_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype);
+/* send: size × count elements; rank r receives the reduction of block r. */
+px_status px_comm_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count,
+                                 px_dtype dtype, px_reduce_op op);
+px_status px_comm_barrier(px_comm *c);
+px_status px_comm_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag);
+px_status px_comm_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag);
+
+/* ---- Asynchronous variants -------------------------------------------------
+ * Start the operation and return at once with a request; the buffers must
+ * stay untouched until px_request_wait returns.  Operations of one
+ * communicator complete in the order they were started on every rank. */
+px_status px_comm_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
+                             px_request **req);
+px_status px_comm_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root,
+                             px_request **req);
+px_status px_comm_iallgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                             px_request **req);
+px_status px_comm_ireduce_scatter(px_comm *c, const void *send, void *recv, size_t count,
+                                  px_dtype dtype, px_reduce_op op, px_request **req);
+px_status px_comm_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
+                        px_request **req);
+px_status px_comm_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
+                        px_request **req);
+/* *done = whether it completed; does not free. */
+px_status px_request_test(px_request *r, bool *done);
+/* Waits (under the watchdog) and frees the request. */
+px_status px_request_wait(px_request *r);
+
+/* ---- Sub-groups -------------------------------------------------------------
+ * Ranks with the same color form a new communicator, ordered by key then by
+ * old rank (MPI_Comm_split).  Collective over c.  The new communicator
+ * inherits the timeout. */
+px_status px_comm_split(px_comm *c, int color, int key, px_comm **out);
+
+/* ---- Helpers for training scripts ----------------------------------------- */
+/* Global mean of a scalar metric (the course's all_reduce(loss, AVG)). */
+px_status px_comm_mean(px_comm *c, double *value);
+/* printf on rank 0 only. */
+void px_print0(const px_comm *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Every rank prints, in rank order, each line prefixed "[rank r/size] "
+ * (FluxMPI's fluxmpi_println).  Collective. */
+px_status px_print_ordered(px_comm *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
