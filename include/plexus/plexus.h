@@ -7,6 +7,9 @@
 #include "plexus/nn.h"
 #include "plexus/optim.h"
 #include "plexus/io.h"
+#include "plexus/comm.h"
+#include "plexus/parallel.h"
+#include "plexus/data.h"
 
 #define PLEXUS_VERSION_MAJOR 0
 #define PLEXUS_VERSION_MINOR 1
