@@ -9,7 +9,8 @@
 
 #include "plexus/plexus.h"
 
-static int px_test_failures = 0;
+/* Atomic: ranks of the threads backend check from several threads. */
+static _Atomic int px_test_failures = 0;
 
 #define CHECK(cond, ...)                                                     \
   do {                                                                       \

@@ -54,6 +54,12 @@ static inline float *px_f32(const px_tensor *t) { return (float *)t->data; }
 void px_set_num_threads(int n);
 int px_get_num_threads(void);
 
+/* One line about the BLAS in use: its build, the CPU kernels it chose, and
+ * (when a generic kernel was chosen on a CPU that has AVX2 or AVX-512, as
+ * Debian's OpenBLAS 0.3.21 does on CPUs newer than itself) the
+ * OPENBLAS_CORETYPE setting that selects the fast ones. */
+const char *px_blas_info(void);
+
 /* ---- GEMM ----------------------------------------------------------------
  * C = alpha · op(A) · op(B) + beta · C, row-major, op = transpose if asked.
  * op(A): (M, K)   op(B): (K, N)   C: (M, N); leading dims are those of the
