@@ -73,8 +73,9 @@ typedef struct px_lr_schedule {
 float px_lr_at(const px_lr_schedule *s, int64_t step);
 
 /* ---- Gradient clipping ----------------------------------------------------
- * Global L2 norm as torch.nn.utils.clip_grad_norm_: if norm > max_norm,
- * scale by max_norm / (norm + 1e-6).  Returns the norm before clipping.
+ * Global L2 norm as torch.nn.utils.clip_grad_norm_ (1.13): scale by
+ * min(1, max_norm / (norm + 1e-6)); gradients under the limit are left
+ * untouched.  Returns the norm before clipping.
  * Sharded callers compute px_sumsq per shard, all-reduce it, and call
  * px_clip_grad_scale with the global norm. */
 float px_clip_grad_norm(float *grads, size_t n, float max_norm);
