@@ -1,0 +1,68 @@
+// Internal helpers of the io layer shared by its files in src/io/.
+#ifndef PX_IO_INTERNAL_H
+#define PX_IO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plexus/io.h"
+
+/* ---- atomic writes (atomic.c) -------------------------------------------- */
+
+// One piece of a file to write; a file is the concatenation of its chunks,
+// so a checkpoint streams header and tensors without first copying them into
+// one buffer of the file's size.
+typedef struct px_io_chunk {
+  const void *data;
+  size_t      size;
+} px_io_chunk;
+
+// px_write_file_atomic for a file given as n chunks.
+px_status px_io_write_chunks_atomic(const char *path, const px_io_chunk *chunks, int n);
+
+// strerror(err) into buf, safely from any thread (ranks of the threads
+// backend write their shards concurrently); returns buf.
+const char *px_io_strerror(int err, char *buf, size_t len);
+
+/* ---- safetensors (safetensors.c, safetensors_header.c) -------------------- */
+
+// The reference implementation's limit; a bigger "header" is another file.
+#define PX_ST_MAX_HEADER 100000000u
+
+typedef struct px_st_span {
+  uint64_t begin, end;  // [begin, end) in the body
+} px_st_span;
+
+typedef struct px_st_meta {
+  char *key;
+  char *value;
+} px_st_meta;
+
+struct px_safetensors {
+  char            *path;
+  unsigned char   *bytes;      // the whole file
+  size_t           size;
+  unsigned char   *body;       // bytes + 8 + N
+  size_t           body_size;
+  px_named_tensor *tensors;    // in header order; views into body
+  px_st_span      *spans;      // tensors[i] holds body[spans[i].begin, spans[i].end)
+  int              count, cap;
+  int             *by_name;    // tensor indices sorted by name
+  px_st_meta      *meta;       // sorted by key once the header is parsed
+  int              n_meta, meta_cap;
+  bool             has_meta;
+};
+
+// Parses the n-byte JSON header of f (whose body and body_size are set),
+// appending its tensors and metadata to f; checks each tensor's dtype, shape
+// and offsets against the body.  Names unique and tensors disjoint are the
+// caller's to check.
+px_status px_st_parse_header(px_safetensors *f, const unsigned char *json, size_t n);
+
+// numel(shape) · elem into *out; false on overflow.
+bool px_st_nbytes(const int64_t *shape, int ndim, size_t elem, uint64_t *out);
+
+// Well-formed UTF-8 (RFC 3629)?
+bool px_st_utf8_valid(const char *s);
+
+#endif
