@@ -42,7 +42,10 @@ typedef enum px_comm_backend { PX_COMM_SELF = 0, PX_COMM_THREADS, PX_COMM_MPI } 
  *     rank of a threads communicator, and joins them;
  *   - else: fn once with a world of one.
  * *exit_code is the first non-zero value any rank returned (0 if all
- * succeeded).  Returns an error status only if the backend could not start. */
+ * succeeded).  Returns an error status only if the backend could not start.
+ * The communicator passed to fn belongs to px_comm_run (px_comm_free
+ * ignores it).  Under MPI a rank whose fn returns non-zero ends the job
+ * with MPI_Abort(that code) instead of returning, so its peers cannot hang. */
 typedef int (*px_rank_fn)(px_comm *comm, void *arg);
 px_status px_comm_run(int n_threads, px_rank_fn fn, void *arg, int *exit_code);
 
@@ -58,7 +61,8 @@ void px_comm_finalize_mpi(void);                 /* MPI_Finalize if we initialis
 
 void px_comm_free(px_comm *c);
 
-/* ---- Who am I -------------------------------------------------------------- */
+/* ---- Who am I --------------------------------------------------------------
+ * A NULL communicator reads as a world of one (rank 0, size 1, self). */
 int px_comm_rank(const px_comm *c);
 int px_comm_size(const px_comm *c);
 /* Rank and size among the ranks on this node (MPI: MPI_COMM_TYPE_SHARED;
@@ -68,7 +72,8 @@ int px_comm_local_size(const px_comm *c);
 px_comm_backend px_comm_backend_of(const px_comm *c);
 const char *px_comm_backend_name(px_comm_backend b);
 
-/* ---- Watchdog and failure ------------------------------------------------- */
+/* ---- Watchdog and failure -------------------------------------------------
+ * seconds <= 0 turns the watchdog off for c. */
 void px_comm_set_timeout(px_comm *c, double seconds);
 double px_comm_timeout(const px_comm *c);
 /* Context printed by the watchdog ("step 12, bucket 3"); copied. */
@@ -89,13 +94,21 @@ px_status px_comm_allgather(px_comm *c, const void *send, void *recv, size_t cou
 px_status px_comm_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count,
                                  px_dtype dtype, px_reduce_op op);
 px_status px_comm_barrier(px_comm *c);
+/* Point-to-point: tags >= 0; a receive matches the oldest message from src
+ * with its tag, and may be larger than the message (not smaller).  A send
+ * may or may not wait for its receive (threads and self copy the message
+ * and return; MPI waits for large ones): when every rank sends before it
+ * receives, use isend.  Self: sending to oneself queues the message; a
+ * receive that no earlier send matches fails with PX_ERR_INVALID. */
 px_status px_comm_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag);
 px_status px_comm_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag);
 
 /* ---- Asynchronous variants -------------------------------------------------
  * Start the operation and return at once with a request; the buffers must
- * stay untouched until px_request_wait returns.  Operations of one
- * communicator complete in the order they were started on every rank. */
+ * stay untouched until px_request_wait returns.  Collectives of one
+ * communicator complete in the order they were started on every rank;
+ * point-to-point operations are matched by source and tag (as in MPI), not
+ * ordered with the collectives. */
 px_status px_comm_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
                              px_request **req);
 px_status px_comm_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root,
@@ -116,7 +129,8 @@ px_status px_request_wait(px_request *r);
 /* ---- Sub-groups -------------------------------------------------------------
  * Ranks with the same color form a new communicator, ordered by key then by
  * old rank (MPI_Comm_split).  Collective over c.  The new communicator
- * inherits the timeout. */
+ * inherits the timeout.  A negative color leaves the rank out: *out = NULL
+ * (MPI_UNDEFINED). */
 px_status px_comm_split(px_comm *c, int color, int key, px_comm **out);
 
 /* ---- Helpers for training scripts ----------------------------------------- */

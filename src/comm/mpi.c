@@ -1,0 +1,542 @@
+// The MPI backend (MPI-3: Open MPI, MPICH), compiled when CMake finds MPI.
+//
+// Every operation, blocking or not, is a non-blocking MPI call; a blocking
+// one then waits on it right away.  The wait is a loop of MPI_Test with a
+// short sleep that grows from 10 µs to 1 ms, checked against the
+// communicator's deadline: MPI's own blocking calls cannot time out, and a
+// watchdog is the difference between a job that hangs until its allocation
+// runs out and one that says where it stopped.  MPI cannot tell which peers
+// are missing, so the watchdog says so, then ends the job with MPI_Abort:
+// the peers are stuck in the collective and no return value can reach them.
+//
+// Errors: our communicators use MPI_ERRORS_RETURN, and a failed MPI call
+// becomes PX_ERR_COMM with MPI_Error_string's text.
+#define _POSIX_C_SOURCE 200809L
+#include "comm/internal.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Started by a launcher?  Each launcher leaves its mark in the environment:
+ *   Open MPI's mpirun/mpiexec  OMPI_COMM_WORLD_SIZE (and PMIX_RANK);
+ *   MPICH/Hydra, Intel MPI     PMI_SIZE, MPI_LOCALNRANKS;
+ *   any PMIx launcher          PMIX_RANK;
+ *   Slurm's srun               SLURM_PROCID with SLURM_NTASKS > 1, counted
+ *                              only when a PMI (PMI_FD, PMI_RANK or
+ *                              PMIX_NAMESPACE) is there too: srun without
+ *                              --mpi starts independent processes, and a
+ *                              plain `srun -n1` or an sbatch script is not
+ *                              an MPI job. */
+bool px_comm_mpi_launched(void) {
+  if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("MPI_LOCALNRANKS"))
+    return true;
+  const char *procid = getenv("SLURM_PROCID"), *ntasks = getenv("SLURM_NTASKS");
+  bool pmi = getenv("PMI_FD") || getenv("PMI_RANK") || getenv("PMIX_NAMESPACE");
+  return procid && ntasks && atoi(ntasks) > 1 && pmi;
+}
+
+#ifndef PX_HAVE_MPI
+
+bool px_comm_mpi_available(void) { return false; }
+
+px_status px_comm_init_mpi(px_comm **out) {
+  if (out) *out = NULL;
+  return px_error(PX_ERR_UNSUPPORTED,
+                  "px_comm_init_mpi: plexus was built without MPI; install an MPI (apt-get install "
+                  "libopenmpi-dev) and rebuild, or use px_comm_run's threads backend");
+}
+
+void px_comm_finalize_mpi(void) {}
+
+px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) {
+  return px_comm_init_mpi(NULL);
+}
+
+#else
+
+#include <mpi.h>
+
+bool px_comm_mpi_available(void) { return true; }
+
+static bool we_initialized;
+static const px_comm_ops px_comm_mpi_ops_table;
+
+typedef struct mcomm {
+  MPI_Comm comm;
+  int world_rank;
+} mcomm;
+
+static MPI_Comm comm_of(const px_comm *c) { return ((const mcomm *)c->impl)->comm; }
+static int world_rank_of(const px_comm *c) { return ((const mcomm *)c->impl)->world_rank; }
+
+/* One operation in flight.  AVG is MPI_SUM followed by a division, done
+ * once when the request is first seen complete. */
+typedef struct mreq {
+  px_request base;
+  px_comm *c;
+  MPI_Request req;
+  const char *what;
+  int peer;                 /* point-to-point: the other rank; else -1 */
+  char label[PX_COMM_LABEL_MAX];
+  double timeout;
+  bool finished;            /* post-processing done */
+  void *avg_buf;            /* divide avg_count elements by the size */
+  size_t avg_count;
+  px_dtype dtype;
+  void *staged;             /* reduce_scatter into a temporary, then ... */
+  void *staged_to;          /* ... copied here (recv overlapped send) */
+  size_t staged_bytes;
+  bool heap;
+} mreq;
+
+static px_status mpi_failed(int rc, const char *call, const char *what, const char *file, int line) {
+  char s[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+  return px_error(PX_ERR_COMM, "%s: %s failed (%s:%d): %s", what, call, file, line, s);
+}
+
+#define MPI_TRY(what, call)                                                    \
+  do {                                                                         \
+    int rc_ = (call);                                                          \
+    if (rc_ != MPI_SUCCESS) return mpi_failed(rc_, #call, what, __FILE__, __LINE__); \
+  } while (0)
+
+static MPI_Datatype reduce_type(px_dtype t) {
+  switch (t) {
+  case PX_F32: return MPI_FLOAT;
+  case PX_F64: return MPI_DOUBLE;
+  case PX_I32: return MPI_INT32_T;
+  default: return MPI_INT64_T;
+  }
+}
+
+/* Broadcast, gather and point-to-point move bytes: any element of the
+ * same width will do, and whole elements keep counts below INT_MAX longer
+ * than MPI_BYTE would. */
+static MPI_Datatype move_type(px_dtype t) {
+  switch (px_dtype_size(t)) {
+  case 1: return MPI_UINT8_T;
+  case 2: return MPI_UINT16_T;
+  case 4: return MPI_UINT32_T;
+  default: return MPI_UINT64_T;
+  }
+}
+
+static MPI_Op mpi_op(px_reduce_op op) {
+  switch (op) {
+  case PX_MIN: return MPI_MIN;
+  case PX_MAX: return MPI_MAX;
+  default: return MPI_SUM;
+  }
+}
+
+static px_status fits_int(const char *what, size_t count) {
+  if (count > INT_MAX)
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "%s: count %zu exceeds MPI's int counts (%d); split the buffer into smaller calls",
+                    what, count, INT_MAX);
+  return PX_OK;
+}
+
+static void req_init(mreq *r, px_comm *c, const char *what, int peer) {
+  memset(r, 0, sizeof *r);
+  r->base.ops = &px_comm_mpi_ops_table;
+  r->c = c;
+  r->req = MPI_REQUEST_NULL;
+  r->what = what;
+  r->peer = peer;
+  r->timeout = c->timeout;
+  memcpy(r->label, c->label, sizeof r->label);
+}
+
+/* ---- Completion ---------------------------------------------------------------- */
+
+static void finish(mreq *r) {
+  if (r->finished) return;
+  r->finished = true;
+  if (r->avg_buf) px_comm_divide(r->avg_buf, r->avg_count, r->dtype, r->c->size);
+  if (r->staged) {
+    memcpy(r->staged_to, r->staged, r->staged_bytes);
+    free(r->staged);
+    r->staged = NULL;
+  }
+}
+
+static void discard(mreq *r) {
+  free(r->staged);
+  r->staged = NULL;
+}
+
+static px_status watchdog_abort(mreq *r) {
+  const char *label = r->label[0] ? r->label : "no label set";
+  if (r->peer >= 0)
+    fprintf(stderr, "plexus: rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks [%d]\n",
+            world_rank_of(r->c), r->what, label, r->timeout, r->peer);
+  else
+    fprintf(stderr,
+            "plexus: rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks: "
+            "unknown under MPI (peers did not all arrive)\n",
+            world_rank_of(r->c), r->what, label, r->timeout);
+  fflush(stderr);
+  // The documented exception to "library code never ends the process":
+  // the peers are blocked in MPI and only the launcher can free them.
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  discard(r);
+  return px_error(PX_ERR_TIMEOUT, "%s (%s): watchdog fired after %g s and MPI_Abort returned", r->what, label,
+                  r->timeout);
+}
+
+static px_status wait_req(mreq *r) {
+  double start = px_time_now();
+  long nap_ns = 10000;
+  for (int spins = 0;; spins++) {
+    int flag = 0;
+    int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      discard(r);
+      return mpi_failed(rc, "MPI_Test", r->what, __FILE__, __LINE__);
+    }
+    if (flag) {
+      finish(r);
+      return PX_OK;
+    }
+    if (r->timeout > 0 && px_time_now() - start > r->timeout) return watchdog_abort(r);
+    // A few quick polls catch short operations without a sleep; after that,
+    // sleeping leaves the core to the peers, which matters when ranks
+    // outnumber cores.
+    if (spins < 16) continue;
+    struct timespec ts = {0, nap_ns};
+    nanosleep(&ts, NULL);
+    if (nap_ns < 1000000) nap_ns *= 2;
+    if (nap_ns > 1000000) nap_ns = 1000000;
+  }
+}
+
+/* A blocking operation: the started request, waited for at once. */
+static px_status run_now(px_status started, mreq *r) {
+  if (started) return started;
+  return wait_req(r);
+}
+
+/* An asynchronous one: the started request, moved to the heap. */
+static px_status hand_out(px_status started, const mreq *r, px_request **req) {
+  if (started) return started;
+  mreq *h = malloc(sizeof *h);
+  if (!h) {
+    // The operation is under way and its buffers are in MPI's hands:
+    // complete it before reporting, so nothing writes them afterwards.
+    mreq copy = *r;
+    wait_req(&copy);
+    return px_error(PX_ERR_NOMEM, "%s: out of memory for a request", r->what);
+  }
+  *h = *r;
+  h->heap = true;
+  *req = &h->base;
+  return PX_OK;
+}
+
+/* ---- Starting operations --------------------------------------------------------- */
+
+static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, mreq *r) {
+  req_init(r, c, "allreduce", -1);
+  px_status st = fits_int(r->what, count);
+  if (st) return st;
+  if (op == PX_AVG) {
+    r->avg_buf = buf;
+    r->avg_count = count;
+    r->dtype = dtype;
+  }
+  MPI_TRY(r->what, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, reduce_type(dtype), mpi_op(op), comm_of(c), &r->req));
+  return PX_OK;
+}
+
+static px_status start_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, mreq *r) {
+  req_init(r, c, "broadcast", -1);
+  px_status st = fits_int(r->what, count);
+  if (st) return st;
+  MPI_TRY(r->what, MPI_Ibcast(buf, (int)count, move_type(dtype), root, comm_of(c), &r->req));
+  return PX_OK;
+}
+
+static px_status start_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, mreq *r) {
+  req_init(r, c, "allgather", -1);
+  px_status st = fits_int(r->what, count);
+  if (st) return st;
+  size_t bytes = count * px_dtype_size(dtype);
+  // Sending one's own block of recv is MPI_IN_PLACE (ZeRO gathers shards so).
+  const void *from = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+  MPI_TRY(r->what, MPI_Iallgather(from, (int)count, move_type(dtype), recv, (int)count, move_type(dtype),
+                                  comm_of(c), &r->req));
+  return PX_OK;
+}
+
+static px_status start_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                      px_reduce_op op, mreq *r) {
+  req_init(r, c, "reduce_scatter", -1);
+  px_status st = fits_int(r->what, count);
+  if (st) return st;
+  size_t bytes = count * px_dtype_size(dtype);
+  const char *s = send, *d = recv;
+  void *into = recv;
+  // MPI forbids overlapping buffers (its MPI_IN_PLACE means something
+  // else here); the threads backend allows recv inside send, so stage it.
+  if (bytes && d < s + (size_t)c->size * bytes && s < d + bytes) {
+    r->staged = malloc(bytes);
+    if (!r->staged) return px_error(PX_ERR_NOMEM, "reduce_scatter: out of memory staging %zu bytes", bytes);
+    r->staged_to = recv;
+    r->staged_bytes = bytes;
+    into = r->staged;
+  }
+  if (op == PX_AVG) {
+    r->avg_buf = into;
+    r->avg_count = count;
+    r->dtype = dtype;
+  }
+  int rc = MPI_Ireduce_scatter_block(send, into, (int)count, reduce_type(dtype), mpi_op(op), comm_of(c), &r->req);
+  if (rc != MPI_SUCCESS) {
+    discard(r);
+    return mpi_failed(rc, "MPI_Ireduce_scatter_block", r->what, __FILE__, __LINE__);
+  }
+  return PX_OK;
+}
+
+static px_status start_barrier(px_comm *c, mreq *r, const char *what) {
+  req_init(r, c, what, -1);
+  MPI_TRY(r->what, MPI_Ibarrier(comm_of(c), &r->req));
+  return PX_OK;
+}
+
+static px_status start_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, mreq *r) {
+  req_init(r, c, "send", dst);
+  px_status st = fits_int(r->what, count);
+  if (st) return st;
+  MPI_TRY(r->what, MPI_Isend(buf, (int)count, move_type(dtype), dst, tag, comm_of(c), &r->req));
+  return PX_OK;
+}
+
+static px_status start_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, mreq *r) {
+  req_init(r, c, "recv", src);
+  px_status st = fits_int(r->what, count);
+  if (st) return st;
+  MPI_TRY(r->what, MPI_Irecv(buf, (int)count, move_type(dtype), src, tag, comm_of(c), &r->req));
+  return PX_OK;
+}
+
+/* ---- The backend table ------------------------------------------------------------ */
+
+static px_status m_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
+  mreq r;
+  return run_now(start_allreduce(c, buf, count, dtype, op, &r), &r);
+}
+static px_status m_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
+  mreq r;
+  return run_now(start_broadcast(c, buf, count, dtype, root, &r), &r);
+}
+static px_status m_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
+  mreq r;
+  return run_now(start_allgather(c, send, recv, count, dtype, &r), &r);
+}
+static px_status m_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                  px_reduce_op op) {
+  mreq r;
+  return run_now(start_reduce_scatter(c, send, recv, count, dtype, op, &r), &r);
+}
+static px_status m_barrier(px_comm *c) {
+  mreq r;
+  return run_now(start_barrier(c, &r, "barrier"), &r);
+}
+static px_status m_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag) {
+  mreq r;
+  return run_now(start_send(c, buf, count, dtype, dst, tag, &r), &r);
+}
+static px_status m_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag) {
+  mreq r;
+  return run_now(start_recv(c, buf, count, dtype, src, tag, &r), &r);
+}
+
+static px_status m_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
+                              px_request **req) {
+  mreq r;
+  return hand_out(start_allreduce(c, buf, count, dtype, op, &r), &r, req);
+}
+static px_status m_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req) {
+  mreq r;
+  return hand_out(start_broadcast(c, buf, count, dtype, root, &r), &r, req);
+}
+static px_status m_iallgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                              px_request **req) {
+  mreq r;
+  return hand_out(start_allgather(c, send, recv, count, dtype, &r), &r, req);
+}
+static px_status m_ireduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                   px_reduce_op op, px_request **req) {
+  mreq r;
+  return hand_out(start_reduce_scatter(c, send, recv, count, dtype, op, &r), &r, req);
+}
+static px_status m_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
+                         px_request **req) {
+  mreq r;
+  return hand_out(start_send(c, buf, count, dtype, dst, tag, &r), &r, req);
+}
+static px_status m_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
+                         px_request **req) {
+  mreq r;
+  return hand_out(start_recv(c, buf, count, dtype, src, tag, &r), &r, req);
+}
+
+static px_status m_request_test(px_request *base, bool *done) {
+  mreq *r = (mreq *)base;
+  *done = r->finished;
+  if (r->finished) return PX_OK;
+  int flag = 0;
+  int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_Test", r->what, __FILE__, __LINE__);
+  if (flag) finish(r);
+  *done = flag != 0;
+  return PX_OK;
+}
+
+static px_status m_request_wait(px_request *base) {
+  mreq *r = (mreq *)base;
+  px_status st = r->finished ? PX_OK : wait_req(r);
+  free(r);
+  return st;
+}
+
+static px_status mcomm_wrap(MPI_Comm comm, px_comm **out);
+
+static px_status m_split(px_comm *c, int color, int key, px_comm **out) {
+  // MPI_Comm_split blocks with no deadline; a watched barrier first makes
+  // sure every rank has reached the split before anyone enters it.
+  mreq r;
+  px_status st = run_now(start_barrier(c, &r, "split"), &r);
+  if (st) return st;
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_TRY("split", MPI_Comm_split(comm_of(c), color < 0 ? MPI_UNDEFINED : color, key, &sub));
+  if (sub == MPI_COMM_NULL) return PX_OK;
+  st = mcomm_wrap(sub, out);
+  if (st) return st;
+  (*out)->timeout = c->timeout;
+  return PX_OK;
+}
+
+static void m_abort(px_comm *c, const char *why) {
+  fprintf(stderr, "plexus: rank %d: abort: %s\n", world_rank_of(c), why);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void m_free(px_comm *c) {
+  mcomm *m = c->impl;
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&m->comm);
+  free(m);
+  free(c);
+}
+
+static const px_comm_ops px_comm_mpi_ops_table = {
+  .name = "mpi",
+  .allreduce = m_allreduce,
+  .broadcast = m_broadcast,
+  .allgather = m_allgather,
+  .reduce_scatter = m_reduce_scatter,
+  .barrier = m_barrier,
+  .send = m_send,
+  .recv = m_recv,
+  .iallreduce = m_iallreduce,
+  .ibroadcast = m_ibroadcast,
+  .iallgather = m_iallgather,
+  .ireduce_scatter = m_ireduce_scatter,
+  .isend = m_isend,
+  .irecv = m_irecv,
+  .request_test = m_request_test,
+  .request_wait = m_request_wait,
+  .split = m_split,
+  .abort = m_abort,
+  .free = m_free,
+};
+
+/* Takes ownership of comm: a px_comm with errors returned, and local rank
+ * and size among the ranks that share this node's memory. */
+static px_status mcomm_wrap(MPI_Comm comm, px_comm **out) {
+  int rank, size, wrank, lrank, lsize;
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_TRY("init", MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  MPI_TRY("init", MPI_Comm_rank(comm, &rank));
+  MPI_TRY("init", MPI_Comm_size(comm, &size));
+  MPI_TRY("init", MPI_Comm_rank(MPI_COMM_WORLD, &wrank));
+  MPI_TRY("init", MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  MPI_TRY("init", MPI_Comm_rank(local, &lrank));
+  MPI_TRY("init", MPI_Comm_size(local, &lsize));
+  MPI_Comm_free(&local);
+  px_comm *c = px_comm_alloc(&px_comm_mpi_ops_table, PX_COMM_MPI, rank, size);
+  mcomm *m = malloc(sizeof *m);
+  if (!c || !m) {
+    free(c);
+    free(m);
+    MPI_Comm_free(&comm);
+    return px_error(PX_ERR_NOMEM, "mpi: out of memory for a communicator");
+  }
+  m->comm = comm;
+  m->world_rank = wrank;
+  c->impl = m;
+  c->local_rank = lrank;
+  c->local_size = lsize;
+  *out = c;
+  return PX_OK;
+}
+
+px_status px_comm_init_mpi(px_comm **out) {
+  if (!out) return px_error(PX_ERR_INVALID, "px_comm_init_mpi: out is NULL");
+  *out = NULL;
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (finalized) return px_error(PX_ERR_COMM, "px_comm_init_mpi: MPI was already finalized");
+  if (!inited) {
+    // SERIALIZED: plexus calls MPI from whichever thread calls it, never
+    // from two at once (no progress thread under MPI).
+    int provided = 0;
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_Init_thread", "px_comm_init_mpi", __FILE__, __LINE__);
+    we_initialized = true;
+  }
+  MPI_Comm world = MPI_COMM_NULL;
+  // A duplicate, so our messages never match the application's own.
+  MPI_TRY("px_comm_init_mpi", MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  return mcomm_wrap(world, out);
+}
+
+void px_comm_finalize_mpi(void) {
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  if (we_initialized && !finalized) MPI_Finalize();
+}
+
+px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) {
+  px_comm *c;
+  px_status st = px_comm_init_mpi(&c);
+  if (st) return st;
+  c->owned_by_run = true;
+  int rc = fn(c, arg);
+  if (rc != 0) {
+    // Peers may be waiting in a collective this rank will never join;
+    // MPI_Abort ends them too, with this rank's code.
+    fprintf(stderr, "plexus: rank %d: returned %d; aborting the job so the other ranks do not hang\n",
+            world_rank_of(c), rc);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, rc);
+  }
+  c->owned_by_run = false;
+  px_comm_free(c);
+  px_comm_finalize_mpi();
+  *exit_code = rc;
+  return PX_OK;
+}
+
+#endif

@@ -1,0 +1,916 @@
+// The threads backend: N ranks as threads of one process, talking through
+// shared memory.
+//
+// Objects.  A *job* is everything one px_comm_run started: one mutex and
+// one condition variable that every wait of every communicator uses, and
+// the failure state, so a failure anywhere wakes and fails every waiter at
+// once.  A *group* is one communicator as all its ranks see it (the world,
+// or a piece of a split): the rendezvous where ranks post their buffers,
+// and the mailboxes of point-to-point.  Each rank holds a px_comm whose
+// impl is its *tcomm*: its rank in the group and its queue of started
+// operations.
+//
+// Collectives.  Every rank posts (kind, buffers, count, ...) at a
+// generation-counted rendezvous; the last to arrive checks that all ranks
+// called the same collective.  Then the ranks work directly on each other's
+// buffers: an all-reduce is a reduce-scatter (rank r reduces slice r of all
+// N buffers, in rank order 0, 1, ..., N-1, into its own buffer) and an
+// all-gather (each rank copies the other slices from their owners), with a
+// rendezvous between phases.  Every rank reads and writes 1/N of the data in
+// the reduction, so bandwidth scales with the ranks; and since one rank
+// computes each element, always summing in rank order, the result is
+// bitwise the same on every rank and in every run, and equal to the serial
+// sum x0 + x1 + ... + x(N-1).
+//
+// Asynchronous operations.  i* operations go into the tcomm's FIFO queue,
+// served by a progress thread that the first one starts; so operations of
+// one communicator run in the order they started.  A blocking collective
+// runs on the caller's thread when the queue is empty (no hand-off), else
+// it queues behind the others and waits.  Each communicator has its own
+// queue: one queue per rank would deadlock a program that starts
+// collectives on two communicators in different orders on different ranks,
+// which MPI allows.
+//
+// Point-to-point (threads_p2p.c) is eager and never queued: a send copies
+// the message into the receiver's posted buffer or inbox and returns.
+//
+// Watchdog and failure.  Every wait is a timed wait against the
+// operation's deadline.  The first rank whose deadline passes prints which
+// operation, label and ranks it was waiting on, and fails the job; a rank
+// whose function returns non-zero, or that calls px_comm_abort, fails it
+// too.  A failed job stays failed: every pending and later operation
+// returns the error (PX_ERR_TIMEOUT or PX_ERR_COMM) with the reason.
+//
+// Buffer lifetime under failure.  Between rendezvous a rank may be reading
+// a peer's buffer; a peer must not return (and perhaps free that buffer)
+// meanwhile.  Ranks in such a data phase count as `busy`, and a rank leaving
+// a collective with an error first waits until no rank of the group is busy.
+// Data phases are pure copies and arithmetic, so that wait is short.
+#define _POSIX_C_SOURCE 200809L
+#include "comm/threads.h"
+
+#include <errno.h>
+#include <omp.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *kind_name(tkind k) {
+  static const char *names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
+                                "barrier", "split", "send", "recv"};
+  return names[k];
+}
+
+deadline pxt_deadline_in(double seconds) {
+  deadline d = {0};
+  if (!(seconds > 0) || isinf(seconds)) return d;
+  clock_gettime(CLOCK_MONOTONIC, &d.at);
+  double whole = floor(seconds);
+  d.at.tv_sec += (time_t)whole;
+  d.at.tv_nsec += (long)((seconds - whole) * 1e9);
+  if (d.at.tv_nsec >= 1000000000L) {
+    d.at.tv_sec++;
+    d.at.tv_nsec -= 1000000000L;
+  }
+  d.set = true;
+  return d;
+}
+
+/* 0, or ETIMEDOUT once the deadline has passed. */
+int pxt_job_wait(tjob *j, const deadline *d) {
+  if (!d || !d->set) return pthread_cond_wait(&j->cv, &j->mu);
+  return pthread_cond_timedwait(&j->cv, &j->mu, &d->at);
+}
+
+/* ---- Failure ------------------------------------------------------------------ */
+
+/* Under j->mu.  The first failure wins; later ones are consequences. */
+void pxt_job_fail_locked(tjob *j, px_status st, const char *msg) {
+  if (j->failed) return;
+  j->failed = true;
+  j->fail_status = st;
+  snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg);
+  pthread_cond_broadcast(&j->cv);
+}
+
+void pxt_op_set_error(top *op, px_status st, const char *msg) {
+  op->status = st;
+  snprintf(op->msg, sizeof op->msg, "%s", msg);
+}
+
+static const char *label_of(const top *op) { return op->label[0] ? op->label : "no label set"; }
+
+/* Under j->mu: the job failed elsewhere; say why and what this rank gave up. */
+void pxt_op_fail_from_job(top *op) {
+  tjob *j = op->tc->job;
+  op->status = j->fail_status;
+  snprintf(op->msg, sizeof op->msg, "%s; giving up %s (%s)", j->fail_msg, kind_name(op->kind), label_of(op));
+}
+
+/* Under j->mu: this rank's deadline passed.  `missing` are ranks of the
+ * group that have not arrived. */
+void pxt_watchdog_locked(top *op, const bool *missing) {
+  tcomm *tc = op->tc;
+  tgroup *g = tc->g;
+  char list[200] = "[", wlist[200] = "[";
+  size_t k = 1, wk = 1;
+  int shown = 0;
+  for (int r = 0; r < g->size; r++) {
+    if (!missing[r]) continue;
+    if (shown == 32) { // enough to act on; the rest would drown the message
+      k += (size_t)snprintf(list + k, sizeof list - k, ", ...");
+      wk += (size_t)snprintf(wlist + wk, sizeof wlist - wk, ", ...");
+      break;
+    }
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", shown ? ", " : "", r);
+    wk += (size_t)snprintf(wlist + wk, sizeof wlist - wk, "%s%d", shown ? ", " : "", g->world_rank[r]);
+    shown++;
+    if (k >= sizeof list - 8 || wk >= sizeof wlist - 8) break;
+  }
+  snprintf(list + (k < sizeof list - 2 ? k : sizeof list - 2), 2, "]");
+  snprintf(wlist + (wk < sizeof wlist - 2 ? wk : sizeof wlist - 2), 2, "]");
+  char msg[MSG_MAX];
+  if (g->is_world)
+    snprintf(msg, sizeof msg, "rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks %s",
+             tc->world_rank, kind_name(op->kind), label_of(op), op->timeout, list);
+  else
+    snprintf(msg, sizeof msg,
+             "rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks %s of this "
+             "group of %d (world ranks %s)",
+             tc->world_rank, kind_name(op->kind), label_of(op), op->timeout, list, g->size, wlist);
+  fprintf(stderr, "plexus: %s\n", msg);
+  pxt_job_fail_locked(tc->job, PX_ERR_TIMEOUT, msg);
+  pxt_op_set_error(op, PX_ERR_TIMEOUT, msg);
+}
+
+/* Under j->mu: the first rank in `missing` whose function has returned, or
+ * -1.  Such a rank can never arrive, so waiting for the watchdog would only
+ * delay the same verdict (typically: a rank ran out of data a step early). */
+static int gone_rank_locked(const tcomm *tc, const bool *missing) {
+  const tgroup *g = tc->g;
+  if (!tc->job->finished) return -1;
+  for (int r = 0; r < g->size; r++)
+    if (missing[r] && tc->job->finished[g->world_rank[r]]) return r;
+  return -1;
+}
+
+/* Under j->mu: fail the job because group rank `gone` has returned. */
+void pxt_gone_locked(top *op, int gone) {
+  tcomm *tc = op->tc;
+  char msg[MSG_MAX];
+  if (op->kind == K_RECV)
+    snprintf(msg, sizeof msg,
+             "rank %d returned from its function without sending the message (tag %d) that rank %d waits for "
+             "in recv (%s)", tc->g->world_rank[gone], op->tag, tc->world_rank, label_of(op));
+  else
+    snprintf(msg, sizeof msg,
+             "rank %d returned from its function while rank %d waits for it in %s (%s); every rank must "
+             "make the same collective calls",
+             tc->g->world_rank[gone], tc->world_rank, kind_name(op->kind), label_of(op));
+  fprintf(stderr, "plexus: %s\n", msg);
+  pxt_job_fail_locked(tc->job, PX_ERR_COMM, msg);
+  pxt_op_set_error(op, PX_ERR_COMM, msg);
+}
+
+/* ---- Groups and jobs --------------------------------------------------------- */
+
+static tjob *job_new(void) {
+  tjob *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  // Deadlines are monotonic: a clock step must not fire or starve the watchdog.
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_cond_init(&j->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  j->refs = 1;
+  return j;
+}
+
+static void job_unref(tjob *j) {
+  pthread_mutex_lock(&j->mu);
+  bool last = --j->refs == 0;
+  pthread_mutex_unlock(&j->mu);
+  if (!last) return;
+  pthread_cond_destroy(&j->cv);
+  pthread_mutex_destroy(&j->mu);
+  free(j->finished);
+  free(j);
+}
+
+static void group_free(tgroup *g) {
+  if (!g) return;
+  if (g->inbox)
+    for (int r = 0; r < g->size; r++)
+      while (g->inbox[r]) {
+        tmsg *m = g->inbox[r];
+        g->inbox[r] = m->next;
+        free(m);
+      }
+  free(g->world_rank);
+  free(g->here);
+  free(g->post);
+  free(g->busy_rank);
+  free(g->inbox);
+  free(g->posted);
+  free(g);
+}
+
+/* Under j->mu (or before any thread runs): a group of `size` members, each
+ * of whose tcomms will hold one reference; the group holds one on the job. */
+static tgroup *group_new_locked(tjob *j, int size) {
+  tgroup *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->job = j;
+  g->size = size;
+  g->refs = size;
+  size_t n = (size_t)size;
+  g->world_rank = calloc(n, sizeof *g->world_rank);
+  g->here = calloc(n, sizeof *g->here);
+  g->post = calloc(n, sizeof *g->post);
+  g->busy_rank = calloc(n, sizeof *g->busy_rank);
+  g->inbox = calloc(n, sizeof *g->inbox);
+  g->posted = calloc(n, sizeof *g->posted);
+  if (!g->world_rank || !g->here || !g->post || !g->busy_rank || !g->inbox || !g->posted) {
+    group_free(g);
+    return NULL;
+  }
+  j->refs++;
+  return g;
+}
+
+/* Drops one member's reference; the last one frees the group. */
+static void group_unref(tgroup *g) {
+  tjob *j = g->job;
+  pthread_mutex_lock(&j->mu);
+  bool last = --g->refs == 0;
+  pthread_mutex_unlock(&j->mu);
+  if (!last) return;
+  group_free(g);
+  job_unref(j);
+}
+
+/* ---- Rendezvous ---------------------------------------------------------------- */
+
+static void describe(char *out, size_t n, const tpost *p) {
+  switch (p->kind) {
+  case K_ALLREDUCE:
+  case K_REDUCE_SCATTER:
+    snprintf(out, n, "%s (count %zu, %s, %s)", kind_name(p->kind), p->count, px_dtype_name(p->dtype),
+             px_comm_op_name(p->op));
+    break;
+  case K_BROADCAST:
+    snprintf(out, n, "%s (count %zu, %s, root %d)", kind_name(p->kind), p->count, px_dtype_name(p->dtype),
+             p->root);
+    break;
+  case K_ALLGATHER:
+    snprintf(out, n, "%s (count %zu, %s)", kind_name(p->kind), p->count, px_dtype_name(p->dtype));
+    break;
+  default:
+    snprintf(out, n, "%s", kind_name(p->kind));
+  }
+}
+
+static bool same_call(const tpost *a, const tpost *b) {
+  if (a->kind != b->kind) return false;
+  switch (a->kind) {
+  case K_ALLREDUCE:
+  case K_REDUCE_SCATTER:
+    return a->count == b->count && a->dtype == b->dtype && a->op == b->op;
+  case K_BROADCAST:
+    return a->count * px_dtype_size(a->dtype) == b->count * px_dtype_size(b->dtype) && a->root == b->root;
+  case K_ALLGATHER:
+    return a->count * px_dtype_size(a->dtype) == b->count * px_dtype_size(b->dtype);
+  default:
+    return true;
+  }
+}
+
+/* Under j->mu, by the last rank to arrive: all posts are in.  A mismatch
+ * would make ranks read past each other's buffers, so it ends the job. */
+static void check_calls_locked(tgroup *g) {
+  for (int r = 1; r < g->size; r++) {
+    if (same_call(&g->post[0], &g->post[r])) continue;
+    char a[160], b[160], msg[MSG_MAX];
+    describe(a, sizeof a, &g->post[0]);
+    describe(b, sizeof b, &g->post[r]);
+    snprintf(msg, sizeof msg,
+             "collective mismatch: rank %d called %s but rank %d called %s; every rank must call the "
+             "same collectives in the same order", g->world_rank[0], a, g->world_rank[r], b);
+    fprintf(stderr, "plexus: %s\n", msg);
+    pxt_job_fail_locked(g->job, PX_ERR_COMM, msg);
+    return;
+  }
+}
+
+/* Under j->mu, by the last rank to arrive at a split: builds one group per
+ * color, members ordered by (key, old rank), and tells each rank its new
+ * group and rank through its post. */
+static void build_split_locked(tgroup *g) {
+  tjob *j = g->job;
+  int n = g->size;
+  int *members = malloc((size_t)n * sizeof *members);
+  bool *done = calloc((size_t)n, sizeof *done);
+  if (!members || !done) goto nomem;
+  for (int r = 0; r < n; r++) {
+    g->post[r].new_group = NULL;
+    g->post[r].new_rank = -1;
+  }
+  for (int first = 0; first < n; first++) {
+    if (done[first] || g->post[first].color < 0) continue;
+    int color = g->post[first].color, m = 0;
+    for (int r = first; r < n; r++) {
+      if (done[r] || g->post[r].color != color) continue;
+      done[r] = true;
+      // Insertion sort by (key, old rank); old ranks arrive increasing.
+      int at = m++;
+      while (at > 0 && g->post[members[at - 1]].key > g->post[r].key) {
+        members[at] = members[at - 1];
+        at--;
+      }
+      members[at] = r;
+    }
+    tgroup *sub = group_new_locked(j, m);
+    if (!sub) goto nomem;
+    sub->is_world = false;
+    for (int k = 0; k < m; k++) {
+      sub->world_rank[k] = g->world_rank[members[k]];
+      g->post[members[k]].new_group = sub;
+      g->post[members[k]].new_rank = k;
+    }
+  }
+  free(members);
+  free(done);
+  return;
+nomem:
+  free(members);
+  free(done);
+  // Groups already built stay referenced by posts; each rank frees its own
+  // after seeing the failure.
+  fprintf(stderr, "plexus: split: out of memory building sub-groups\n");
+  pxt_job_fail_locked(j, PX_ERR_NOMEM, "split: out of memory building sub-groups");
+}
+
+/* Waits until every rank of the group has arrived.  `post` (at the first
+ * rendezvous of an operation) is what this rank brings; `enter_data` says
+ * the rank will read peers' buffers before its next rendezvous. */
+static px_status rendezvous(top *op, const deadline *d, const tpost *post, bool enter_data) {
+  tcomm *tc = op->tc;
+  tgroup *g = tc->g;
+  tjob *j = tc->job;
+  int me = tc->rank;
+  bool fired = false;
+  pthread_mutex_lock(&j->mu);
+  if (g->busy_rank[me]) {
+    g->busy_rank[me] = false;
+    if (--g->busy == 0) pthread_cond_broadcast(&j->cv);
+  }
+  // Posted even when failing, so nothing stale (a previous split's new
+  // group) is read back from this slot; no peer reads it now: they all
+  // passed the end of my previous collective.
+  if (post) g->post[me] = *post;
+  if (j->failed) goto failed;
+  g->here[me] = true;
+  if (++g->arrived == g->size) {
+    if (post) {
+      check_calls_locked(g);
+      if (!j->failed && post->kind == K_SPLIT) build_split_locked(g);
+    }
+    g->arrived = 0;
+    memset(g->here, 0, (size_t)g->size * sizeof *g->here);
+    g->gen++;
+    pthread_cond_broadcast(&j->cv);
+  } else {
+    uint64_t gen = g->gen;
+    bool *missing = tc->missing;
+    while (g->gen == gen && !j->failed) {
+      for (int r = 0; r < g->size; r++) missing[r] = !g->here[r];
+      int gone = gone_rank_locked(tc, missing);
+      if (gone >= 0) {
+        pxt_gone_locked(op, gone);
+        fired = true;
+        break;
+      }
+      if (pxt_job_wait(j, d) == ETIMEDOUT && g->gen == gen && !j->failed) {
+        for (int r = 0; r < g->size; r++) missing[r] = !g->here[r];
+        pxt_watchdog_locked(op, missing);
+        fired = true;
+      }
+    }
+  }
+  if (j->failed) goto failed;
+  if (enter_data) {
+    g->busy_rank[me] = true;
+    g->busy++;
+  }
+  pthread_mutex_unlock(&j->mu);
+  return PX_OK;
+
+failed:
+  while (g->busy > 0) pthread_cond_wait(&j->cv, &j->mu);
+  if (!fired) pxt_op_fail_from_job(op);
+  pthread_mutex_unlock(&j->mu);
+  return op->status;
+}
+
+
+/* Rank r's slice [lo, hi) of count elements, in whole 64-byte lines so
+ * that no two ranks write one cache line. */
+static void slice_of(size_t count, size_t es, int n, int r, size_t *lo, size_t *hi) {
+  size_t unit = es >= 64 ? 1 : 64 / es;
+  size_t units = (count + unit - 1) / unit;
+  size_t a = units / (size_t)n * (size_t)r + units % (size_t)n * (size_t)r / (size_t)n;
+  size_t b = units / (size_t)n * (size_t)(r + 1) + units % (size_t)n * (size_t)(r + 1) / (size_t)n;
+  *lo = a * unit < count ? a * unit : count;
+  *hi = b * unit < count ? b * unit : count;
+}
+
+/* ---- Executing collectives ------------------------------------------------------- */
+
+static px_status run_allreduce(top *op, const deadline *d) {
+  tcomm *tc = op->tc;
+  tgroup *g = tc->g;
+  int n = g->size, me = tc->rank;
+  size_t es = px_dtype_size(op->dtype);
+  tpost p = {.kind = K_ALLREDUCE, .recv = op->recv, .count = op->count, .dtype = op->dtype, .op = op->op};
+  px_status st = rendezvous(op, d, &p, true);
+  if (st) return st;
+  // Reduce-scatter: my slice of every rank's buffer, summed into mine.
+  size_t lo, hi;
+  slice_of(op->count, es, n, me, &lo, &hi);
+  for (int k = 0; k < n; k++) tc->srcs[k] = (const char *)g->post[k].recv + lo * es;
+  if (hi > lo) px_comm_reduce((char *)op->recv + lo * es, tc->srcs, n, hi - lo, op->dtype, op->op);
+  if ((st = rendezvous(op, d, NULL, true))) return st;
+  // All-gather: every other slice from the rank that reduced it.
+  for (int k = 0; k < n; k++) {
+    if (k == me) continue;
+    slice_of(op->count, es, n, k, &lo, &hi);
+    if (hi > lo) memcpy((char *)op->recv + lo * es, (const char *)g->post[k].recv + lo * es, (hi - lo) * es);
+  }
+  return rendezvous(op, d, NULL, false);
+}
+
+static px_status run_broadcast(top *op, const deadline *d) {
+  tcomm *tc = op->tc;
+  tpost p = {.kind = K_BROADCAST, .recv = op->recv, .count = op->count, .dtype = op->dtype, .root = op->root};
+  px_status st = rendezvous(op, d, &p, true);
+  if (st) return st;
+  size_t bytes = op->count * px_dtype_size(op->dtype);
+  if (tc->rank != op->root && bytes) memcpy(op->recv, tc->g->post[op->root].recv, bytes);
+  return rendezvous(op, d, NULL, false);
+}
+
+static px_status run_allgather(top *op, const deadline *d) {
+  tcomm *tc = op->tc;
+  tgroup *g = tc->g;
+  tpost p = {.kind = K_ALLGATHER, .send = op->send, .recv = op->recv, .count = op->count, .dtype = op->dtype};
+  px_status st = rendezvous(op, d, &p, true);
+  if (st) return st;
+  size_t bytes = op->count * px_dtype_size(op->dtype);
+  for (int k = 0; k < g->size && bytes; k++) {
+    char *to = (char *)op->recv + (size_t)k * bytes;
+    // In place (send is my own block of recv): nothing to move.
+    if (to != g->post[k].send) memcpy(to, g->post[k].send, bytes);
+  }
+  return rendezvous(op, d, NULL, false);
+}
+
+static px_status run_reduce_scatter(top *op, const deadline *d) {
+  tcomm *tc = op->tc;
+  tgroup *g = tc->g;
+  tpost p = {.kind = K_REDUCE_SCATTER, .send = op->send, .recv = op->recv, .count = op->count,
+             .dtype = op->dtype, .op = op->op};
+  px_status st = rendezvous(op, d, &p, true);
+  if (st) return st;
+  size_t block = op->count * px_dtype_size(op->dtype) * (size_t)tc->rank;
+  for (int k = 0; k < g->size; k++) tc->srcs[k] = (const char *)g->post[k].send + block;
+  if (op->count) px_comm_reduce(op->recv, tc->srcs, g->size, op->count, op->dtype, op->op);
+  return rendezvous(op, d, NULL, false);
+}
+
+static px_comm *tcomm_new(tjob *j, tgroup *g, int rank, double timeout);
+
+static px_status run_split(top *op, const deadline *d) {
+  tcomm *tc = op->tc;
+  tpost p = {.kind = K_SPLIT, .color = op->color, .key = op->key};
+  px_status st = rendezvous(op, d, &p, false);
+  // My post is mine alone until my next collective, so it is safe to read.
+  tgroup *sub = tc->g->post[tc->rank].new_group;
+  int new_rank = tc->g->post[tc->rank].new_rank;
+  if (st) {
+    // The job failed after the groups were built: drop my share of mine.
+    if (sub) group_unref(sub);
+    return st;
+  }
+  if (!sub) return PX_OK; // negative color: in no group
+  op->split_out = tcomm_new(tc->job, sub, new_rank, op->timeout);
+  if (!op->split_out) {
+    group_unref(sub);
+    pxt_op_set_error(op, PX_ERR_NOMEM, "split: out of memory for the new communicator");
+    pthread_mutex_lock(&tc->job->mu);
+    // The other members would wait for this rank forever.
+    pxt_job_fail_locked(tc->job, PX_ERR_NOMEM, "split: a rank ran out of memory for its new communicator");
+    pthread_mutex_unlock(&tc->job->mu);
+    return op->status;
+  }
+  return PX_OK;
+}
+
+static void execute(top *op) {
+  deadline d = pxt_deadline_in(op->timeout);
+  op->status = PX_OK;
+  switch (op->kind) {
+  case K_ALLREDUCE: run_allreduce(op, &d); break;
+  case K_BROADCAST: run_broadcast(op, &d); break;
+  case K_ALLGATHER: run_allgather(op, &d); break;
+  case K_REDUCE_SCATTER: run_reduce_scatter(op, &d); break;
+  case K_BARRIER: {
+    tpost p = {.kind = K_BARRIER};
+    rendezvous(op, &d, &p, false);
+  } break;
+  case K_SPLIT: run_split(op, &d); break;
+  default: break;
+  }
+}
+
+/* ---- Queue and progress thread ----------------------------------------------------- */
+
+static void *progress_main(void *arg) {
+  tcomm *tc = arg;
+  tjob *j = tc->job;
+  pthread_mutex_lock(&j->mu);
+  for (;;) {
+    while (!tc->head && !tc->stop) pthread_cond_wait(&tc->qcv, &j->mu);
+    if (!tc->head) break;
+    top *op = tc->head;
+    pthread_mutex_unlock(&j->mu);
+    execute(op);
+    pthread_mutex_lock(&j->mu);
+    tc->head = op->next;
+    if (!tc->head) tc->tail = NULL;
+    op->done = true; // op may be freed by its waiter from here on
+    pthread_cond_broadcast(&j->cv);
+  }
+  pthread_mutex_unlock(&j->mu);
+  return NULL;
+}
+
+/* Under j->mu. */
+static px_status enqueue_locked(tcomm *tc, top *op) {
+  if (!tc->started) {
+    if (pthread_create(&tc->thread, NULL, progress_main, tc) != 0)
+      return px_error(PX_ERR_INTERNAL, "%s: could not start the progress thread of rank %d",
+                      kind_name(op->kind), tc->world_rank);
+    tc->started = true;
+  }
+  op->next = NULL;
+  if (tc->tail) tc->tail->next = op;
+  else tc->head = op;
+  tc->tail = op;
+  pthread_cond_signal(&tc->qcv);
+  return PX_OK;
+}
+
+void pxt_op_init(top *op, px_comm *c, tkind kind) {
+  memset(op, 0, sizeof *op);
+  op->base.ops = &px_comm_threads_ops;
+  op->tc = c->impl;
+  op->kind = kind;
+  op->timeout = c->timeout;
+  // Copied now: the caller may relabel before a queued operation runs.
+  memcpy(op->label, c->label, sizeof op->label);
+}
+
+/* A blocking collective: inline when nothing is queued on this
+ * communicator, else behind the queued ones. */
+static px_status run_blocking(top *op) {
+  tcomm *tc = op->tc;
+  tjob *j = tc->job;
+  pthread_mutex_lock(&j->mu);
+  bool idle = tc->head == NULL;
+  if (!idle) {
+    px_status st = enqueue_locked(tc, op);
+    if (st) {
+      pthread_mutex_unlock(&j->mu);
+      return st;
+    }
+    while (!op->done) pthread_cond_wait(&j->cv, &j->mu);
+  }
+  pthread_mutex_unlock(&j->mu);
+  if (idle) execute(op);
+  if (op->status) px_error(op->status, "%s", op->msg);
+  return op->status;
+}
+
+static px_status start_async(const top *proto, px_request **req) {
+  top *op = malloc(sizeof *op);
+  if (!op) return px_error(PX_ERR_NOMEM, "%s: out of memory for a request", kind_name(proto->kind));
+  *op = *proto;
+  tjob *j = op->tc->job;
+  pthread_mutex_lock(&j->mu);
+  px_status st = enqueue_locked(op->tc, op);
+  pthread_mutex_unlock(&j->mu);
+  if (st) {
+    free(op);
+    return st;
+  }
+  *req = &op->base;
+  return PX_OK;
+}
+
+/* ---- The backend table ------------------------------------------------------------ */
+
+static px_status t_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
+  top o;
+  pxt_op_init(&o, c, K_ALLREDUCE);
+  o.recv = buf; o.count = count; o.dtype = dtype; o.op = op;
+  return run_blocking(&o);
+}
+
+static px_status t_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
+  top o;
+  pxt_op_init(&o, c, K_BROADCAST);
+  o.recv = buf; o.count = count; o.dtype = dtype; o.root = root;
+  return run_blocking(&o);
+}
+
+static px_status t_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
+  top o;
+  pxt_op_init(&o, c, K_ALLGATHER);
+  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype;
+  return run_blocking(&o);
+}
+
+static px_status t_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                  px_reduce_op op) {
+  top o;
+  pxt_op_init(&o, c, K_REDUCE_SCATTER);
+  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype; o.op = op;
+  return run_blocking(&o);
+}
+
+static px_status t_barrier(px_comm *c) {
+  top o;
+  pxt_op_init(&o, c, K_BARRIER);
+  return run_blocking(&o);
+}
+
+static px_status t_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
+                              px_request **req) {
+  top o;
+  pxt_op_init(&o, c, K_ALLREDUCE);
+  o.recv = buf; o.count = count; o.dtype = dtype; o.op = op;
+  return start_async(&o, req);
+}
+
+static px_status t_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root,
+                              px_request **req) {
+  top o;
+  pxt_op_init(&o, c, K_BROADCAST);
+  o.recv = buf; o.count = count; o.dtype = dtype; o.root = root;
+  return start_async(&o, req);
+}
+
+static px_status t_iallgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                              px_request **req) {
+  top o;
+  pxt_op_init(&o, c, K_ALLGATHER);
+  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype;
+  return start_async(&o, req);
+}
+
+static px_status t_ireduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                   px_reduce_op op, px_request **req) {
+  top o;
+  pxt_op_init(&o, c, K_REDUCE_SCATTER);
+  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype; o.op = op;
+  return start_async(&o, req);
+}
+
+static px_status t_request_test(px_request *base, bool *done) {
+  top *op = (top *)base;
+  tjob *j = op->tc->job;
+  pthread_mutex_lock(&j->mu);
+  *done = op->done;
+  pthread_mutex_unlock(&j->mu);
+  return PX_OK;
+}
+
+static px_status t_request_wait(px_request *base) {
+  top *op = (top *)base;
+  tjob *j = op->tc->job;
+  if (op->kind == K_RECV) {
+    pxt_wait_recv(op);
+  } else {
+    // Collectives: the progress thread runs them under their own deadline
+    // and always completes them, so this wait needs no clock.
+    pthread_mutex_lock(&j->mu);
+    while (!op->done) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+  }
+  px_status st = op->status;
+  if (st) px_error(st, "%s", op->msg);
+  free(op);
+  return st;
+}
+
+static px_status t_split(px_comm *c, int color, int key, px_comm **out) {
+  top o;
+  pxt_op_init(&o, c, K_SPLIT);
+  o.color = color;
+  o.key = key;
+  px_status st = run_blocking(&o);
+  *out = o.split_out;
+  return st;
+}
+
+static void t_abort(px_comm *c, const char *why) {
+  tcomm *tc = c->impl;
+  tjob *j = tc->job;
+  pthread_mutex_lock(&j->mu);
+  if (!j->failed) {
+    char msg[MSG_MAX];
+    snprintf(msg, sizeof msg, "rank %d aborted: %s", tc->world_rank, why);
+    fprintf(stderr, "plexus: rank %d: abort: %s\n", tc->world_rank, why);
+    pxt_job_fail_locked(j, PX_ERR_COMM, msg);
+  }
+  pthread_mutex_unlock(&j->mu);
+}
+
+static void t_free(px_comm *c) {
+  tcomm *tc = c->impl;
+  tjob *j = tc->job;
+  tgroup *g = tc->g;
+  pthread_mutex_lock(&j->mu);
+  tc->stop = true;
+  pthread_cond_signal(&tc->qcv);
+  bool started = tc->started;
+  pthread_mutex_unlock(&j->mu);
+  // The progress thread finishes what was started (each under its
+  // watchdog), so no peer waits for an operation this rank dropped.
+  if (started) pthread_join(tc->thread, NULL);
+  pthread_mutex_lock(&j->mu);
+  // Receives never waited for: complete them with an error so their
+  // requests can still be waited and freed.
+  while (g->posted[tc->rank]) {
+    top *r = g->posted[tc->rank];
+    g->posted[tc->rank] = r->next;
+    r->posted = false;
+    pxt_op_set_error(r, PX_ERR_COMM, "recv: the communicator was freed before the message arrived");
+    r->done = true;
+  }
+  pthread_mutex_unlock(&j->mu);
+  pthread_cond_destroy(&tc->qcv);
+  free(tc->srcs);
+  free(tc->missing);
+  free(tc);
+  free(c);
+  group_unref(g);
+}
+
+const px_comm_ops px_comm_threads_ops = {
+  .name = "threads",
+  .allreduce = t_allreduce,
+  .broadcast = t_broadcast,
+  .allgather = t_allgather,
+  .reduce_scatter = t_reduce_scatter,
+  .barrier = t_barrier,
+  .send = pxt_send,
+  .recv = pxt_recv,
+  .iallreduce = t_iallreduce,
+  .ibroadcast = t_ibroadcast,
+  .iallgather = t_iallgather,
+  .ireduce_scatter = t_ireduce_scatter,
+  .isend = pxt_isend,
+  .irecv = pxt_irecv,
+  .request_test = t_request_test,
+  .request_wait = t_request_wait,
+  .split = t_split,
+  .abort = t_abort,
+  .free = t_free,
+};
+
+/* A rank's px_comm on group g; takes over one of g's member references. */
+static px_comm *tcomm_new(tjob *j, tgroup *g, int rank, double timeout) {
+  px_comm *c = px_comm_alloc(&px_comm_threads_ops, PX_COMM_THREADS, rank, g->size);
+  tcomm *tc = calloc(1, sizeof *tc);
+  const void **srcs = malloc((size_t)g->size * sizeof *srcs);
+  bool *missing = malloc((size_t)g->size * sizeof *missing);
+  if (!c || !tc || !srcs || !missing) {
+    free(c);
+    free(tc);
+    free(srcs);
+    free(missing);
+    return NULL;
+  }
+  tc->missing = missing;
+  tc->c = c;
+  tc->job = j;
+  tc->g = g;
+  tc->rank = rank;
+  tc->world_rank = g->world_rank[rank];
+  tc->srcs = srcs;
+  pthread_cond_init(&tc->qcv, NULL);
+  c->impl = tc;
+  c->timeout = timeout;
+  return c;
+}
+
+/* ---- px_comm_run with threads ------------------------------------------------------ */
+
+typedef struct trank {
+  px_comm *c;
+  px_rank_fn fn;
+  void *arg;
+  int omp_threads;  /* this rank's share of the cores */
+  pthread_t thread;
+} trank;
+
+static void *rank_main(void *arg) {
+  trank *t = arg;
+  tcomm *tc = t->c->impl;
+  tjob *j = tc->job;
+  // N ranks share the machine: each rank's kernels (OpenMP, and OpenBLAS's
+  // OpenMP build, which follows the caller's setting) get 1/N of the threads.
+  omp_set_num_threads(t->omp_threads);
+  int rc = t->fn(t->c, t->arg);
+  if (rc != 0) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->have_exit) {
+      j->have_exit = true;
+      j->first_exit_code = rc;
+    }
+    if (!j->failed) {
+      // Peers waiting for this rank would otherwise wait for the watchdog.
+      char msg[MSG_MAX];
+      snprintf(msg, sizeof msg, "rank %d failed (exit code %d)", tc->world_rank, rc);
+      fprintf(stderr, "plexus: rank %d: returned %d; failing the other ranks' communication\n",
+              tc->world_rank, rc);
+      pxt_job_fail_locked(j, PX_ERR_COMM, msg);
+    }
+    pthread_mutex_unlock(&j->mu);
+  }
+  int me = tc->world_rank;
+  t->c->owned_by_run = false;
+  // After the free: it joins the progress thread, so everything this rank
+  // started has run before its peers learn that it is gone.
+  px_comm_free(t->c);
+  pthread_mutex_lock(&j->mu);
+  j->finished[me] = true;
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  return NULL;
+}
+
+px_status px_comm_threads_run(int n, px_rank_fn fn, void *arg, int *exit_code) {
+  tjob *j = job_new();
+  tgroup *g = j ? group_new_locked(j, n) : NULL;
+  trank *ranks = calloc((size_t)n, sizeof *ranks);
+  if (j) j->finished = calloc((size_t)n, sizeof *j->finished);
+  if (!j || !g || !ranks || !j->finished) {
+    if (j) free(j->finished);
+    free(ranks);
+    group_free(g);
+    free(j);
+    return px_error(PX_ERR_NOMEM, "px_comm_run: out of memory starting %d ranks", n);
+  }
+  g->is_world = true;
+  for (int r = 0; r < n; r++) g->world_rank[r] = r;
+  int made = 0;
+  for (; made < n; made++) {
+    ranks[made].c = tcomm_new(j, g, made, PX_COMM_DEFAULT_TIMEOUT);
+    if (!ranks[made].c) break;
+    ranks[made].c->owned_by_run = true;
+    ranks[made].fn = fn;
+    ranks[made].arg = arg;
+    ranks[made].omp_threads = omp_get_max_threads() / n > 1 ? omp_get_max_threads() / n : 1;
+  }
+  px_status st = PX_OK;
+  int started = 0;
+  if (made < n) {
+    st = px_error(PX_ERR_NOMEM, "px_comm_run: out of memory for rank %d's communicator", made);
+  } else {
+    for (; started < n; started++)
+      if (pthread_create(&ranks[started].thread, NULL, rank_main, &ranks[started]) != 0) break;
+    if (started < n) {
+      st = px_error(PX_ERR_INTERNAL, "px_comm_run: could not start the thread of rank %d of %d", started, n);
+      pthread_mutex_lock(&j->mu);
+      pxt_job_fail_locked(j, PX_ERR_COMM, "px_comm_run: not every rank could start");
+      pthread_mutex_unlock(&j->mu);
+    }
+  }
+  for (int r = 0; r < started; r++) pthread_join(ranks[r].thread, NULL);
+  // Communicators whose thread never ran.
+  for (int r = started; r < made; r++) {
+    ranks[r].c->owned_by_run = false;
+    px_comm_free(ranks[r].c);
+  }
+  // Member references of ranks that never got a communicator.
+  for (int r = made; r < n; r++) group_unref(g);
+  *exit_code = j->have_exit ? j->first_exit_code : 0;
+  free(ranks);
+  job_unref(j);
+  return st;
+}

@@ -1,0 +1,316 @@
+// DDP: buckets of the flat gradient buffer, all-reduced asynchronously as
+// backward fills them (DESIGN decisions 1 and 2).
+//
+//   grad_data: [ p0 | p1 | p2 | p3 | p4 | p5 ]      layout = forward order
+//   buckets:              [   b1   ][    b0   ]     reverse order, b0 first
+//
+// Backward produces gradients from the last layer to the first, so bucket
+// b0 (the end of the buffer) fills first; its all-reduce runs while backward
+// computes the rest.  Buckets launch strictly in index order on every rank,
+// so all ranks issue the same collectives in the same order.
+#include "plexus/parallel.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bucket {
+  size_t      offset, count;  /* grad_data[offset, offset + count) */
+  int         pending;        /* parameters not yet ready this step */
+  int         n_params;
+  px_request *req;
+  double      t_start;
+} bucket;
+
+struct px_ddp {
+  px_model   *model;
+  px_comm    *comm;
+  px_ddp_opts opts;
+  bucket     *buckets;
+  int         n_buckets;
+  int        *param_bucket;   /* (n_params,) bucket of each parameter */
+  bool       *param_ready;    /* (n_params,) */
+  bool       *module_ran;     /* (n_modules,) ran forward this step */
+  int         next_launch;    /* buckets launch in index order */
+  bool        sync;
+  bool        attached;
+  int         divisor;        /* ranks whose gradients are averaged */
+  px_status   error;          /* first failure inside a hook */
+  char        error_msg[512];
+};
+
+static int param_index(const px_model *md, const px_param *p) {
+  // Parameters are stored in layout order, so offsets are increasing.
+  int lo = 0, hi = md->n_params - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (md->params[mid]->offset == p->offset) return mid;
+    if (md->params[mid]->offset < p->offset) lo = mid + 1; else hi = mid - 1;
+  }
+  return -1;
+}
+
+static void fail(px_ddp *d, px_status st) {
+  if (d->error == PX_OK) {
+    d->error = st;
+    snprintf(d->error_msg, sizeof d->error_msg, "%s", px_last_error());
+  }
+}
+
+static void launch_ready_buckets(px_ddp *d) {
+  while (d->next_launch < d->n_buckets && d->buckets[d->next_launch].pending == 0) {
+    bucket *b = &d->buckets[d->next_launch];
+    char label[64];
+    snprintf(label, sizeof label, "DDP step %llu, bucket %d", (unsigned long long)d->model->ctx.step,
+             d->next_launch);
+    px_comm_set_label(d->comm, label);
+    b->t_start = px_time_now();
+    px_status st = px_comm_iallreduce(d->comm, d->model->grad_data + b->offset, b->count, PX_F32, PX_SUM,
+                                      &b->req);
+    if (st != PX_OK) { fail(d, st); b->req = NULL; }
+    d->next_launch++;
+  }
+}
+
+static void mark_ready(px_ddp *d, int i) {
+  if (i < 0 || d->param_ready[i]) return;
+  d->param_ready[i] = true;
+  d->buckets[d->param_bucket[i]].pending--;
+  launch_ready_buckets(d);
+}
+
+static void begin_step(px_ddp *d) {
+  memset(d->param_ready, 0, (size_t)d->model->n_params * sizeof *d->param_ready);
+  memset(d->module_ran, 0, (size_t)d->model->n_modules * sizeof *d->module_ran);
+  for (int b = 0; b < d->n_buckets; b++) {
+    d->buckets[b].pending = d->buckets[b].n_params;
+    d->buckets[b].req = NULL;
+  }
+  d->next_launch = 0;
+  d->error = PX_OK;
+}
+
+static void on_pre_forward(void *user, px_module *m) {
+  px_ddp *d = user;
+  if (d->attached && m == d->model->root) begin_step(d);
+}
+
+static void on_post_forward(void *user, px_module *m) {
+  px_ddp *d = user;
+  if (d->attached) d->module_ran[m->uid] = true;
+}
+
+static void on_pre_backward(void *user, px_module *m) {
+  px_ddp *d = user;
+  if (!d->attached || !d->sync || m != d->model->root || !d->opts.find_unused_parameters) return;
+  // Parameters of modules that did not run get no gradient: ready now, so
+  // their buckets still complete on every rank.
+  for (int i = 0; i < d->model->n_params; i++)
+    if (!d->module_ran[d->model->params[i]->owner->uid]) mark_ready(d, i);
+}
+
+static void on_grads_ready(void *user, px_module *m) {
+  px_ddp *d = user;
+  if (!d->attached || !d->sync) return;
+  for (int k = 0; k < m->n_params; k++)
+    if (!m->params[k].is_buffer) mark_ready(d, param_index(d->model, &m->params[k]));
+}
+
+// Every rank must hold the same layout: compare a hash of each parameter's
+// name and shape across ranks.
+static uint64_t hash_param(const px_param *p) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char *s = p->name; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  for (int i = 0; i < p->ndim; i++) h = (h ^ (uint64_t)p->shape[i]) * 1099511628211ull;
+  return (h ^ (uint64_t)p->is_buffer) * 1099511628211ull;
+}
+
+static px_status check_layout(px_model *md, px_comm *c) {
+  const int size = px_comm_size(c), rank = px_comm_rank(c);
+  int64_t n_all = md->n_params + md->n_buffers, n_max = n_all;
+  px_status st = px_comm_allreduce(c, &n_max, 1, PX_I64, PX_MAX);
+  if (st != PX_OK) return st;
+  // Slot 0 holds the count, then one hash per parameter (0-padded).
+  size_t width = (size_t)n_max + 1;
+  int64_t *mine = calloc(width, sizeof *mine), *all = calloc(width * (size_t)size, sizeof *all);
+  px_param **list = calloc(width, sizeof *list);
+  if (!mine || !all || !list) { free(mine); free(all); free(list); return px_error(PX_ERR_NOMEM, "DDP: out of memory"); }
+  mine[0] = n_all;
+  int k = 0;
+  for (int i = 0; i < md->n_params; i++) list[k++] = md->params[i];
+  for (int i = 0; i < md->n_buffers; i++) list[k++] = md->buffers[i];
+  for (int i = 0; i < k; i++) mine[i + 1] = (int64_t)hash_param(list[i]);
+  st = px_comm_allgather(c, mine, all, width, PX_I64);
+  if (st == PX_OK) {
+    for (size_t i = 0; i < width && st == PX_OK; i++) {
+      char others[256] = "";
+      size_t len = 0;
+      for (int r = 0; r < size; r++)
+        if (all[(size_t)r * width + i] != mine[i] && len < sizeof others - 16)
+          len += (size_t)snprintf(others + len, sizeof others - len, "%s%d", len ? ", " : "", r);
+      if (!len) continue;
+      if (i == 0) {
+        st = px_error(PX_ERR_INVALID, "DDP: rank %d has %lld parameters and buffers, rank(s) %s differ; "
+                      "every rank must build the same model", rank, (long long)n_all, others);
+      } else if ((int64_t)i > n_all) {
+        st = px_error(PX_ERR_INVALID, "DDP: rank %d has only %lld parameters; rank(s) %s have more; "
+                      "every rank must build the same model", rank, (long long)n_all, others);
+      } else {
+        char s[PX_SHAPE_STR_MAX];
+        const px_param *p = list[i - 1];
+        st = px_error(PX_ERR_INVALID, "DDP: parameter %zu is \"%s\" %s on rank %d but differs on rank(s) %s; "
+                      "every rank must build the same model", i - 1, p->name,
+                      px_shape_str(p->ndim, p->shape, s, sizeof s), rank, others);
+      }
+    }
+  }
+  free(mine); free(all); free(list);
+  return st;
+}
+
+static px_status build_buckets(px_ddp *d) {
+  px_model *md = d->model;
+  d->buckets = calloc((size_t)md->n_params + 1, sizeof *d->buckets);
+  d->param_bucket = calloc((size_t)md->n_params + 1, sizeof *d->param_bucket);
+  d->param_ready = calloc((size_t)md->n_params + 1, sizeof *d->param_ready);
+  d->module_ran = calloc((size_t)md->n_modules + 1, sizeof *d->module_ran);
+  if (!d->buckets || !d->param_bucket || !d->param_ready || !d->module_ran)
+    return px_error(PX_ERR_NOMEM, "DDP: out of memory");
+  // Walk parameters from the last to the first; close a bucket when the
+  // next parameter would overflow it (a bucket holds at least one).
+  size_t cap = d->opts.first_bucket_bytes, used = 0;
+  int b = -1;
+  for (int i = md->n_params - 1; i >= 0; i--) {
+    size_t bytes = md->params[i]->numel * sizeof(float);
+    if (b < 0 || (used > 0 && used + bytes > cap)) {
+      if (b >= 0) cap = d->opts.bucket_bytes;
+      b++;
+      used = 0;
+    }
+    bucket *bk = &d->buckets[b];
+    bk->offset = md->params[i]->offset;
+    bk->count += md->params[i]->numel;
+    bk->n_params++;
+    used += bytes;
+    d->param_bucket[i] = b;
+  }
+  d->n_buckets = b + 1;
+  return PX_OK;
+}
+
+px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp_opts *opts) {
+  *out = NULL;
+  px_ddp_opts o = opts ? *opts : PX_DDP_DEFAULTS;
+  if (o.bucket_bytes == 0) o.bucket_bytes = 25u << 20;
+  if (o.first_bucket_bytes == 0) o.first_bucket_bytes = o.bucket_bytes;
+  if (o.root < 0 || o.root >= px_comm_size(comm))
+    return px_error(PX_ERR_INVALID, "DDP: root rank %d outside [0, %d)", o.root, px_comm_size(comm));
+  px_status st = check_layout(model, comm);
+  if (st != PX_OK) return st;
+  // FluxMPI's synchronize!: everyone starts from the root's parameters and
+  // running statistics.
+  px_comm_set_label(comm, "DDP wrap: broadcast parameters");
+  if ((st = px_comm_broadcast(comm, model->param_data, model->n_param_elems, PX_F32, o.root)) != PX_OK) return st;
+  if (model->n_buffer_elems &&
+      (st = px_comm_broadcast(comm, model->buffer_data, model->n_buffer_elems, PX_F32, o.root)) != PX_OK)
+    return st;
+  px_ddp *d = calloc(1, sizeof *d);
+  if (!d) return px_error(PX_ERR_NOMEM, "DDP: out of memory");
+  d->model = model;
+  d->comm = comm;
+  d->opts = o;
+  d->sync = true;
+  d->divisor = px_comm_size(comm);
+  if ((st = build_buckets(d)) != PX_OK) { px_ddp_free(d); return st; }
+  px_hooks h = {.user = d, .pre_forward = on_pre_forward, .post_forward = on_post_forward,
+                .pre_backward = on_pre_backward, .grads_ready = on_grads_ready};
+  if ((st = px_model_add_hooks(model, &h)) != PX_OK) { px_ddp_free(d); return st; }
+  d->attached = true;
+  begin_step(d);
+  *out = d;
+  return PX_OK;
+}
+
+void px_ddp_free(px_ddp *d) {
+  if (!d) return;
+  // The hook table keeps a pointer to d; detach it so it becomes inert.
+  for (int i = 0; i < d->model->ctx.n_hooks; i++)
+    if (d->model->hooks[i].user == d) {
+      d->model->hooks[i] = (px_hooks){0};
+    }
+  free(d->buckets);
+  free(d->param_bucket);
+  free(d->param_ready);
+  free(d->module_ran);
+  free(d);
+}
+
+void px_ddp_set_sync(px_ddp *d, bool sync) { d->sync = sync; }
+
+static px_status wait_all(px_ddp *d) {
+  px_status first = PX_OK;
+  for (int b = 0; b < d->n_buckets; b++) {
+    if (!d->buckets[b].req) continue;
+    px_status st = px_request_wait(d->buckets[b].req);
+    d->buckets[b].req = NULL;
+    if (st != PX_OK && first == PX_OK) first = st;
+  }
+  return first;
+}
+
+px_status px_ddp_sync(px_ddp *d) {
+  if (!d->sync) return PX_OK;
+  px_status st = PX_OK;
+  if (d->error != PX_OK) st = px_error(d->error, "%s", d->error_msg);
+  for (int i = 0; i < d->model->n_params && st == PX_OK; i++)
+    if (!d->param_ready[i])
+      st = px_error(PX_ERR_INVALID,
+                    "DDP: parameter \"%s\" received no gradient this step (its module did not run "
+                    "forward, or backward was not called); set find_unused_parameters if that is expected",
+                    d->model->params[i]->name);
+  if (st != PX_OK) {
+    // Our peers are (or will be) inside collectives we will never join.
+    wait_all(d);
+    px_comm_abort(d->comm, px_last_error());
+    return st;
+  }
+  if ((st = wait_all(d)) != PX_OK) return st;
+  px_scale(d->model->grad_data, d->model->n_param_elems, 1.0f / (float)d->divisor);
+  begin_step(d);
+  return PX_OK;
+}
+
+px_status px_ddp_join(px_ddp *d, bool have_batch, int *active) {
+  int32_t n = have_batch ? 1 : 0;
+  px_comm_set_label(d->comm, "DDP join");
+  px_status st = px_comm_allreduce(d->comm, &n, 1, PX_I32, PX_SUM);
+  if (st != PX_OK) return st;
+  *active = n;
+  d->divisor = n > 0 ? n : px_comm_size(d->comm);
+  return PX_OK;
+}
+
+px_status px_ddp_shadow(px_ddp *d) {
+  // Contribute zeros to every bucket, in the same order as the active ranks.
+  px_model_zero_grad(d->model);
+  begin_step(d);
+  bool keep = d->sync;
+  d->sync = true;
+  for (int i = 0; i < d->model->n_params; i++) mark_ready(d, i);
+  d->sync = keep;
+  px_status st = wait_all(d);
+  if (st != PX_OK) return st;
+  px_scale(d->model->grad_data, d->model->n_param_elems, 1.0f / (float)d->divisor);
+  begin_step(d);
+  return PX_OK;
+}
+
+int px_ddp_bucket_count(const px_ddp *d) { return d->n_buckets; }
+
+void px_ddp_bucket_range(const px_ddp *d, int b, size_t *offset, size_t *count) {
+  *offset = d->buckets[b].offset;
+  *count = d->buckets[b].count;
+}
+
+double px_ddp_bucket_start_time(const px_ddp *d, int b) { return d->buckets[b].t_start; }
