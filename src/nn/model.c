@@ -112,8 +112,9 @@ px_status px_model_create(px_model **out, px_module *root, uint64_t seed) {
       const char *name = md->modules[i]->params[k].name;
       px_param *first = px_model_find(md, name);
       if (first != &md->modules[i]->params[k]) {
-        px_model_free(md);
-        return px_error(PX_ERR_INVALID, "model: two parameters are named \"%s\"; give the children distinct names", name);
+        px_error(PX_ERR_INVALID, "model: two parameters are named \"%s\"; give the children distinct names", name);
+        px_model_free(md);  // frees `name` too: the message is written first
+        return PX_ERR_INVALID;
       }
     }
 
