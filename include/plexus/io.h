@@ -11,6 +11,7 @@
 #ifndef PLEXUS_IO_H
 #define PLEXUS_IO_H
 
+#include "plexus/comm.h"
 #include "plexus/tensor.h"
 
 #ifdef __cplusplus
@@ -48,6 +49,11 @@ typedef struct px_kv {
 px_status px_safetensors_save(const char *path, const px_state_dict *sd,
                               const px_kv *metadata, int n_metadata);
 px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool strict);
+
+/* Save on rank 0 only (the course's save0), then tell every rank how it
+ * went: all ranks return rank 0's status.  Collective over comm. */
+px_status px_safetensors_save0(px_comm *comm, const char *path, const px_state_dict *sd,
+                               const px_kv *metadata, int n_metadata);
 
 /* ---- Atomic writes ---------------------------------------------------------
  * Write to "<path>.tmp.<pid>", fsync, rename over path, fsync the directory:
