@@ -31,12 +31,12 @@ static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   float *restrict Y = px_f32(y);
   switch (a->kind) {
   case ACT_RELU:
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) Y[i] = X[i] > 0.0f ? X[i] : 0.0f;
     a->saved = *x;
     break;
   case ACT_TANH:
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) Y[i] = px_tanhf(X[i]);
     a->saved = *y;
     break;
@@ -51,7 +51,7 @@ static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
     a->saved = *x;
     break;
   case ACT_GELU_TANH:
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float v = X[i];
       Y[i] = 0.5f * v * (1.0f + px_tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
@@ -72,15 +72,15 @@ static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   float *restrict DX = px_f32(dx);
   switch (a->kind) {
   case ACT_RELU:
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) DX[i] = S[i] > 0.0f ? DY[i] : 0.0f;
     break;
   case ACT_TANH:
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) DX[i] = DY[i] * (1.0f - S[i] * S[i]);
     break;
   case ACT_SIGMOID:
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) DX[i] = DY[i] * S[i] * (1.0f - S[i]);
     break;
   case ACT_GELU:
@@ -93,7 +93,7 @@ static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
     }
     break;
   case ACT_GELU_TANH:
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float v = S[i];
       float t = px_tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));

@@ -156,7 +156,7 @@ static void sgd_step(px_optim *o) {
   const float lr = o->opts.lr, wd = o->opts.weight_decay, mom = o->opts.momentum;
 
   if (o->n_state == 0) {
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float d = g[i] + wd * p[i];
       p[i] = p[i] - lr * d;
@@ -170,7 +170,7 @@ static void sgd_step(px_optim *o) {
   const float keep = o->step == 0 ? 0.0f : mom;
   const float take = o->step == 0 ? 1.0f : (float)(1.0 - (double)o->opts.dampening);
   if (o->opts.nesterov) {
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float d = g[i] + wd * p[i];
       float b = keep * buf[i] + take * d;
@@ -178,7 +178,7 @@ static void sgd_step(px_optim *o) {
       p[i] = p[i] - lr * (d + mom * b);
     }
   } else {
-    #pragma omp parallel for simd if (PX_PAR(n))
+    #pragma omp parallel for simd if (parallel: PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float d = g[i] + wd * p[i];
       float b = keep * buf[i] + take * d;
@@ -219,7 +219,7 @@ static void adam_step(px_optim *o) {
   const float neg_step_size = (float)(-(double)op->lr / bc1);
   const float bc2_sqrt = (float)sqrt(bc2);
 
-  #pragma omp parallel for simd if (PX_PAR(n))
+  #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) {
     float pi = p[i] * decay;
     float d = g[i] + l2 * pi;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 void px_fill(float *x, size_t n, float v) {
-  #pragma omp parallel for simd if (PX_PAR(n))
+  #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) x[i] = v;
 }
 
@@ -17,49 +17,49 @@ void px_copy(float *dst, const float *src, size_t n) {
 }
 
 void px_scale(float *x, size_t n, float a) {
-  #pragma omp parallel for simd if (PX_PAR(n))
+  #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) x[i] *= a;
 }
 
 void px_axpy(float *y, const float *x, size_t n, float a) {
-  #pragma omp parallel for simd if (PX_PAR(n))
+  #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 void px_add(float *out, const float *a, const float *b, size_t n) {
-  #pragma omp parallel for simd if (PX_PAR(n))
+  #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void px_mul(float *out, const float *a, const float *b, size_t n) {
-  #pragma omp parallel for simd if (PX_PAR(n))
+  #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
 
 double px_sum(const float *x, size_t n) {
   double s = 0;
-  #pragma omp parallel for simd reduction(+ : s) if (PX_PAR(n))
+  #pragma omp parallel for simd reduction(+ : s) if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) s += x[i];
   return s;
 }
 
 double px_dot(const float *a, const float *b, size_t n) {
   double s = 0;
-  #pragma omp parallel for simd reduction(+ : s) if (PX_PAR(n))
+  #pragma omp parallel for simd reduction(+ : s) if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
   return s;
 }
 
 double px_sumsq(const float *x, size_t n) {
   double s = 0;
-  #pragma omp parallel for simd reduction(+ : s) if (PX_PAR(n))
+  #pragma omp parallel for simd reduction(+ : s) if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
   return s;
 }
 
 float px_max_abs(const float *x, size_t n) {
   float m = 0;
-  #pragma omp parallel for simd reduction(max : m) if (PX_PAR(n))
+  #pragma omp parallel for simd reduction(max : m) if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) {
     float v = fabsf(x[i]);
     if (v > m) m = v;
