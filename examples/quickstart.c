@@ -43,8 +43,9 @@ static int train(px_comm *comm, void *arg) {
   if (px_optim_create(&opt, model->param_data, model->grad_data, model->n_param_elems, &adam) != PX_OK)
     return fail(comm, "optimizer");
 
-  // Data: x uniform in [-1, 1], y = x² (the same on every rank).
-  static float xs[N_SAMPLES], ys[N_SAMPLES];
+  // Data: x uniform in [-1, 1], y = x² (the same on every rank; each rank
+  // its own copy, since ranks may be threads of one process).
+  float xs[N_SAMPLES], ys[N_SAMPLES];
   px_rng rng = px_rng_make(0, 0);
   for (int i = 0; i < N_SAMPLES; i++) {
     xs[i] = 2.0f * px_rng_uniform(&rng) - 1.0f;

@@ -4,9 +4,7 @@
 #include "tensor/internal.h"
 
 #include <omp.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static int px_threads = 0; /* 0 = not yet initialised */
 
