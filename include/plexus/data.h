@@ -1,12 +1,22 @@
-/* plexus/data.h — datasets, samplers, loaders.  Now: the distributed sampler.
+/* plexus/data.h — datasets, sources, the distributed sampler, the
+ * prefetching loader.
  *
- * px_sampler is PyTorch's DistributedSampler: each epoch a permutation of
- * [0, n) drawn from (seed, epoch) — the same on every rank — is padded
- * (by repeating its head) or cut (drop_last) to a multiple of the world
- * size, and rank r takes positions r, r + world, r + 2·world, ...  So every
- * rank gets the same number of samples, and the union over ranks is the
- * dataset exactly once (drop_last: minus at most world - 1 samples; padding:
- * plus at most world - 1 repeats). */
+ * The pieces, in the order data flows:
+ *
+ *   source (IDX, token shards, text, images+CSV)  -> px_dataset
+ *   px_sampler (which indices this rank reads this epoch)
+ *   px_loader  (worker threads fetch samples straight into batch tensors,
+ *               batches come out in sampler order, prefetched)
+ *
+ * A px_dataset is a table of samples of one fixed shape: input x (for
+ * example C×H×W f32 or T i32 tokens) and target y (a scalar i32 label or T
+ * i32 next tokens).  Fetching sample i writes it into one row ("slot") of
+ * a batch: there is no separate collate copy.
+ *
+ * Determinism: a sample's random transforms (crops, flips, window offsets)
+ * draw from a Philox stream keyed by (loader seed, epoch, sample index), so
+ * a batch is the same whichever worker decodes it and however many there
+ * are.  Errors name the file and the record. */
 #ifndef PLEXUS_DATA_H
 #define PLEXUS_DATA_H
 
@@ -16,6 +26,14 @@
 extern "C" {
 #endif
 
+/* ---- Distributed sampler ------------------------------------------------
+ * px_sampler is PyTorch's DistributedSampler: each epoch a permutation of
+ * [0, n) drawn from (seed, epoch) — the same on every rank — is padded
+ * (by repeating its head) or cut (drop_last) to a multiple of the world
+ * size, and rank r takes positions r, r + world, r + 2·world, ...  So every
+ * rank gets the same number of samples, and the union over ranks is the
+ * dataset exactly once (drop_last: minus at most world - 1 samples; padding:
+ * plus at most world - 1 repeats). */
 typedef struct px_sampler {
   size_t   dataset_size;
   int      rank, world;
@@ -33,6 +51,247 @@ px_status px_sampler_init(px_sampler *s, size_t dataset_size, int rank, int worl
 /* Draw the epoch's order (call at the start of every epoch). */
 void px_sampler_set_epoch(px_sampler *s, uint64_t epoch);
 void px_sampler_free(px_sampler *s);
+
+/* ---- Batches --------------------------------------------------------------
+ * x: (n, ...sample shape) and y: (n, ...target shape), with n <= capacity.
+ * A batch owns its buffers (sized for `capacity` samples); x.shape[0] and
+ * y.shape[0] say how many rows hold samples now. */
+typedef struct px_batch {
+  px_tensor x;          /* (n, C, H, W) f32 images, (n, T) i32 tokens, ... */
+  px_tensor y;          /* (n,) i32 labels or (n, T) i32 next tokens */
+  size_t    n;          /* samples in the batch */
+  size_t    capacity;   /* rows allocated */
+  size_t   *indices;    /* (capacity,) dataset index of each row */
+  uint64_t  epoch;
+  size_t    number;     /* batch number within the epoch, from 0 */
+} px_batch;
+
+/* ---- Datasets ------------------------------------------------------------- */
+typedef struct px_dataset px_dataset;
+
+typedef struct px_dataset_ops {
+  /* Write sample i into row `slot` of b->x and b->y.  `rng` is the sample's
+   * own stream, for random transforms.  Called from several worker threads
+   * at once on different slots: it must not change shared state.  A bad
+   * record returns PX_ERR_FORMAT (or PX_ERR_IO) naming file and record. */
+  px_status (*get)(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng);
+  /* Free everything the source owns, including d itself. */
+  void (*destroy)(px_dataset *d);
+} px_dataset_ops;
+
+struct px_dataset {
+  const px_dataset_ops *ops;
+  const char *kind;          /* "idx", "tokens", "images", "subset", ... */
+  size_t   length;           /* number of samples */
+  px_dtype x_dtype, y_dtype; /* element types of x and y */
+  int      x_ndim, y_ndim;   /* dims of one sample (0..3); y_ndim 0: a scalar */
+  int64_t  x_shape[3], y_shape[3];
+  size_t   num_classes;      /* labels in [0, num_classes); vocabulary size for tokens; 0 unknown */
+  void    *impl;             /* the source's own state */
+};
+
+/* Sample i into row `slot` (checks i < length and slot < capacity). */
+px_status px_dataset_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng);
+void px_dataset_free(px_dataset *d);
+/* A view of `count` samples of base starting at `start` (a held-out split,
+ * a small subset for a quick run).  The subset does not own base. */
+px_status px_dataset_subset(px_dataset **out, px_dataset *base, size_t start, size_t count);
+
+/* Batch buffers for up to `capacity` samples of d. */
+px_status px_batch_alloc(px_batch *b, const px_dataset *d, size_t capacity);
+void px_batch_free(px_batch *b);
+
+/* ---- Prefetching loader ---------------------------------------------------
+ * Each epoch the loader asks its px_sampler for this rank's indices, cuts
+ * them into batches of batch_size, and has `workers` threads fill batches
+ * ahead of the training loop (up to `prefetch` batches ready).  Batches come
+ * out in order; their contents depend on (seed, epoch, rank, world) only,
+ * not on the number of workers.
+ *
+ * With skip_bad, a sample whose fetch fails is left out of its batch (the
+ * batch is one shorter), counted, and reported once at the end of the epoch
+ * on stderr with the first error's message; without it, px_loader_next
+ * returns that error. */
+typedef struct px_loader_opts {
+  size_t   batch_size;      /* per rank */
+  int      workers;         /* decoding threads; 0: decode on the caller's thread */
+  int      prefetch;        /* batches decoded ahead; 0: 2 per worker (at least 2) */
+  bool     shuffle;         /* a new order every epoch (the sampler's) */
+  bool     drop_last;       /* sampler: cut to a multiple of world (else pad by repeats) */
+  bool     drop_last_batch; /* drop the short final batch of each epoch */
+  uint64_t seed;            /* order and random transforms */
+  int      rank, world;     /* this rank's share (world 0 means 1) */
+  bool     skip_bad;        /* skip and count bad records instead of failing */
+} px_loader_opts;
+
+#define PX_LOADER_DEFAULTS                                                         \
+  ((px_loader_opts){.batch_size = 32, .workers = 0, .prefetch = 0, .shuffle = true, \
+                    .drop_last = false, .drop_last_batch = false, .seed = 0,       \
+                    .rank = 0, .world = 1, .skip_bad = false})
+
+typedef struct px_loader px_loader;
+
+/* The loader does not own d; free d after the loader. */
+px_status px_loader_create(px_loader **out, px_dataset *d, const px_loader_opts *opts);
+/* Start epoch `epoch` at batch `first_batch` (0, or where a resumed run
+ * stopped).  Workers start filling at once. */
+px_status px_loader_start_epoch(px_loader *l, uint64_t epoch, size_t first_batch);
+/* The next batch of the epoch, or *out = NULL when the epoch is over.  The
+ * batch stays valid until the next call. */
+px_status px_loader_next(px_loader *l, const px_batch **out);
+/* Batches per epoch on this rank (the same on every rank). */
+size_t px_loader_num_batches(const px_loader *l);
+/* Bad records skipped so far in the current epoch. */
+size_t px_loader_skipped(const px_loader *l);
+/* Seconds px_loader_next spent waiting for workers this epoch (a loop that
+ * never waits shows ~0). */
+double px_loader_wait_seconds(const px_loader *l);
+void px_loader_free(px_loader *l);
+
+/* ---- IDX (MNIST, Fashion-MNIST) -------------------------------------------
+ * IDX: big-endian magic 0x0000TTDD (TT type code: 0x08 u8, 0x09 i8, 0x0B
+ * i16, 0x0C i32, 0x0D f32, 0x0E f64; DD number of dims), DD big-endian u32
+ * dims, then the data, big-endian.  Files may be gzip-compressed (by
+ * content, whatever the name). */
+typedef struct px_idx {
+  px_dtype dtype;      /* PX_U8, PX_I8, PX_I16, PX_I32, PX_F32, PX_F64 */
+  int      ndim;       /* 1..8 */
+  int64_t  dims[8];
+  void    *data;       /* host byte order, owned */
+  size_t   nbytes;
+} px_idx;
+
+/* Parse an in-memory IDX file (already decompressed).  `name` is used in
+ * messages.  Checks the magic, dims and that the data is exactly there. */
+px_status px_idx_parse(const void *buf, size_t n, const char *name, px_idx *out);
+/* Read a file, plain or gzip. */
+px_status px_idx_read(const char *path, px_idx *out);
+void px_idx_free(px_idx *idx);
+
+/* Images (N×H×W u8) and labels (N u8) → x: (1, H, W) f32 = (v/255 - mean)/std,
+ * y: i32 label.  Counts must agree. */
+px_status px_idx_dataset_open(px_dataset **out, const char *images_path, const char *labels_path,
+                              float mean, float std);
+/* The four files of an MNIST-layout directory ("train-images-idx3-ubyte"
+ * and friends, plain or with ".gz"); split "train" or "test". */
+px_status px_mnist_open(px_dataset **out, const char *dir, const char *split, float mean, float std);
+
+/* ---- Token shards (llm.c's format) ---------------------------------------
+ * 256 little-endian int32 header: [0] magic, [1] version, [2] token count;
+ * then the tokens.  20240520/1: uint16 tokens (GPT-2, llm.c);
+ * 20240801/7: uint32 tokens (llm.c's Llama 3 files), for vocabularies past
+ * 65,536. */
+#define PX_SHARD_MAGIC_U16 20240520
+#define PX_SHARD_VERSION_U16 1
+#define PX_SHARD_MAGIC_U32 20240801
+#define PX_SHARD_VERSION_U32 7
+#define PX_SHARD_HEADER_BYTES 1024
+
+typedef struct px_shard_info {
+  int      token_bytes;  /* 2 or 4 */
+  uint64_t num_tokens;
+} px_shard_info;
+
+/* Check a shard's header and that the body holds exactly num_tokens tokens
+ * (`file_size` is the whole file's size). */
+px_status px_shard_parse_header(const void *header, size_t header_bytes, uint64_t file_size,
+                                const char *name, px_shard_info *out);
+/* Write tokens as a shard (atomically); token_bytes 2 or 4 (2 refuses
+ * tokens >= 65,536). */
+px_status px_shard_write(const char *path, const uint32_t *tokens, size_t n, int token_bytes);
+
+/* Windows of T+1 tokens from every shard matching `pattern` (a glob, files
+ * in sorted order): sample i is x = tokens[s .. s+T), y = tokens[s+1 .. s+T]
+ * with s = i·T (+ a per-epoch random offset in [0, T) when random_offset,
+ * drawn from the sample's stream).  Windows do not cross shard boundaries.
+ * vocab_size (0: do not check) bounds every token read. */
+px_status px_token_dataset_open(px_dataset **out, const char *pattern, int64_t T, bool random_offset,
+                                size_t vocab_size);
+
+/* ---- Text tokenizers --------------------------------------------------------
+ * Word level (WikiText-2): each line is split on whitespace and followed by
+ * "<eos>"; words outside the vocabulary become "<unk>".  The vocabulary is
+ * built from the training split, in order of first appearance, and saved as
+ * a versioned text file ("plexus-vocab 1 word N", then one token per line).
+ * Byte level: the 256 byte values, no file needed. */
+typedef enum px_tokenizer_kind { PX_TOKENIZER_WORD = 0, PX_TOKENIZER_BYTE } px_tokenizer_kind;
+
+typedef struct px_vocab px_vocab;
+
+px_status px_vocab_build(px_vocab **out, const char *text_path);
+px_status px_vocab_byte(px_vocab **out);
+px_status px_vocab_load(px_vocab **out, const char *path);
+px_status px_vocab_save(const px_vocab *v, const char *path);
+/* Parse a vocabulary file held in memory (`name` for messages). */
+px_status px_vocab_parse(px_vocab **out, const char *text, size_t n, const char *name);
+void px_vocab_free(px_vocab *v);
+px_tokenizer_kind px_vocab_kind(const px_vocab *v);
+size_t px_vocab_size(const px_vocab *v);
+/* Token id of a word (the id of "<unk>" when absent), and back. */
+uint32_t px_vocab_id(const px_vocab *v, const char *word, size_t len);
+const char *px_vocab_token(const px_vocab *v, uint32_t id);
+/* Tokenize text in memory; *tokens is malloc'ed. */
+px_status px_vocab_encode(const px_vocab *v, const char *text, size_t n, uint32_t **tokens,
+                          size_t *n_tokens);
+px_status px_vocab_encode_file(const px_vocab *v, const char *path, uint32_t **tokens,
+                               size_t *n_tokens);
+/* Tokens back to text (word: words joined by spaces, "<eos>" as a newline;
+ * byte: the bytes).  Writes at most cap-1 chars and a NUL; returns the
+ * length the whole text needs. */
+size_t px_vocab_decode(const px_vocab *v, const uint32_t *tokens, size_t n, char *buf, size_t cap);
+
+/* Text file → token shards "<out_prefix>_000000.bin", ... of at most
+ * shard_tokens tokens each, plus the vocabulary "<out_prefix>.vocab".
+ * vocab_path: an existing vocabulary to use (the train split's, when
+ * converting the validation split), or NULL to build one from this file. */
+px_status px_text_to_shards(const char *text_path, const char *out_prefix, px_tokenizer_kind kind,
+                            const char *vocab_path, size_t shard_tokens);
+/* A token dataset straight from a text file, tokenized in memory. */
+px_status px_text_dataset_open(px_dataset **out, const char *text_path, const px_vocab *v,
+                               int64_t T, bool random_offset);
+
+/* ---- Images ------------------------------------------------------------------
+ * JPEG through libjpeg-turbo, PNG through libpng, decoded to 8-bit RGB or
+ * gray, row-major H×W×C. */
+typedef struct px_image {
+  int      width, height, channels;
+  uint8_t *data;   /* (height, width, channels), owned */
+} px_image;
+
+/* Decode JPEG or PNG bytes (by signature). channels: 3 or 1. */
+px_status px_image_decode(const void *buf, size_t n, const char *name, int channels, px_image *out);
+px_status px_image_load(const char *path, int channels, px_image *out);
+void px_image_free(px_image *img);
+/* Write an image (for tests and tools): ".png" by libpng, else JPEG. */
+px_status px_image_save(const char *path, const px_image *img, int jpeg_quality);
+
+typedef enum px_csv_layout {
+  PX_CSV_PATH_LABEL = 0, /* "path,label": path relative to root, label an integer */
+  PX_CSV_IMAGENET        /* LOC_train_solution.csv: "ImageId,PredictionString" */
+} px_csv_layout;
+
+typedef struct px_image_opts {
+  const char   *csv;        /* the listing */
+  const char   *root;       /* images relative to this (NULL: the CSV's directory) */
+  px_csv_layout layout;
+  const char   *synsets;    /* LOC_synset_mapping.txt (imagenet layout): line k's synset is class k */
+  int           channels;   /* 3 or 1 */
+  int           resize;     /* shorter side to this many pixels, bilinear (0: keep) */
+  int           crop;       /* square crop of this size (0: none; then all images must share one size) */
+  bool          random_crop;/* random crop (training) instead of the center crop */
+  bool          hflip;      /* random horizontal flip with p = 0.5 */
+  float         mean[3], std[3];  /* x = (v/255 - mean[c]) / std[c] */
+} px_image_opts;
+
+#define PX_IMAGE_DEFAULTS                                                              \
+  ((px_image_opts){.csv = NULL, .root = NULL, .layout = PX_CSV_PATH_LABEL, .synsets = NULL, \
+                   .channels = 3, .resize = 0, .crop = 0, .random_crop = false,        \
+                   .hflip = false, .mean = {0, 0, 0}, .std = {1, 1, 1}})
+
+/* Reads and checks the whole listing up front (malformed rows and unknown
+ * synsets are errors naming the CSV and the line); images are decoded in
+ * get, by the loader's workers. */
+px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
 
 #ifdef __cplusplus
 }
