@@ -28,13 +28,18 @@
 // buffers forward used, so the arena holds T·K·P floats of columns for T
 // threads, not N·K·P.
 //
-// dW must not race: the batch is cut into at most DW_BLOCKS fixed blocks of
-// consecutive samples; each block sums its samples' dW into its own (O, K)
-// partial, then the partials are added in block order.  The blocks depend
-// only on N, so dW does not depend on the thread count (bit for bit).
-// When the partials would exceed PART_BUDGET floats (very wide layers, whose
-// GEMMs are large enough for OpenBLAS to thread well), samples run serially
-// and accumulate straight into dW.
+// dW must not race: the batch is cut into B fixed blocks of consecutive
+// samples, B = min(N, DW_BLOCKS, PART_BUDGET / (O·K)); each block sums its
+// samples' dW into its own (O, K) partial, then the partials are added in
+// block order.  B depends only on N and the layer, so dW does not depend on
+// the thread count (bit for bit).  When not even two partials fit (wide
+// layers: ResNet's later stages), samples run one after another and each
+// GEMM is cut into fixed chunks of ROW_CHUNK output rows, one thread per
+// chunk, each chunk a single-threaded GEMM.  Not letting OpenBLAS thread
+// these GEMMs itself is deliberate: its threaded and single-threaded sgemm
+// take different kernels (its small-matrix path runs only on one thread),
+// so the bits would depend on the thread count.  Fixed chunks keep them
+// independent of it, as the blocked path does.
 #include "plexus/nn.h"
 #include "tensor/internal.h"
 
@@ -45,6 +50,7 @@
 
 #define DW_BLOCKS 64
 #define PART_BUDGET ((size_t)1 << 22)  /* floats of dW partials (16 MiB) */
+#define ROW_CHUNK 64                   /* output rows per GEMM chunk on the wide path */
 
 typedef struct conv2d {
   px_module base;
@@ -304,6 +310,43 @@ static void conv_backward_sample(const conv2d *c, const float *xn, const float *
   col2im(c, col, H, W, dxn);
 }
 
+// The same for a wide layer, each GEMM cut into chunks of ROW_CHUNK rows
+// spread over the threads (single-threaded GEMMs inside the region):
+//   dW[o0:o1]  += dy_n[o0:o1] · col_nᵀ          (rows, P)·(P, K)
+//   dcol[k0:k1] = W[:, k0:k1]ᵀ · dy_n            (rows, O)·(O, P)
+static void conv_backward_sample_wide(const conv2d *c, const float *xn, const float *dyn, float *dxn, float *col,
+                                      float *dW_acc, double *db_acc, int H, int W) {
+  const int O = c->out_c;
+  const size_t K = (size_t)c->in_c * c->k * c->k, P = (size_t)c->Ho * c->Wo;
+  const bool par = team_size() > 1 && !omp_in_parallel();
+  if (db_acc)
+    for (int o = 0; o < O; o++) {
+      const float *row = dyn + (size_t)o * P;
+      double sum = 0.0;
+      #pragma omp simd reduction(+ : sum)
+      for (size_t q = 0; q < P; q++) sum += row[q];
+      db_acc[o] += sum;
+    }
+  im2col(c, xn, H, W, col);
+  const int o_chunks = (O + ROW_CHUNK - 1) / ROW_CHUNK;
+  #pragma omp parallel for schedule(static) if (par)
+  for (int ch = 0; ch < o_chunks; ch++) {
+    const int o0 = ch * ROW_CHUNK, rows = O - o0 < ROW_CHUNK ? O - o0 : ROW_CHUNK;
+    px_sgemm(false, true, rows, (int)K, (int)P, 1.0f, dyn + (size_t)o0 * P, (int)P, col, (int)P, 1.0f,
+             dW_acc + (size_t)o0 * K, (int)K);
+  }
+  if (!dxn) return;
+  const float *Wt = c->base.params[0].data;
+  const int k_chunks = (int)((K + ROW_CHUNK - 1) / ROW_CHUNK);
+  #pragma omp parallel for schedule(static) if (par)
+  for (int ch = 0; ch < k_chunks; ch++) {
+    const size_t k0 = (size_t)ch * ROW_CHUNK;
+    const int rows = K - k0 < ROW_CHUNK ? (int)(K - k0) : ROW_CHUNK;
+    px_sgemm(true, false, rows, (int)P, O, 1.0f, Wt + k0, (int)K, dyn, (int)P, 0.0f, col + k0 * P, (int)P);
+  }
+  col2im(c, col, H, W, dxn);
+}
+
 static px_status conv_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   conv2d *c = (conv2d *)m;
   const int64_t N = c->x.shape[0];
@@ -320,15 +363,16 @@ static px_status conv_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   float *db = c->has_bias ? m->params[1].grad : NULL;
 
   // Blocks of consecutive samples: block bi holds samples [bi·N/B, (bi+1)·N/B).
-  const int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
   const size_t OK = (size_t)O * K;
-  if ((size_t)B * OK > PART_BUDGET) {
+  int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
+  if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
+  if (B < 2) {
     float *cols = conv_cols(c, ctx, K * P, 1, false);
     double *dbs = px_arena_calloc(ctx->arena, (size_t)O * sizeof(double));
     if (!cols || !dbs) return PX_ERR_NOMEM;
     for (int64_t n = 0; n < N; n++)
-      conv_backward_sample(c, X + (size_t)n * in_sample, DY + (size_t)n * out_sample,
-                           DX ? DX + (size_t)n * in_sample : NULL, cols, dW, db ? dbs : NULL, H, W);
+      conv_backward_sample_wide(c, X + (size_t)n * in_sample, DY + (size_t)n * out_sample,
+                                DX ? DX + (size_t)n * in_sample : NULL, cols, dW, db ? dbs : NULL, H, W);
     if (db)
       for (int o = 0; o < O; o++) db[o] += (float)dbs[o];
     return PX_OK;
