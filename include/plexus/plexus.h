@@ -10,6 +10,7 @@
 #include "plexus/comm.h"
 #include "plexus/parallel.h"
 #include "plexus/data.h"
+#include "plexus/log.h"
 
 #define PLEXUS_VERSION_MAJOR 0
 #define PLEXUS_VERSION_MINOR 1
