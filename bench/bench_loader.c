@@ -1,0 +1,212 @@
+// bench_loader: plexus's prefetching loader, in samples per second, on
+// Fashion-MNIST (Debian's IDX files; batch 256, normalised) and on a folder of
+// JPEGs listed in a "path,label" CSV (random crop + flip + normalise, batch
+// 64), for several worker counts.  bench/run_loader.sh runs it beside
+// bench_loader_torch.py and prints the table.
+//
+//   bench_loader make-jpegs DIR COUNT SIZE      write COUNT SIZE×SIZE JPEGs + DIR/list.csv
+//   bench_loader fmnist DIR WORKERS EPOCHS      DIR holds train-images-idx3-ubyte.gz, ...
+//   bench_loader jpeg CSV CROP WORKERS EPOCHS
+//
+// Each run prints one line:
+//   plexus <case> workers=W samples=N warmup_s=S epoch_s=S samples_per_s=R wait_s=S
+// where the warm-up epoch (thread start, first page-cache reads) is timed
+// apart, and samples_per_s is over the EPOCHS epochs after it.
+//
+// The Fashion-MNIST source here is a small px_dataset over the decoded
+// arrays (what the IDX source's get does: u8 -> (v/255 - mean)/std), read
+// with zlib; so the bench needs no more than the image and loader code.
+#define _POSIX_C_SOURCE 200809L
+#include "plexus/plexus.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+static int fail(const char *what) {
+  fprintf(stderr, "bench_loader: %s: %s\n", what, px_last_error());
+  return 1;
+}
+
+// ---- JPEG generation ----------------------------------------------------------
+// Photograph-like content (smooth colour fields, edges and noise) so the
+// files are of realistic size (~15-25 KB at 256×256, quality 90).
+static int make_jpegs(const char *dir, int count, int size) {
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    perror(dir);
+    return 1;
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/list.csv", dir);
+  FILE *csv = fopen(path, "w");
+  if (!csv) {
+    perror(path);
+    return 1;
+  }
+  fprintf(csv, "path,label\n");
+  px_image img = {.width = size, .height = size, .channels = 3, .data = malloc((size_t)size * size * 3)};
+  px_rng rng = px_rng_make(1234, 0);
+  for (int i = 0; i < count; i++) {
+    float fx = 0.02f + 0.08f * px_rng_uniform(&rng), fy = 0.02f + 0.08f * px_rng_uniform(&rng);
+    int base[3] = {(int)px_rng_below(&rng, 200), (int)px_rng_below(&rng, 200), (int)px_rng_below(&rng, 200)};
+    int cx = (int)px_rng_below(&rng, (uint64_t)size), cy = (int)px_rng_below(&rng, (uint64_t)size);
+    int r2 = (int)(size * size / 16);
+    for (int y = 0; y < size; y++)
+      for (int x = 0; x < size; x++) {
+        bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r2;
+        for (int c = 0; c < 3; c++) {
+          float v = (float)base[c] + 40.0f * sinf(fx * (float)x * (float)(c + 1)) * cosf(fy * (float)y) +
+                    (disc ? 50.0f : 0.0f) + 12.0f * (px_rng_uniform(&rng) - 0.5f);
+          img.data[((size_t)y * size + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+      }
+    snprintf(path, sizeof path, "%s/img_%05d.jpg", dir, i);
+    if (px_image_save(path, &img, 90) != PX_OK) return fail("make-jpegs");
+    fprintf(csv, "img_%05d.jpg,%d\n", i, i % 10);
+  }
+  free(img.data);
+  return fclose(csv) == 0 ? 0 : 1;
+}
+
+// ---- Fashion-MNIST from the IDX files ----------------------------------------
+typedef struct fmnist {
+  uint8_t *images;  // (n, 28, 28)
+  uint8_t *labels;  // (n,)
+  float    lut[256];
+} fmnist;
+
+static uint8_t *read_idx_gz(const char *path, int want_dims, size_t *count, size_t *item) {
+  gzFile f = gzopen(path, "rb");
+  if (!f) return NULL;
+  uint8_t head[16];
+  int hb = 4 + 4 * want_dims;
+  if (gzread(f, head, (unsigned)hb) != hb || head[2] != 0x08 || head[3] != want_dims) {
+    gzclose(f);
+    return NULL;
+  }
+  size_t n = ((size_t)head[4] << 24) | ((size_t)head[5] << 16) | ((size_t)head[6] << 8) | head[7];
+  size_t per = want_dims == 3 ? (size_t)head[11] * (size_t)head[15] : 1;
+  uint8_t *data = malloc(n * per);
+  if (data && gzread(f, data, (unsigned)(n * per)) != (int)(n * per)) {
+    free(data);
+    data = NULL;
+  }
+  gzclose(f);
+  *count = n;
+  *item = per;
+  return data;
+}
+
+static px_status fmnist_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {
+  (void)rng;
+  fmnist *m = d->impl;
+  const uint8_t *src = m->images + i * 784;
+  float *x = (float *)b->x.data + slot * 784;
+  for (int k = 0; k < 784; k++) x[k] = m->lut[src[k]];
+  ((int32_t *)b->y.data)[slot] = m->labels[i];
+  return PX_OK;
+}
+
+static void fmnist_destroy(px_dataset *d) {
+  fmnist *m = d->impl;
+  free(m->images);
+  free(m->labels);
+  free(m);
+  free(d);
+}
+
+static const px_dataset_ops fmnist_ops = {fmnist_get, fmnist_destroy};
+
+static px_dataset *fmnist_open(const char *dir) {
+  char path[4096];
+  size_t n_img, per, n_lab, one;
+  snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
+  uint8_t *images = read_idx_gz(path, 3, &n_img, &per);
+  snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", dir);
+  uint8_t *labels = read_idx_gz(path, 1, &n_lab, &one);
+  if (!images || !labels || per != 784 || n_img != n_lab) {
+    fprintf(stderr, "bench_loader: cannot read the Fashion-MNIST training files in %s\n", dir);
+    free(images);
+    free(labels);
+    return NULL;
+  }
+  fmnist *m = malloc(sizeof *m);
+  px_dataset *d = calloc(1, sizeof *d);
+  m->images = images;
+  m->labels = labels;
+  // Fashion-MNIST's training-set mean and std.
+  for (int v = 0; v < 256; v++) m->lut[v] = ((float)v / 255.0f - 0.2860f) / 0.3530f;
+  *d = (px_dataset){.ops = &fmnist_ops, .kind = "fmnist", .length = n_img, .x_dtype = PX_F32, .y_dtype = PX_I32,
+                    .x_ndim = 3, .x_shape = {1, 28, 28}, .y_ndim = 0, .num_classes = 10, .impl = m};
+  return d;
+}
+
+// ---- Timing ---------------------------------------------------------------------
+static int run(const char *name, px_dataset *d, size_t batch, int workers, int epochs) {
+  px_loader_opts o = PX_LOADER_DEFAULTS;
+  o.batch_size = batch;
+  o.workers = workers;
+  o.shuffle = true;
+  o.seed = 42;
+  px_loader *l;
+  if (px_loader_create(&l, d, &o) != PX_OK) return fail("loader");
+  double warm = 0, timed = 0, wait = 0;
+  size_t samples = 0;
+  double checksum = 0;  // touch each batch, as a training step would read it
+  for (int e = 0; e <= epochs; e++) {
+    double t0 = px_time_now();
+    if (px_loader_start_epoch(l, (uint64_t)e, 0) != PX_OK) return fail("start epoch");
+    const px_batch *b;
+    for (;;) {
+      if (px_loader_next(l, &b) != PX_OK) return fail("next");
+      if (!b) break;
+      checksum += ((const float *)b->x.data)[0];
+      if (e > 0) samples += b->n;
+    }
+    double dt = px_time_now() - t0;
+    if (e == 0) {
+      warm = dt;
+    } else {
+      timed += dt;
+      wait += px_loader_wait_seconds(l);
+    }
+  }
+  printf("plexus %s workers=%d samples=%zu warmup_s=%.3f epoch_s=%.3f samples_per_s=%.1f wait_s=%.3f check=%g\n", name,
+         workers, samples, warm, timed / epochs, (double)samples / timed, wait, checksum);
+  fflush(stdout);
+  px_loader_free(l);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "make-jpegs") == 0) return make_jpegs(argv[2], atoi(argv[3]), atoi(argv[4]));
+  if (argc == 5 && strcmp(argv[1], "fmnist") == 0) {
+    px_dataset *d = fmnist_open(argv[2]);
+    if (!d) return 1;
+    int rc = run("fmnist", d, 256, atoi(argv[3]), atoi(argv[4]));
+    px_dataset_free(d);
+    return rc;
+  }
+  if (argc == 6 && strcmp(argv[1], "jpeg") == 0) {
+    px_image_opts o = PX_IMAGE_DEFAULTS;
+    o.csv = argv[2];
+    o.crop = atoi(argv[3]);
+    o.random_crop = true;
+    o.hflip = true;
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    memcpy(o.mean, mean, sizeof mean);
+    memcpy(o.std, std, sizeof std);
+    px_dataset *d;
+    if (px_image_dataset_open(&d, &o) != PX_OK) return fail("open");
+    int rc = run("jpeg", d, 64, atoi(argv[4]), atoi(argv[5]));
+    px_dataset_free(d);
+    return rc;
+  }
+  fprintf(stderr,
+          "usage: %s make-jpegs DIR COUNT SIZE | fmnist DIR WORKERS EPOCHS | jpeg CSV CROP WORKERS EPOCHS\n", argv[0]);
+  return 2;
+}
