@@ -11,6 +11,7 @@
 #include "plexus/parallel.h"
 #include "plexus/data.h"
 #include "plexus/log.h"
+#include "plexus/train.h"
 
 #define PLEXUS_VERSION_MAJOR 0
 #define PLEXUS_VERSION_MINOR 1

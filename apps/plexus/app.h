@@ -1,0 +1,46 @@
+/* app.h — what the plexus subcommands share: opening the configured data,
+ * building the configured model, and the subcommands themselves. */
+#ifndef PX_APP_H
+#define PX_APP_H
+
+#include "config.h"
+#include "zoo.h"
+
+/* A dataset opened from the config, with what owns it. */
+typedef struct px_app_data {
+  px_dataset *set;      /* what to iterate (a subset view, or base itself) */
+  px_dataset *base;     /* the source */
+  px_vocab   *vocab;    /* text/tokens: the vocabulary, when there is one */
+} px_app_data;
+
+/* What the model needs to know about the data. */
+typedef struct px_data_shape {
+  int    channels, height, width;   /* images */
+  size_t classes;                   /* classifiers */
+  size_t vocab_size;                /* language models */
+  bool   tokens;                    /* a token stream (language model) */
+} px_data_shape;
+
+/* The training split (train = true: augmentation on) or the held-out one.
+ * The held-out split may be absent: *out->set == NULL and PX_OK.  The
+ * vocabulary of a text corpus is built from the training file when none
+ * is given; vocab_out (may be NULL) is where to save it. */
+px_status px_app_open_data(const px_config *c, bool train, const char *vocab_out, px_app_data *out);
+void px_app_data_free(px_app_data *d);
+px_status px_app_data_shape(const px_config *c, const px_app_data *d, px_data_shape *out);
+
+/* The configured model of the zoo for data of this shape (not yet a
+ * px_model). */
+px_status px_app_build_model(const px_config *c, const px_data_shape *shape, px_module **out);
+
+/* Subcommands: argv[0] is the subcommand's name.  Return the exit code. */
+int px_cmd_train(int argc, char **argv);
+int px_cmd_eval(int argc, char **argv);
+int px_cmd_inspect(int argc, char **argv);
+int px_cmd_tokenize(int argc, char **argv);
+int px_cmd_generate(int argc, char **argv);
+
+/* Print "plexus <cmd>: <px_last_error()>" on stderr and return 1. */
+int px_app_fail(const char *cmd);
+
+#endif

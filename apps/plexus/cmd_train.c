@@ -1,0 +1,298 @@
+// plexus train: the configured model on the configured data, data
+// parallel over the ranks of whichever backend started us (app.h).
+//
+//   plexus train --threads 2 ...        two ranks as threads, no MPI
+//   mpirun -n 4 plexus train ...        four MPI processes
+//   srun plexus train ...               Slurm's launcher (MPI under PMI/PMIx)
+//
+// Every rank parses the same options, opens the data, builds the same model
+// from the seed; DDP (inside px_train) broadcasts rank 0's weights.  Only
+// rank 0 prints, writes logs and checkpoints.
+#define _POSIX_C_SOURCE 200809L
+#include "app.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct train_job {
+  px_config   cfg;
+  char       *config_json;
+  char        ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1024];
+  int         num_threads;  /* compute threads per rank requested (0: automatic) */
+} train_job;
+
+int px_app_fail(const char *cmd) {
+  fprintf(stderr, "plexus %s: %s\n", cmd, px_last_error());
+  return 1;
+}
+
+static int rank_fail(px_comm *comm, const char *what) {
+  fprintf(stderr, "plexus train: rank %d: %s%s%s\n", px_comm_rank(comm), what, *what ? ": " : "", px_last_error());
+  return 1;
+}
+
+// mkdir -p for the run directory.
+static px_status make_dirs(const char *path) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(buf, 0777);
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0) {
+    struct stat sb;
+    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      return px_error(PX_ERR_IO, "cannot create the directory %s", path);
+  }
+  return PX_OK;
+}
+
+static px_train_opts train_opts(const train_job *job) {
+  const px_config *c = &job->cfg;
+  px_train_opts o = PX_TRAIN_DEFAULTS;
+  o.batch_size = (size_t)c->batch_size;
+  o.workers = (int)c->workers;
+  o.prefetch = (int)c->prefetch;
+  o.skip_bad = c->skip_bad;
+  const float lr = (float)c->lr;
+  if (strcmp(c->optim, "sgd") == 0) {
+    o.optim = px_sgd_defaults(lr);
+    o.optim.momentum = (float)c->momentum;
+    o.optim.nesterov = c->nesterov;
+  } else {
+    o.optim = strcmp(c->optim, "adam") == 0 ? px_adam_defaults(lr) : px_adamw_defaults(lr);
+    o.optim.beta1 = (float)c->beta1;
+    o.optim.beta2 = (float)c->beta2;
+    o.optim.eps = (float)c->eps;
+  }
+  // AdamW's default decay is PyTorch's 0.01 unless the user chose one.
+  if (strcmp(c->optim, "adamw") != 0 || px_config_given(c, "optim.weight_decay"))
+    o.optim.weight_decay = (float)c->weight_decay;
+  o.schedule = (px_lr_schedule){.kind = strcmp(c->schedule, "cosine") == 0 ? PX_LR_COSINE
+                                        : strcmp(c->schedule, "step") == 0 ? PX_LR_STEP
+                                                                            : PX_LR_CONSTANT,
+                                .base_lr = lr, .warmup_steps = c->warmup_steps, .step_size = c->step_size,
+                                .gamma = (float)c->gamma, .min_lr = (float)c->min_lr};
+  o.clip_grad_norm = (float)c->clip_grad;
+  o.accum_steps = (int)c->accum_steps;
+  o.label_smoothing = (float)c->label_smoothing;
+  o.epochs = c->epochs;
+  o.max_steps = c->steps;
+  o.seed = (uint64_t)c->seed;
+  o.eval_every = c->eval_every;
+  o.eval_max_batches = c->eval_batches;
+  o.ddp.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0);
+  if (o.ddp.first_bucket_bytes > o.ddp.bucket_bytes) o.ddp.first_bucket_bytes = o.ddp.bucket_bytes;
+  o.ckpt_dir = job->ckpt_dir[0] ? job->ckpt_dir : NULL;
+  o.ckpt_every = c->ckpt_every;
+  o.keep_last = (int)c->keep_last;
+  o.resume = *c->resume ? c->resume : NULL;
+  o.config_json = job->config_json;
+  o.log_every = c->log_every;
+  return o;
+}
+
+// Rank 0 loads --init and tells everyone how it went; the weights reach
+// the other ranks through DDP's broadcast at wrap.
+static px_status load_init(px_comm *comm, px_model *model, const px_config *c) {
+  if (!*c->init) return PX_OK;
+  int32_t status = 0;
+  char msg[1024] = "";
+  if (px_comm_rank(comm) == 0) {
+    px_status st;
+    if (strcmp(c->model, "gpt") == 0) {
+      st = px_zoo_gpt_load_hf(model, c->init);
+    } else {
+      px_state_dict sd;
+      st = px_model_state_dict(model, &sd);
+      if (st == PX_OK) st = px_safetensors_load(c->init, &sd, true);
+      px_state_dict_free(&sd);
+    }
+    status = (int32_t)st;
+    if (st != PX_OK) snprintf(msg, sizeof msg, "--init: %s", px_last_error());
+  }
+  px_status cst = px_comm_broadcast(comm, &status, 1, PX_I32, 0);
+  if (cst == PX_OK) cst = px_comm_broadcast(comm, msg, sizeof msg, PX_U8, 0);
+  if (cst != PX_OK) return cst;
+  return status == 0 ? PX_OK : px_error((px_status)status, "%s", msg);
+}
+
+static int train_rank(px_comm *comm, void *arg) {
+  train_job *job = arg;
+  const px_config *c = &job->cfg;
+  const int rank = px_comm_rank(comm);
+  if (c->timeout > 0) px_comm_set_timeout(comm, c->timeout);
+  else px_comm_set_timeout(comm, 0);
+  // MPI: this node's cores shared among its ranks (threads: px_comm_run
+  // already gave each rank its share).
+  if (job->num_threads > 0) {
+    px_set_num_threads(job->num_threads);
+  } else if (px_comm_backend_of(comm) == PX_COMM_MPI && !getenv("PX_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = (int)(cores / px_comm_local_size(comm));
+    px_set_num_threads(per > 0 ? per : 1);
+  }
+  if (rank == 0 && !c->quiet)
+    printf("plexus train: %d rank%s (%s backend), config:\n%s\n", px_comm_size(comm),
+           px_comm_size(comm) == 1 ? "" : "s", px_comm_backend_name(px_comm_backend_of(comm)), job->config_json);
+
+  px_app_data train = {0}, val = {0};
+  px_model *model = NULL;
+  px_logger *log = NULL;
+  int rc = 0;
+  px_data_shape shape;
+  px_module *root = NULL;
+  if (px_app_open_data(c, true, rank == 0 && job->vocab_out[0] ? job->vocab_out : NULL, &train) != PX_OK) {
+    rc = rank_fail(comm, "training data");
+    goto done;
+  }
+  if (px_app_open_data(c, false, NULL, &val) != PX_OK) {
+    rc = rank_fail(comm, "held-out data");
+    goto done;
+  }
+  if (px_app_data_shape(c, &train, &shape) != PX_OK || px_app_build_model(c, &shape, &root) != PX_OK ||
+      px_model_create(&model, root, (uint64_t)c->seed) != PX_OK) {
+    rc = rank_fail(comm, "model");
+    goto done;
+  }
+  if (load_init(comm, model, c) != PX_OK) {
+    rc = rank_fail(comm, "");
+    goto done;
+  }
+  px_logger_opts lo = {.rank = rank, .console = !c->quiet,
+                       .progress = strcmp(c->progress, "bar") == 0 ? 1 : strcmp(c->progress, "lines") == 0 ? 0 : -1,
+                       .jsonl_path = job->jsonl[0] ? job->jsonl : NULL,
+                       .tensorboard_dir = job->tensorboard[0] ? job->tensorboard : NULL, .run_name = c->model};
+  if (px_logger_create(&log, &lo) != PX_OK) {
+    rc = rank_fail(comm, "logging");
+    goto done;
+  }
+  if (!c->quiet && rank == 0) {
+    px_log_text(log, "model %s: %zu parameters; data %s: %zu training samples%s%zu held-out", c->model,
+                model->n_param_elems, c->data, train.set->length, val.set ? ", " : " (no held-out split)",
+                val.set ? val.set->length : 0);
+  }
+  px_train_opts o = train_opts(job);
+  px_train_result res;
+  if (px_train(comm, model, train.set, val.set, &o, log, &res) != PX_OK) {
+    rc = rank_fail(comm, "");
+    goto done;
+  }
+  if (rank == 0) {
+    // Results go to stdout even with --quiet: they are what the run is for.
+    printf("plexus train: done: %lld steps in %.1f s (%.0f samples/s)", (long long)res.steps, res.seconds,
+           res.samples_per_s);
+    if (res.eval.samples > 0) {
+      printf("; held-out loss %.4f", res.eval.loss);
+      if (res.eval.accuracy == res.eval.accuracy) printf(", accuracy %.4f", res.eval.accuracy);
+      if (res.eval.perplexity == res.eval.perplexity) printf(", perplexity %.2f", res.eval.perplexity);
+    }
+    printf("\n");
+    if (res.last_checkpoint[0]) printf("plexus train: last checkpoint %s\n", res.last_checkpoint);
+    fflush(stdout);
+  }
+done:
+  px_logger_free(log);
+  px_model_free(model);
+  px_app_data_free(&val);
+  px_app_data_free(&train);
+  return rc;
+}
+
+static void train_usage(FILE *f) {
+  fprintf(f,
+          "usage: plexus train [--config FILE] [--OPTION VALUE ...]\n"
+          "\n"
+          "Trains a model of the zoo data parallel: one process (default), --threads N ranks in this process,\n"
+          "or one rank per process under mpirun/mpiexec/srun. Options override the JSON config file; the\n"
+          "effective config is printed at the start and saved in every checkpoint. Each option's JSON key is\n"
+          "in brackets. Example (the README's demo):\n"
+          "\n"
+          "  plexus train --threads 2 --model cnn --data mnist --data-path /usr/share/datasets/fashion-mnist \\\n"
+          "               --epochs 4 --out runs/fmnist\n");
+  px_config_print_help(f, CFG_TRAIN);
+}
+
+int px_cmd_train(int argc, char **argv) {
+  for (int a = 1; a < argc; a++)
+    if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+      train_usage(stdout);
+      return 0;
+    }
+  train_job job;
+  memset(&job, 0, sizeof job);
+  px_config_defaults(&job.cfg);
+  px_config *c = &job.cfg;
+  int rc = 0;
+  if (px_config_parse(c, argc, argv, 1, CFG_TRAIN) != PX_OK || px_config_validate(c, CFG_TRAIN) != PX_OK) {
+    rc = px_app_fail("train");
+    goto out;
+  }
+  // --out DIR: the run's files in one place, unless named one by one.
+  if (*c->out) {
+    if (make_dirs(c->out) != PX_OK) {
+      rc = px_app_fail("train");
+      goto out;
+    }
+    snprintf(job.ckpt_dir, sizeof job.ckpt_dir, "%s/checkpoints", c->out);
+    snprintf(job.jsonl, sizeof job.jsonl, "%s/metrics.jsonl", c->out);
+    snprintf(job.tensorboard, sizeof job.tensorboard, "%s/tensorboard", c->out);
+    if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "word") == 0 && !*c->vocab)
+      snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", c->out);
+  }
+  if (*c->ckpt_dir) snprintf(job.ckpt_dir, sizeof job.ckpt_dir, "%s", c->ckpt_dir);
+  if (*c->jsonl) snprintf(job.jsonl, sizeof job.jsonl, "%s", c->jsonl);
+  if (*c->tensorboard) snprintf(job.tensorboard, sizeof job.tensorboard, "%s", c->tensorboard);
+  if (strcmp(c->resume, "auto") == 0 && !job.ckpt_dir[0]) {
+    px_error(PX_ERR_INVALID, "--resume auto needs --ckpt-dir or --out");
+    rc = px_app_fail("train");
+    goto out;
+  }
+  job.config_json = px_config_to_json(c, CFG_TRAIN);
+  if (!job.config_json) {
+    px_error(PX_ERR_NOMEM, "out of memory");
+    rc = px_app_fail("train");
+    goto out;
+  }
+  job.num_threads = (int)c->num_threads;
+  // The backend: what launched us, unless told.
+  const bool launched = px_comm_mpi_launched();
+  int threads = (int)c->threads;
+  if (strcmp(c->backend, "mpi") == 0 && !launched) {
+    px_error(PX_ERR_INVALID, "--backend mpi: this process was not started by mpirun, mpiexec or srun");
+    rc = px_app_fail("train");
+    goto out;
+  }
+  if ((strcmp(c->backend, "threads") == 0 || strcmp(c->backend, "self") == 0) && launched) {
+    px_error(PX_ERR_INVALID, "--backend %s: started by an MPI launcher; run without it, or use --backend mpi/auto",
+             c->backend);
+    rc = px_app_fail("train");
+    goto out;
+  }
+  if (strcmp(c->backend, "self") == 0) threads = 1;
+  if (launched && threads > 1) {
+    px_error(PX_ERR_INVALID, "--threads %d under an MPI launcher: use one rank per process (mpirun -n N) instead", threads);
+    rc = px_app_fail("train");
+    goto out;
+  }
+  // Threads backend: each rank gets num_threads compute threads.
+  if (threads > 1 && job.num_threads > 0) {
+    px_set_num_threads(job.num_threads * threads);
+    job.num_threads = 0;
+  }
+  int exit_code = 0;
+  if (px_comm_run(threads, train_rank, &job, &exit_code) != PX_OK) {
+    rc = px_app_fail("train");
+    goto out;
+  }
+  rc = exit_code;
+out:
+  free(job.config_json);
+  px_config_free(c);
+  return rc;
+}

@@ -1,0 +1,84 @@
+/* config.h — the plexus command's configuration: one table of options,
+ * each with its JSON key (section.key), its long option, type, default,
+ * range and help.  A JSON config file sets any of them; long options
+ * override the file; the effective configuration prints and saves as JSON
+ * of the same shape, so a saved one can be fed back with --config. */
+#ifndef PX_APP_CONFIG_H
+#define PX_APP_CONFIG_H
+
+#include <plexus/plexus.h>
+#include <stdio.h>
+
+typedef struct px_config {
+  /* run */
+  char   *out;
+  /* model */
+  char   *model;
+  int64_t hidden, depth, channels, width, blocks;
+  int64_t n_layer, n_head, n_embd, context, vocab_size;
+  double  dropout;
+  char   *init;
+  /* data */
+  char   *data;
+  char   *data_path, *val_path, *image_root, *synsets;
+  int64_t image_channels, resize, crop;
+  bool    random_crop, hflip;
+  char   *mean, *std;
+  char   *tokenizer, *vocab;
+  int64_t batch_size, workers, prefetch, train_subset, val_subset;
+  bool    skip_bad;
+  /* optim */
+  char   *optim;
+  double  lr, momentum, weight_decay, beta1, beta2, eps;
+  bool    nesterov;
+  char   *schedule;
+  int64_t warmup_steps, step_size;
+  double  gamma, min_lr, clip_grad, label_smoothing;
+  /* train */
+  int64_t epochs, steps, accum_steps, eval_every, eval_batches, log_every;
+  int64_t seed;
+  /* parallel */
+  char   *backend;
+  int64_t threads, num_threads;
+  double  bucket_mb, timeout;
+  /* checkpoint */
+  char   *ckpt_dir;
+  int64_t ckpt_every, keep_last;
+  char   *resume;
+  /* log */
+  char   *jsonl, *tensorboard, *progress;
+  bool    quiet;
+  /* generate (plexus generate) */
+  char   *prompt;
+  int64_t tokens, top_k;
+  double  temperature;
+  /* Which options were given (file or command line), by table index. */
+  unsigned char given[128];
+} px_config;
+
+/* Which commands an option belongs to (a mask): --help lists per command. */
+enum { CFG_TRAIN = 1, CFG_EVAL = 2, CFG_GENERATE = 4 };
+
+void px_config_defaults(px_config *c);
+void px_config_free(px_config *c);
+/* Parse argv[first..argc): "--config FILE" is read first (wherever it is),
+ * then every other option in order.  Errors name the option or the file
+ * and key, and say what was expected.  `commands` is the mask of the
+ * running command: options of other commands are refused. */
+px_status px_config_parse(px_config *c, int argc, char **argv, int first, int commands);
+/* Set options from JSON text (a config file, or the config saved in a
+ * checkpoint).  `name` is used in messages. */
+px_status px_config_load_json(px_config *c, const char *text, size_t n, const char *name, int commands);
+/* Checks across options (ranges, files that must exist, combinations). */
+px_status px_config_validate(const px_config *c, int commands);
+/* The effective configuration as JSON, sections as objects (malloc'ed). */
+char *px_config_to_json(const px_config *c, int commands);
+/* --help text for a command. */
+void px_config_print_help(FILE *f, int commands);
+/* Whether the option with this JSON key ("optim.lr") was given. */
+bool px_config_given(const px_config *c, const char *key);
+
+/* Parse "a,b,c" or "a" (repeated) into three floats. */
+px_status px_config_floats3(const char *s, const char *what, float out[3]);
+
+#endif

@@ -1,0 +1,166 @@
+// Opening the configured data (app.h): one place maps --data and its
+// options onto the data layer's sources (data.h).
+#include "app.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void px_app_data_free(px_app_data *d) {
+  if (d->set && d->set != d->base) px_dataset_free(d->set);
+  px_dataset_free(d->base);
+  px_vocab_free(d->vocab);
+  memset(d, 0, sizeof *d);
+}
+
+// The directory part of a path ("." when there is none).
+static void dir_of(const char *path, char *out, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(out, cap, ".");
+  else if (slash == path) snprintf(out, cap, "/");
+  else snprintf(out, cap, "%.*s", (int)(slash - path), path);
+}
+
+static px_status open_images(const px_config *c, bool train, const char *csv, px_dataset **out) {
+  px_image_opts io = PX_IMAGE_DEFAULTS;
+  char root[1024];
+  io.csv = csv;
+  if (*c->image_root) {
+    snprintf(root, sizeof root, "%s", c->image_root);
+  } else {
+    dir_of(csv, root, sizeof root);
+  }
+  io.root = root;
+  io.layout = strcmp(c->data, "imagenet") == 0 ? PX_CSV_IMAGENET : PX_CSV_PATH_LABEL;
+  io.synsets = *c->synsets ? c->synsets : NULL;
+  io.channels = (int)c->image_channels;
+  io.resize = (int)c->resize;
+  io.crop = (int)c->crop;
+  io.random_crop = train && c->random_crop;
+  io.hflip = train && c->hflip;
+  float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+  if (*c->mean && px_config_floats3(c->mean, "--mean", mean) != PX_OK) return PX_ERR_INVALID;
+  if (*c->std && px_config_floats3(c->std, "--std", std) != PX_OK) return PX_ERR_INVALID;
+  memcpy(io.mean, mean, sizeof mean);
+  memcpy(io.std, std, sizeof std);
+  return px_image_dataset_open(out, &io);
+}
+
+static px_status open_vocab(const px_config *c, const char *vocab_out, px_vocab **out) {
+  *out = NULL;
+  if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "byte") == 0) return px_vocab_byte(out);
+  if (*c->vocab) return px_vocab_load(out, c->vocab);
+  if (strcmp(c->data, "tokens") == 0) return PX_OK;  // the size then comes from --vocab-size ... or the model
+  // A word-level vocabulary from the training text, saved beside the run.
+  px_status st = px_vocab_build(out, c->data_path);
+  if (st == PX_OK && vocab_out) st = px_vocab_save(*out, vocab_out);
+  if (st != PX_OK) {
+    px_vocab_free(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+px_status px_app_open_data(const px_config *c, bool train, const char *vocab_out, px_app_data *out) {
+  memset(out, 0, sizeof *out);
+  const char *src = c->data;
+  px_status st = PX_OK;
+  float mean[3] = {0.2860f, 0.2860f, 0.2860f}, std[3] = {0.3530f, 0.3530f, 0.3530f};
+  if (strcmp(src, "mnist") == 0) {
+    if (*c->mean && px_config_floats3(c->mean, "--mean", mean) != PX_OK) return PX_ERR_INVALID;
+    if (*c->std && px_config_floats3(c->std, "--std", std) != PX_OK) return PX_ERR_INVALID;
+    if (train) {
+      st = px_mnist_open(&out->base, c->data_path, "train", mean[0], std[0]);
+    } else {
+      const char *dir = *c->val_path ? c->val_path : c->data_path;
+      st = px_mnist_open(&out->base, dir, "test", mean[0], std[0]);
+    }
+  } else if (strcmp(src, "images") == 0 || strcmp(src, "imagenet") == 0) {
+    if (!train && !*c->val_path) return PX_OK;
+    st = open_images(c, train, train ? c->data_path : c->val_path, &out->base);
+  } else if (strcmp(src, "tokens") == 0 || strcmp(src, "text") == 0) {
+    if (!train && !*c->val_path) return PX_OK;
+    st = open_vocab(c, train ? vocab_out : NULL, &out->vocab);
+    const char *path = train ? c->data_path : c->val_path;
+    if (st == PX_OK && strcmp(src, "tokens") == 0) {
+      size_t vocab = c->vocab_size > 0 ? (size_t)c->vocab_size : out->vocab ? px_vocab_size(out->vocab) : 0;
+      st = px_token_dataset_open(&out->base, path, c->context, train, vocab);
+    } else if (st == PX_OK) {
+      st = px_text_dataset_open(&out->base, path, out->vocab, c->context, train);
+    }
+  } else {
+    st = px_error(PX_ERR_INVALID, "--data %s: unknown source", src);
+  }
+  if (st != PX_OK) {
+    px_app_data_free(out);
+    return st;
+  }
+  out->set = out->base;
+  int64_t subset = train ? c->train_subset : c->val_subset;
+  if (subset > 0 && (size_t)subset < out->base->length) {
+    st = px_dataset_subset(&out->set, out->base, 0, (size_t)subset);
+    if (st != PX_OK) {
+      out->set = NULL;
+      px_app_data_free(out);
+      return st;
+    }
+  }
+  return PX_OK;
+}
+
+px_status px_app_data_shape(const px_config *c, const px_app_data *d, px_data_shape *out) {
+  memset(out, 0, sizeof *out);
+  const px_dataset *s = d->base;
+  if (s->x_dtype == PX_I32) {
+    out->tokens = true;
+    out->vocab_size = c->vocab_size > 0 ? (size_t)c->vocab_size : d->vocab ? px_vocab_size(d->vocab) : s->num_classes;
+    if (out->vocab_size == 0)
+      return px_error(PX_ERR_INVALID, "--data %s: the vocabulary size is unknown: give --vocab (the vocabulary "
+                      "file written with the shards) or --vocab-size", c->data);
+    return PX_OK;
+  }
+  if (s->x_ndim == 3) {
+    out->channels = (int)s->x_shape[0];
+    out->height = (int)s->x_shape[1];
+    out->width = (int)s->x_shape[2];
+  } else {
+    out->channels = 1;
+    out->height = 1;
+    out->width = (int)(s->x_ndim >= 1 ? s->x_shape[0] : 1);
+  }
+  out->classes = s->num_classes;
+  if (out->classes < 2)
+    return px_error(PX_ERR_INVALID, "--data %s: found %zu class(es) in the labels; a classifier needs at least 2",
+                    c->data, out->classes);
+  return PX_OK;
+}
+
+px_status px_app_build_model(const px_config *c, const px_data_shape *s, px_module **out) {
+  *out = NULL;
+  const char *m = c->model;
+  const bool lm = strcmp(m, "gpt") == 0;
+  if (lm != s->tokens)
+    return px_error(PX_ERR_INVALID, "--model %s does not fit --data %s: %s", m, c->data,
+                    lm ? "a GPT reads token data (--data tokens or text)"
+                       : "token data needs a language model (--model gpt)");
+  const int classes = (int)s->classes;
+  if (strcmp(m, "mlp") == 0) {
+    *out = px_zoo_mlp(s->channels * s->height * s->width, (int)c->hidden, (int)c->depth, classes);
+  } else if (strcmp(m, "cnn") == 0) {
+    if (s->height % 4 || s->width % 4)
+      return px_error(PX_ERR_INVALID, "--model cnn needs image sides divisible by 4, got %dx%d (use --resize/--crop)",
+                      s->height, s->width);
+    *out = px_zoo_cnn(s->channels, s->height, s->width, (int)c->channels, classes);
+  } else if (strcmp(m, "resnet") == 0) {
+    *out = px_zoo_resnet_small(s->channels, classes, (int)c->blocks, (int)c->width);
+  } else if (strcmp(m, "resnet18") == 0) {
+    *out = px_zoo_resnet18(s->channels, classes);
+  } else if (lm) {
+    px_gpt_config g = {.vocab_size = (int)s->vocab_size, .context = (int)c->context, .n_layer = (int)c->n_layer,
+                       .n_head = (int)c->n_head, .n_embd = (int)c->n_embd, .dropout = (float)c->dropout};
+    *out = px_zoo_gpt(&g);
+  } else {
+    return px_error(PX_ERR_INVALID, "--model %s: not in the zoo (mlp, cnn, resnet, resnet18, gpt)", m);
+  }
+  return *out ? PX_OK : px_error_wrap(PX_ERR_INVALID, "--model %s", m);
+}

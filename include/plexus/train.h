@@ -1,0 +1,125 @@
+/* plexus/train.h — the training loop that ties the layers together:
+ * epochs over a sharded dataset, DDP, the optimizer and its schedule,
+ * gradient accumulation and clipping, evaluation on a held-out split,
+ * checkpoints with bit-exact resume, and logging.
+ *
+ * One call trains:
+ *
+ *   px_train_opts o = PX_TRAIN_DEFAULTS;
+ *   o.batch_size = 64; o.epochs = 5; o.optim = px_adam_defaults(1e-3f);
+ *   o.ckpt_dir = "run/checkpoints";
+ *   px_train(comm, model, train_set, test_set, &o, log, &result);
+ *
+ * on every rank of comm (collective).  The model's output is the logits and
+ * the loss is cross-entropy against the batch's i32 targets: a classifier
+ * gives (N, classes) logits for (N,) labels; a language model (N, T, vocab)
+ * logits for (N, T) next tokens.  Every rank must build the same model from
+ * the same seed; px_train wraps it in DDP (which checks that and broadcasts
+ * rank 0's weights) when there is more than one rank.
+ *
+ * Steps.  A "step" is an optimizer step.  With accum_steps = k, a step takes
+ * k micro-batches (gradients accumulated locally, all-reduced on the last);
+ * an epoch ends with a step on whatever micro-batches are left.  The global
+ * batch of a step is batch_size × world × k samples.
+ *
+ * Resume.  A checkpoint (io.h) holds model.safetensors (parameters and
+ * buffers), optim.safetensors (the optimizer's state, one tensor per
+ * parameter and slot: "exp_avg.conv1.weight"), and state.json (step, epoch,
+ * the next batch, the dropout counter, the seed, world size and batch size,
+ * the caller's config).  Batches are a function of (seed, epoch, position)
+ * and dropout masks of (seed, forward count), so a run resumed from step k
+ * on the same world size ends with the same bytes as one that never stopped.
+ * Rank 0 reads the checkpoint and broadcasts it: other ranks need no access
+ * to the files. */
+#ifndef PLEXUS_TRAIN_H
+#define PLEXUS_TRAIN_H
+
+#include "plexus/data.h"
+#include "plexus/io.h"
+#include "plexus/log.h"
+#include "plexus/optim.h"
+#include "plexus/parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct px_train_opts {
+  /* Data */
+  size_t   batch_size;       /* per rank, per micro-batch */
+  int      workers;          /* loader threads per rank (0: load on the training thread) */
+  int      prefetch;         /* batches decoded ahead (0: the loader's default) */
+  bool     skip_bad;         /* skip, count and report bad records instead of failing */
+  /* Optimisation */
+  px_optim_opts  optim;
+  px_lr_schedule schedule;   /* base_lr 0: optim.lr; total_steps 0: the run's steps */
+  float    clip_grad_norm;   /* 0: no clipping */
+  int      accum_steps;      /* micro-batches per optimizer step (>= 1) */
+  float    label_smoothing;
+  /* Length: max_steps optimizer steps, or else `epochs` epochs */
+  int64_t  epochs;
+  int64_t  max_steps;
+  uint64_t seed;             /* data order, random transforms and dropout */
+  /* Evaluation on the held-out split */
+  int64_t  eval_every;       /* steps; 0: at the end of every epoch */
+  size_t   eval_batch_size;  /* 0: batch_size */
+  int64_t  eval_max_batches; /* per rank; 0: the whole split */
+  /* Data parallel */
+  px_ddp_opts ddp;
+  /* Checkpoints */
+  const char *ckpt_dir;      /* NULL: no checkpoints */
+  int64_t  ckpt_every;       /* steps; 0: at the end of every epoch (and of the run) */
+  int      keep_last;        /* complete checkpoints kept in ckpt_dir (0: all) */
+  const char *resume;        /* NULL: start fresh; "auto": the newest good checkpoint in
+                                ckpt_dir, if any; else a checkpoint directory */
+  const char *config_json;   /* the caller's effective config, saved in state.json (or NULL) */
+  /* Logging */
+  int64_t  log_every;        /* steps between console/JSONL/TensorBoard lines */
+} px_train_opts;
+
+#define PX_TRAIN_DEFAULTS                                                                  \
+  ((px_train_opts){.batch_size = 64, .workers = 1, .prefetch = 0, .skip_bad = false,      \
+                   .optim = {.kind = PX_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f,             \
+                             .beta2 = 0.999f, .eps = 1e-8f},                                \
+                   .schedule = {.kind = PX_LR_CONSTANT},                                    \
+                   .clip_grad_norm = 0.0f, .accum_steps = 1, .label_smoothing = 0.0f,       \
+                   .epochs = 1, .max_steps = 0, .seed = 0, .eval_every = 0,                 \
+                   .eval_batch_size = 0, .eval_max_batches = 0, .ddp = PX_DDP_DEFAULTS,     \
+                   .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
+                   .config_json = NULL, .log_every = 50})
+
+typedef struct px_train_result {
+  int64_t steps;              /* optimizer steps taken in total (resumed ones included) */
+  int64_t start_step;         /* where this run started (0, or the resumed step) */
+  int64_t epochs;             /* epochs completed */
+  double  train_loss;         /* mean training loss over the last logging interval */
+  px_eval_metrics eval;       /* the last evaluation (samples 0 if none ran) */
+  double  seconds;            /* wall time of this call */
+  double  samples_per_s;      /* global training throughput of this call */
+  size_t  skipped;            /* bad records skipped (skip_bad) */
+  char    last_checkpoint[512]; /* path of the last checkpoint written or resumed ("" if none) */
+} px_train_result;
+
+/* Train on every rank of comm (collective).  val may be NULL (no
+ * evaluation).  log may be NULL. */
+px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset *val,
+                   const px_train_opts *opts, px_logger *log, px_train_result *out);
+
+/* Evaluate model (in eval mode) on all of `data`, split over the ranks
+ * without padding or repeats; loss (mean over samples, or over tokens for
+ * a language model), accuracy (classifiers) or perplexity (language
+ * models), all-reduced so every rank gets the same figures.  max_batches
+ * (0: all) bounds the batches per rank.  Collective. */
+px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t batch_size, int workers,
+                      int64_t max_batches, px_eval_metrics *out);
+
+/* Load a checkpoint's weights (model.safetensors, checked against its
+ * SHA-256) into model, for evaluation or generation.  path: a checkpoint
+ * directory, or a directory of checkpoints (the newest good one is used);
+ * resolved (may be NULL) receives the checkpoint's path. */
+px_status px_train_load_weights(px_model *model, const char *path, char *resolved, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,106 @@
+// Evaluation over a held-out split, exact over the whole split whatever
+// the number of ranks: rank r takes the contiguous share
+// [r·n/world, (r+1)·n/world) (no padding, no repeats, unlike training's
+// sampler), and the sums of loss, correct predictions and rows are
+// all-reduced.
+//
+//   loss       = Σ_rows ℓ / rows           (rows: samples, or tokens for a language model)
+//   accuracy   = Σ [argmax logits = y] / rows          classifiers (y: one label per sample)
+//   perplexity = exp(loss)                             language models (y: (T,) per sample)
+#include "train/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+// Rows of `logits` (C classes each) whose argmax is the target.
+static int64_t count_correct(const px_tensor *logits, const int32_t *y) {
+  const int64_t C = logits->shape[logits->ndim - 1];
+  const int64_t rows = px_tensor_numel(logits) / C;
+  const float *z = px_f32(logits);
+  int64_t correct = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *row = z + r * C;
+    int64_t best = 0;
+    for (int64_t j = 1; j < C; j++)
+      if (row[j] > row[best]) best = j;
+    correct += best == y[r];
+  }
+  return correct;
+}
+
+static px_status eval_share(px_model *model, px_dataset *share, size_t batch_size, int workers,
+                            int64_t max_batches, double sums[3]) {
+  px_loader *l;
+  px_loader_opts lo = PX_LOADER_DEFAULTS;
+  lo.batch_size = batch_size;
+  lo.workers = workers;
+  lo.shuffle = false;
+  px_status st = px_loader_create(&l, share, &lo);
+  if (st != PX_OK) return px_error_wrap(st, "evaluate");
+  st = px_loader_start_epoch(l, 0, 0);
+  const px_ce_opts ce = PX_CE_DEFAULTS;
+  for (int64_t k = 0; st == PX_OK && (max_batches == 0 || k < max_batches); k++) {
+    const px_batch *b;
+    st = px_loader_next(l, &b);
+    if (st != PX_OK || !b) break;
+    if (b->n == 0) continue;
+    px_tensor logits;
+    st = px_model_forward(model, &b->x, &logits);
+    if (st != PX_OK) break;
+    const int64_t C = logits.shape[logits.ndim - 1];
+    const int64_t rows = C ? px_tensor_numel(&logits) / C : 0;
+    if (b->y.dtype != PX_I32 || px_tensor_numel(&b->y) != rows) {
+      char a[PX_SHAPE_STR_MAX], c[PX_SHAPE_STR_MAX];
+      st = px_error(PX_ERR_SHAPE, "evaluate: the model's output %s does not fit the targets %s",
+                    px_shape_str(logits.ndim, logits.shape, a, sizeof a),
+                    px_shape_str(b->y.ndim, b->y.shape, c, sizeof c));
+      break;
+    }
+    float loss;
+    st = px_cross_entropy_loss(&logits, (const int32_t *)b->y.data, &ce, &loss, NULL);
+    if (st != PX_OK) break;
+    sums[0] += (double)loss * (double)rows;
+    sums[1] += (double)count_correct(&logits, (const int32_t *)b->y.data);
+    sums[2] += (double)rows;
+  }
+  px_loader_free(l);
+  return st;
+}
+
+px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t batch_size, int workers,
+                      int64_t max_batches, px_eval_metrics *out) {
+  memset(out, 0, sizeof *out);
+  out->loss = out->accuracy = out->perplexity = NAN;
+  if (!model || !data || batch_size < 1)
+    return px_error(PX_ERR_INVALID, "evaluate: NULL model or dataset, or batch size 0");
+  const int rank = px_comm_rank(comm), world = px_comm_size(comm);
+  const size_t n = data->length;
+  const size_t lo = n * (size_t)rank / (size_t)world, hi = n * (size_t)(rank + 1) / (size_t)world;
+  double sums[3] = {0, 0, 0};  // loss × rows, correct rows, rows
+  const bool was_training = model->ctx.training;
+  px_model_train(model, false);
+  px_status st = PX_OK;
+  if (hi > lo) {
+    px_dataset *share;
+    st = px_dataset_subset(&share, data, lo, hi - lo);
+    if (st == PX_OK) {
+      st = eval_share(model, share, batch_size, workers, max_batches, sums);
+      px_dataset_free(share);
+    }
+  }
+  px_model_train(model, was_training);
+  // Every rank takes part in the all-reduce, also one that failed, so the
+  // others do not wait on it; the flag makes all of them fail together.
+  double v[4] = {sums[0], sums[1], sums[2], st == PX_OK ? 0.0 : 1.0};
+  px_status cst = px_comm_allreduce(comm, v, 4, PX_F64, PX_SUM);
+  if (st != PX_OK) return st;
+  if (cst != PX_OK) return cst;
+  if (v[3] > 0) return px_error(PX_ERR_COMM, "evaluate: %g other rank(s) failed to evaluate their share", v[3]);
+  out->samples = (int64_t)v[2];
+  if (v[2] > 0) {
+    out->loss = v[0] / v[2];
+    if (data->y_ndim == 0) out->accuracy = v[1] / v[2];
+    else out->perplexity = exp(out->loss);
+  }
+  return PX_OK;
+}

@@ -1,0 +1,264 @@
+// The training loop (train.h): epochs of micro-batches from a sharded
+// loader, DDP, accumulation, clipping, the schedule, evaluation,
+// checkpoints and logging, in the order PyTorch users write them:
+//
+//   for epoch:                       sampler.set_epoch(epoch)
+//     for each micro-batch:          zero_grad at the start of a step
+//       logits = model(x)
+//       loss, dlogits = CE(logits, y) / accum
+//       backward(dlogits)            DDP all-reduces buckets as they fill (last micro-batch only)
+//       on the step's last one:      ddp.sync; clip; lr = schedule(step); opt.step
+//                                    log / eval / checkpoint at their intervals
+//     eval / checkpoint at the epoch's end (interval 0)
+#include "train/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(call)                         \
+  do {                                    \
+    px_status st_ = (call);               \
+    if (st_ != PX_OK) return st_;         \
+  } while (0)
+
+static px_status check_opts(const px_train_opts *o) {
+  if (o->batch_size < 1) return px_error(PX_ERR_INVALID, "train: batch_size must be at least 1");
+  if (o->accum_steps < 1) return px_error(PX_ERR_INVALID, "train: accum_steps must be at least 1, got %d", o->accum_steps);
+  if (o->max_steps < 0) return px_error(PX_ERR_INVALID, "train: max_steps must be >= 0, got %lld", (long long)o->max_steps);
+  if (o->max_steps == 0 && o->epochs < 1)
+    return px_error(PX_ERR_INVALID, "train: give epochs >= 1 or max_steps >= 1 (got epochs %lld, max_steps 0)",
+                    (long long)o->epochs);
+  if (o->eval_every < 0 || o->ckpt_every < 0 || o->log_every < 0)
+    return px_error(PX_ERR_INVALID, "train: eval_every, ckpt_every and log_every must be >= 0");
+  if (o->keep_last < 0) return px_error(PX_ERR_INVALID, "train: keep_last must be >= 0, got %d", o->keep_last);
+  if (!(o->clip_grad_norm >= 0.0f)) return px_error(PX_ERR_INVALID, "train: clip_grad_norm must be >= 0");
+  if (o->resume && !o->ckpt_dir && strcmp(o->resume, "auto") == 0)
+    return px_error(PX_ERR_INVALID, "train: resume \"auto\" needs a checkpoint directory (ckpt_dir)");
+  return PX_OK;
+}
+
+// The batch's targets as one i32 per row of the logits.
+static px_status loss_of(const px_tensor *logits, const px_batch *b, const px_ce_opts *ce, float *loss,
+                         float *dlogits) {
+  const int64_t C = logits->shape[logits->ndim - 1];
+  const int64_t rows = C ? px_tensor_numel(logits) / C : 0;
+  if (b->y.dtype != PX_I32 || px_tensor_numel(&b->y) != rows) {
+    char a[PX_SHAPE_STR_MAX], c[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE,
+                    "train: the model's output %s does not fit the batch's targets %s %s: expected one i32 "
+                    "class id per row of logits (classifier: (N, classes) for (N,); language model: (N, T, "
+                    "vocab) for (N, T))",
+                    px_shape_str(logits->ndim, logits->shape, a, sizeof a), px_dtype_name(b->y.dtype),
+                    px_shape_str(b->y.ndim, b->y.shape, c, sizeof c));
+  }
+  return px_cross_entropy_loss(logits, (const int32_t *)b->y.data, ce, loss, dlogits);
+}
+
+static double global_mean(px_comm *comm, double sum, double count) {
+  double v[2] = {sum, count};
+  if (px_comm_allreduce(comm, v, 2, PX_F64, PX_SUM) != PX_OK) return NAN;
+  return v[1] > 0 ? v[0] / v[1] : NAN;
+}
+
+static px_status run_eval(px_trainer *t) {
+  if (!t->val || t->last_eval_step == t->step) return PX_OK;
+  px_eval_metrics m;
+  size_t bs = t->o.eval_batch_size ? t->o.eval_batch_size : t->o.batch_size;
+  px_comm_set_label(t->comm, "evaluation");
+  TRY(px_evaluate(t->comm, t->model, t->val, bs, t->o.workers, t->o.eval_max_batches, &m));
+  m.step = t->step;
+  m.epoch = (int64_t)t->epoch;
+  t->last_eval = m;
+  t->last_eval_step = t->step;
+  return px_log_eval(t->log, &m);
+}
+
+static px_status save(px_trainer *t) {
+  if (!t->o.ckpt_dir || t->last_ckpt_step == t->step) return PX_OK;
+  px_comm_set_label(t->comm, "checkpoint");
+  TRY(px_trainer_save(t));
+  t->last_ckpt_step = t->step;
+  return px_log_text(t->log, "checkpoint %s (step %lld)", t->last_checkpoint, (long long)t->step);
+}
+
+static bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
+
+// One optimizer step's tail: average, clip, schedule, update.
+static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm) {
+  if (t->ddp) TRY(px_ddp_sync(t->ddp));
+  *grad_norm = NAN;
+  px_model *md = t->model;
+  if (t->o.clip_grad_norm > 0.0f)
+    *grad_norm = px_clip_grad_norm(md->grad_data, md->n_param_elems, t->o.clip_grad_norm);
+  else if (want_norm)
+    *grad_norm = sqrt(px_sumsq(md->grad_data, md->n_param_elems));
+  px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
+  return px_optim_step(t->opt);
+}
+
+static px_status train_loop(px_trainer *t, px_train_result *res) {
+  px_model *md = t->model;
+  const px_ce_opts ce = {.ignore_index = -100, .label_smoothing = t->o.label_smoothing};
+  const int accum = t->o.accum_steps;
+  double t_start = px_time_now(), t_log = t_start;
+  double loss_sum = 0, loss_n = 0;      // this rank's micro-batch losses since the last log
+  int64_t samples_log = 0;              // this rank's samples since the last log
+  int64_t samples_run = 0;
+  char label[96];
+
+  while (t->step < t->total_steps) {
+    TRY(px_loader_start_epoch(t->loader, t->epoch, t->next_batch));
+    size_t b_idx = t->next_batch;
+    int micro = 0;
+    while (t->step < t->total_steps) {
+      const px_batch *b;
+      TRY(px_loader_next(t->loader, &b));
+      if (!b) break;
+      b_idx++;
+      const bool last_of_epoch = b_idx == t->batches_per_epoch;
+      const bool last_micro = micro + 1 == accum || last_of_epoch;
+      if (micro == 0) px_model_zero_grad(md);
+      if (t->ddp) px_ddp_set_sync(t->ddp, last_micro);
+      snprintf(label, sizeof label, "step %lld, epoch %llu, batch %zu", (long long)t->step,
+               (unsigned long long)t->epoch, b_idx - 1);
+      px_comm_set_label(t->comm, label);
+
+      px_tensor logits;
+      if (b->n == 0)
+        return px_error(PX_ERR_FORMAT, "train: batch %zu of epoch %llu has no samples left (every record was bad)",
+                        b_idx - 1, (unsigned long long)t->epoch);
+      TRY(px_model_forward(md, &b->x, &logits));
+      float *dlogits = px_model_scratch(md, (size_t)px_tensor_numel(&logits));
+      if (!dlogits) return PX_ERR_NOMEM;
+      float loss;
+      TRY(loss_of(&logits, b, &ce, &loss, dlogits));
+      if (!isfinite(loss))
+        return px_error(PX_ERR_INVALID, "train: the loss is %g at step %lld (epoch %llu, batch %zu): lower the "
+                        "learning rate or clip gradients (--clip-grad)", (double)loss, (long long)t->step,
+                        (unsigned long long)t->epoch, b_idx - 1);
+      if (accum > 1) px_scale(dlogits, (size_t)px_tensor_numel(&logits), 1.0f / (float)accum);
+      px_tensor dy = logits;
+      dy.data = dlogits;
+      TRY(px_model_backward(md, &dy, NULL));
+      loss_sum += loss;
+      loss_n += 1;
+      samples_log += (int64_t)b->n;
+      samples_run += (int64_t)b->n;
+      micro++;
+      if (!last_micro) continue;
+
+      micro = 0;
+      const bool log_now = due(t->step + 1, t->o.log_every) || t->step + 1 == t->total_steps;
+      double grad_norm;
+      TRY(optimizer_step(t, log_now, &grad_norm));
+      const float lr = px_lr_at(&t->o.schedule, t->step);
+      t->step++;
+      t->next_batch = b_idx;
+      if (log_now) {
+        double now = px_time_now();
+        double mean = global_mean(t->comm, loss_sum, loss_n);
+        double samples = (double)samples_log * t->world;
+        double per_s = now > t_log ? samples / (now - t_log) : NAN;
+        double eta = (double)(t->total_steps - t->step) * (now - t_start) / (double)(t->step - t->start_step);
+        px_step_metrics m = {.step = t->step, .total_steps = t->total_steps, .epoch = (int64_t)t->epoch + 1,
+                             .total_epochs = (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch,
+                             .loss = mean, .lr = lr, .grad_norm = grad_norm, .samples_per_s = per_s,
+                             .eta_s = eta};
+        TRY(px_log_step(t->log, &m));
+        res->train_loss = mean;
+        loss_sum = loss_n = 0;
+        samples_log = 0;
+        t_log = now;
+      }
+      if (due(t->step, t->o.eval_every)) TRY(run_eval(t));
+      if (due(t->step, t->o.ckpt_every)) TRY(save(t));
+    }
+    if (b_idx == t->batches_per_epoch) {  // the epoch is complete
+      t->epoch++;
+      t->next_batch = 0;
+      t->epochs_done++;
+      size_t skipped = px_loader_skipped(t->loader);
+      res->skipped += skipped;
+      TRY(px_log_epoch(t->log, (int64_t)t->epoch, t->step));
+      if (t->o.eval_every == 0) TRY(run_eval(t));
+      if (t->o.ckpt_every == 0) TRY(save(t));
+    }
+  }
+  double dt = px_time_now() - t_start;
+  res->seconds = dt;
+  res->samples_per_s = dt > 0 ? (double)samples_run * t->world / dt : NAN;
+  return PX_OK;
+}
+
+static void trainer_free(px_trainer *t) {
+  px_loader_free(t->loader);
+  px_ddp_free(t->ddp);
+  px_optim_free(t->opt);
+}
+
+px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset *val,
+                   const px_train_opts *opts, px_logger *log, px_train_result *out) {
+  px_train_result res;
+  memset(&res, 0, sizeof res);
+  res.eval.loss = res.eval.accuracy = res.eval.perplexity = NAN;
+  if (out) *out = res;
+  if (!model || !train || !opts) return px_error(PX_ERR_INVALID, "train: NULL model, dataset or options");
+  TRY(check_opts(opts));
+  px_trainer t;
+  memset(&t, 0, sizeof t);
+  t.comm = comm;
+  t.rank = px_comm_rank(comm);
+  t.world = px_comm_size(comm);
+  t.model = model;
+  t.train = train;
+  t.val = val;
+  t.o = *opts;
+  t.log = log;
+  t.last_eval_step = t.last_ckpt_step = -1;
+  t.last_eval.loss = t.last_eval.accuracy = t.last_eval.perplexity = NAN;
+
+  px_loader_opts lo = PX_LOADER_DEFAULTS;
+  lo.batch_size = t.o.batch_size;
+  lo.workers = t.o.workers;
+  lo.prefetch = t.o.prefetch;
+  lo.shuffle = true;
+  lo.seed = t.o.seed;
+  lo.rank = t.rank;
+  lo.world = t.world;
+  lo.skip_bad = t.o.skip_bad;
+  px_status st = px_loader_create(&t.loader, train, &lo);
+  if (st != PX_OK) return px_error_wrap(st, "train");
+  t.batches_per_epoch = px_loader_num_batches(t.loader);
+  t.steps_per_epoch = (int64_t)((t.batches_per_epoch + (size_t)t.o.accum_steps - 1) / (size_t)t.o.accum_steps);
+  t.total_steps = t.o.max_steps > 0 ? t.o.max_steps : t.o.epochs * t.steps_per_epoch;
+  if (t.o.schedule.base_lr == 0.0f) t.o.schedule.base_lr = t.o.optim.lr;
+  if (t.o.schedule.total_steps == 0) t.o.schedule.total_steps = t.total_steps;
+
+  st = px_optim_create(&t.opt, model->param_data, model->grad_data, model->n_param_elems, &t.o.optim);
+  bool resumed = false;
+  if (st == PX_OK) st = px_trainer_resume(&t, &resumed);
+  if (st == PX_OK && t.world > 1) st = px_ddp_wrap(&t.ddp, model, comm, &t.o.ddp);
+  if (st == PX_OK) {
+    t.start_step = t.step;
+    if (resumed) t.last_ckpt_step = t.step;
+    px_model_train(model, true);
+    if (t.step >= t.total_steps)
+      px_log_text(log, "nothing to do: the checkpoint is at step %lld of %lld", (long long)t.step,
+                  (long long)t.total_steps);
+    st = train_loop(&t, &res);
+  }
+  // The run's end: a last evaluation and checkpoint unless one was just made.
+  if (st == PX_OK) st = run_eval(&t);
+  if (st == PX_OK) st = save(&t);
+  res.steps = t.step;
+  res.start_step = t.start_step;
+  res.epochs = (int64_t)t.epochs_done;
+  res.eval = t.last_eval;
+  snprintf(res.last_checkpoint, sizeof res.last_checkpoint, "%s", t.last_checkpoint);
+  if (out) *out = res;
+  trainer_free(&t);
+  px_model_train(model, true);
+  return st;
+}
