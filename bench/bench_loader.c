@@ -13,9 +13,8 @@
 // where the warm-up epoch (thread start, first page-cache reads) is timed
 // apart, and samples_per_s is over the EPOCHS epochs after it.
 //
-// The Fashion-MNIST source here is a small px_dataset over the decoded
-// arrays (what the IDX source's get does: u8 -> (v/255 - mean)/std), read
-// with zlib; so the bench needs no more than the image and loader code.
+// Fashion-MNIST is read by px_mnist_open (the IDX source: the files are
+// inflated and held in memory at open; get maps u8 -> (v/255 - mean)/std).
 #define _POSIX_C_SOURCE 200809L
 #include "plexus/plexus.h"
 
@@ -25,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 static int fail(const char *what) {
   fprintf(stderr, "bench_loader: %s: %s\n", what, px_last_error());
@@ -72,79 +70,6 @@ static int make_jpegs(const char *dir, int count, int size) {
   return fclose(csv) == 0 ? 0 : 1;
 }
 
-// ---- Fashion-MNIST from the IDX files ----------------------------------------
-typedef struct fmnist {
-  uint8_t *images;  // (n, 28, 28)
-  uint8_t *labels;  // (n,)
-  float    lut[256];
-} fmnist;
-
-static uint8_t *read_idx_gz(const char *path, int want_dims, size_t *count, size_t *item) {
-  gzFile f = gzopen(path, "rb");
-  if (!f) return NULL;
-  uint8_t head[16];
-  int hb = 4 + 4 * want_dims;
-  if (gzread(f, head, (unsigned)hb) != hb || head[2] != 0x08 || head[3] != want_dims) {
-    gzclose(f);
-    return NULL;
-  }
-  size_t n = ((size_t)head[4] << 24) | ((size_t)head[5] << 16) | ((size_t)head[6] << 8) | head[7];
-  size_t per = want_dims == 3 ? (size_t)head[11] * (size_t)head[15] : 1;
-  uint8_t *data = malloc(n * per);
-  if (data && gzread(f, data, (unsigned)(n * per)) != (int)(n * per)) {
-    free(data);
-    data = NULL;
-  }
-  gzclose(f);
-  *count = n;
-  *item = per;
-  return data;
-}
-
-static px_status fmnist_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {
-  (void)rng;
-  fmnist *m = d->impl;
-  const uint8_t *src = m->images + i * 784;
-  float *x = (float *)b->x.data + slot * 784;
-  for (int k = 0; k < 784; k++) x[k] = m->lut[src[k]];
-  ((int32_t *)b->y.data)[slot] = m->labels[i];
-  return PX_OK;
-}
-
-static void fmnist_destroy(px_dataset *d) {
-  fmnist *m = d->impl;
-  free(m->images);
-  free(m->labels);
-  free(m);
-  free(d);
-}
-
-static const px_dataset_ops fmnist_ops = {fmnist_get, fmnist_destroy};
-
-static px_dataset *fmnist_open(const char *dir) {
-  char path[4096];
-  size_t n_img, per, n_lab, one;
-  snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
-  uint8_t *images = read_idx_gz(path, 3, &n_img, &per);
-  snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", dir);
-  uint8_t *labels = read_idx_gz(path, 1, &n_lab, &one);
-  if (!images || !labels || per != 784 || n_img != n_lab) {
-    fprintf(stderr, "bench_loader: cannot read the Fashion-MNIST training files in %s\n", dir);
-    free(images);
-    free(labels);
-    return NULL;
-  }
-  fmnist *m = malloc(sizeof *m);
-  px_dataset *d = calloc(1, sizeof *d);
-  m->images = images;
-  m->labels = labels;
-  // Fashion-MNIST's training-set mean and std.
-  for (int v = 0; v < 256; v++) m->lut[v] = ((float)v / 255.0f - 0.2860f) / 0.3530f;
-  *d = (px_dataset){.ops = &fmnist_ops, .kind = "fmnist", .length = n_img, .x_dtype = PX_F32, .y_dtype = PX_I32,
-                    .x_ndim = 3, .x_shape = {1, 28, 28}, .y_ndim = 0, .num_classes = 10, .impl = m};
-  return d;
-}
-
 // ---- Timing ---------------------------------------------------------------------
 static int run(const char *name, px_dataset *d, size_t batch, int workers, int epochs) {
   px_loader_opts o = PX_LOADER_DEFAULTS;
@@ -185,8 +110,9 @@ static int run(const char *name, px_dataset *d, size_t batch, int workers, int e
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "make-jpegs") == 0) return make_jpegs(argv[2], atoi(argv[3]), atoi(argv[4]));
   if (argc == 5 && strcmp(argv[1], "fmnist") == 0) {
-    px_dataset *d = fmnist_open(argv[2]);
-    if (!d) return 1;
+    // Fashion-MNIST's training-set mean and std.
+    px_dataset *d;
+    if (px_mnist_open(&d, argv[2], "train", 0.2860f, 0.3530f) != PX_OK) return fail("fmnist");
     int rc = run("fmnist", d, 256, atoi(argv[3]), atoi(argv[4]));
     px_dataset_free(d);
     return rc;
