@@ -33,6 +33,15 @@ px_status px_app_data_shape(const px_config *c, const px_app_data *d, px_data_sh
  * px_model). */
 px_status px_app_build_model(const px_config *c, const px_data_shape *shape, px_module **out);
 
+/* A checkpoint directory, or the newest good one in a directory of them,
+ * into `resolved`; note (may be NULL) receives what was skipped. */
+px_status px_app_resolve_checkpoint(const char *path, char *resolved, size_t cap, char *note, size_t note_cap);
+/* Set c from the config saved in a checkpoint's state.json (options of
+ * `commands` only); *step receives the checkpoint's step. */
+px_status px_app_checkpoint_config(const char *ckpt, px_config *c, int commands, int64_t *step);
+/* Find "--checkpoint X" / "--checkpoint=X" in argv (NULL if absent). */
+const char *px_app_find_option(int argc, char **argv, const char *flag);
+
 /* Subcommands: argv[0] is the subcommand's name.  Return the exit code. */
 int px_cmd_train(int argc, char **argv);
 int px_cmd_eval(int argc, char **argv);

@@ -20,7 +20,7 @@
 typedef struct train_job {
   px_config   cfg;
   char       *config_json;
-  char        ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1024];
+  char        ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1100];
   int         num_threads;  /* compute threads per rank requested (0: automatic) */
 } train_job;
 
@@ -147,7 +147,7 @@ static int train_rank(px_comm *comm, void *arg) {
   int rc = 0;
   px_data_shape shape;
   px_module *root = NULL;
-  if (px_app_open_data(c, true, rank == 0 && job->vocab_out[0] ? job->vocab_out : NULL, &train) != PX_OK) {
+  if (px_app_open_data(c, true, NULL, &train) != PX_OK) {
     rc = rank_fail(comm, "training data");
     goto done;
   }
@@ -242,12 +242,33 @@ int px_cmd_train(int argc, char **argv) {
     snprintf(job.ckpt_dir, sizeof job.ckpt_dir, "%s/checkpoints", c->out);
     snprintf(job.jsonl, sizeof job.jsonl, "%s/metrics.jsonl", c->out);
     snprintf(job.tensorboard, sizeof job.tensorboard, "%s/tensorboard", c->out);
-    if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "word") == 0 && !*c->vocab)
-      snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", c->out);
   }
   if (*c->ckpt_dir) snprintf(job.ckpt_dir, sizeof job.ckpt_dir, "%s", c->ckpt_dir);
   if (*c->jsonl) snprintf(job.jsonl, sizeof job.jsonl, "%s", c->jsonl);
   if (*c->tensorboard) snprintf(job.tensorboard, sizeof job.tensorboard, "%s", c->tensorboard);
+  // A word-level vocabulary built from the training text is saved with the
+  // run, and the config names it, so eval and generate tokenize the same.
+  if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "word") == 0 && !*c->vocab &&
+      (*c->out || job.ckpt_dir[0])) {
+    if (*c->out) snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", c->out);
+    else if (make_dirs(job.ckpt_dir) == PX_OK)
+      snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", job.ckpt_dir);
+    px_vocab *v = NULL;
+    if (!job.vocab_out[0] || px_vocab_build(&v, c->data_path) != PX_OK || px_vocab_save(v, job.vocab_out) != PX_OK) {
+      px_vocab_free(v);
+      rc = px_app_fail("train");
+      goto out;
+    }
+    px_vocab_free(v);
+    char *dup = strdup(job.vocab_out);
+    if (!dup) {
+      px_error(PX_ERR_NOMEM, "out of memory");
+      rc = px_app_fail("train");
+      goto out;
+    }
+    free(c->vocab);
+    c->vocab = dup;
+  }
   if (strcmp(c->resume, "auto") == 0 && !job.ckpt_dir[0]) {
     px_error(PX_ERR_INVALID, "--resume auto needs --ckpt-dir or --out");
     rc = px_app_fail("train");

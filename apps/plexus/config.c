@@ -159,6 +159,12 @@ static const opt_def opts[] = {
    "console: a live bar on a terminal, plain lines otherwise"},
   {"log", "quiet", "quiet", T_BOOL, F(quiet), "false", NULL, 0, 0, ALL, "no console output but errors and results"},
 
+  {"eval", "checkpoint", "checkpoint", T_STR, F(checkpoint), "", NULL, 0, 0, CFG_EVAL | CFG_GENERATE,
+   "a checkpoint directory, or a directory of checkpoints (the newest good one); its saved config is the "
+   "starting point, options override it"},
+  {"eval", "split", "split", T_STR, F(split), "val", "val|train", 0, 0, CFG_EVAL,
+   "the held-out split (mnist: the test files) or the training split (without augmentation)"},
+
   {"generate", "prompt", "prompt", T_STR, F(prompt), "", NULL, 0, 0, CFG_GENERATE, "text to continue"},
   {"generate", "tokens", "tokens", T_INT, F(tokens), "100", NULL, 1, 1 << 24, CFG_GENERATE, "tokens to generate"},
   {"generate", "temperature", "temperature", T_NUM, F(temperature), "1", NULL, 0, 100, CFG_GENERATE,
@@ -322,7 +328,7 @@ px_status px_config_load_json(px_config *c, const char *text, size_t n, const ch
     if (!known_section) {
       st = px_error(PX_ERR_INVALID,
                     "config %s: unknown section \"%s\"; expected run, model, data, optim, train, parallel, "
-                    "checkpoint, log or generate",
+                    "checkpoint, log, eval or generate",
                     name, sec->string);
       break;
     }

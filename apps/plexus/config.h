@@ -48,6 +48,8 @@ typedef struct px_config {
   /* log */
   char   *jsonl, *tensorboard, *progress;
   bool    quiet;
+  /* eval and generate */
+  char   *checkpoint, *split;
   /* generate (plexus generate) */
   char   *prompt;
   int64_t tokens, top_k;

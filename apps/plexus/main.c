@@ -1,0 +1,50 @@
+// plexus: the command-line tool.  One binary, five subcommands (app.h).
+#include "app.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "plexus %d.%d.%d: train neural networks data parallel on threads, MPI or Slurm\n"
+          "\n"
+          "usage: plexus COMMAND [OPTIONS]\n"
+          "\n"
+          "commands:\n"
+          "  train      train a model of the zoo from a JSON config and/or long options, with\n"
+          "             evaluation, checkpoints, resume and logs (console, JSONL, TensorBoard)\n"
+          "  eval       evaluate a checkpoint on the held-out (or training) split\n"
+          "  generate   sample text from a language-model checkpoint\n"
+          "  inspect    list a safetensors file's tensors, or a checkpoint's files and training state\n"
+          "  tokenize   turn a text file into token shards and a vocabulary\n"
+          "\n"
+          "`plexus COMMAND --help` lists a command's options with their defaults.\n"
+          "Launch: `plexus train --threads 2 ...` (ranks as threads, no MPI), `mpirun -n 4 plexus train ...`,\n"
+          "or `srun plexus train ...` under Slurm. Documentation: README.md and docs/ in the source tree.\n",
+          PLEXUS_VERSION_MAJOR, PLEXUS_VERSION_MINOR, PLEXUS_VERSION_PATCH);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    printf("plexus %d.%d.%d (%s)\n", PLEXUS_VERSION_MAJOR, PLEXUS_VERSION_MINOR, PLEXUS_VERSION_PATCH,
+           px_comm_mpi_available() ? "with MPI" : "without MPI");
+    return 0;
+  }
+  if (strcmp(cmd, "train") == 0) return px_cmd_train(argc - 1, argv + 1);
+  if (strcmp(cmd, "eval") == 0) return px_cmd_eval(argc - 1, argv + 1);
+  if (strcmp(cmd, "generate") == 0) return px_cmd_generate(argc - 1, argv + 1);
+  if (strcmp(cmd, "inspect") == 0) return px_cmd_inspect(argc - 1, argv + 1);
+  if (strcmp(cmd, "tokenize") == 0) return px_cmd_tokenize(argc - 1, argv + 1);
+  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect or tokenize\n", cmd);
+  usage(stderr);
+  return 2;
+}
