@@ -1,4 +1,4 @@
-/* plexus/io.h — safetensors read and write, atomic file writes.
+/* plexus/io.h — safetensors read and write, atomic file writes, checkpoints.
  *
  * safetensors layout: u64 little-endian header size N, N bytes of JSON
  * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
@@ -59,6 +59,58 @@ px_status px_safetensors_save0(px_comm *comm, const char *path, const px_state_d
  * Write to "<path>.tmp.<pid>", fsync, rename over path, fsync the directory:
  * a crash leaves the old file or the new one, never a torn one. */
 px_status px_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* ---- Checkpoints -------------------------------------------------------------
+ * A checkpoint is a directory <dir>/step_<step, 8 digits or more>/ holding
+ * the caller's files and SHA256SUMS ("<64 hex>  <name>\n" per file), which
+ * `sha256sum -c SHA256SUMS` checks.  It is written into
+ * <dir>/.step_<step>.partial.<host>.<pid>/ (files fsynced, SHA256SUMS last,
+ * the directory fsynced), then renamed to step_<step> and <dir> fsynced: a
+ * crash leaves a complete step directory or a .partial one that readers
+ * ignore.  Writing a step that exists swaps the new directory in before the
+ * old one is deleted.  docs/CHECKPOINTS.md has the whole story. */
+typedef struct px_ckpt_item {
+  const char          *name;       /* file name in the checkpoint: "model.safetensors" */
+  const px_state_dict *tensors;    /* written as safetensors when not NULL ... */
+  const px_kv         *metadata;   /* ... with these metadata pairs */
+  int                  n_metadata;
+  const void          *bytes;      /* else written as these bytes */
+  size_t               n_bytes;
+} px_ckpt_item;
+
+/* Write step's checkpoint (dir is created if missing), then keep only the
+ * keep_last newest complete checkpoints in dir (0: keep all): a checkpoint
+ * is deleted when keep_last complete ones newer than it exist, but never the
+ * newest nor the one just written; .partial directories of dead writers on
+ * this host are removed.  Names: at least one item, each a plain file name
+ * (no '/', no "..", not starting with '.', not "SHA256SUMS", no control
+ * characters or '\\'), no two alike.  path_out (may be NULL) receives the
+ * checkpoint's path.  When only the rotation fails, the checkpoint is
+ * complete, path_out is set, and the error says so. */
+px_status px_checkpoint_write(const char *dir, int64_t step, const px_ckpt_item *items, int n_items, int keep_last,
+                              char *path_out, size_t cap);
+/* Collective: rank 0 writes, every rank returns rank 0's status and message
+ * (as px_safetensors_save0); every rank's path_out receives the path. */
+px_status px_checkpoint_write0(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items, int n_items,
+                               int keep_last, char *path_out, size_t cap);
+/* SHA256SUMS present and well formed, every file listed there present with
+ * the same SHA-256, no file in the directory that SHA256SUMS does not list,
+ * no listed name with a '/' or "..".  Errors (PX_ERR_FORMAT; PX_ERR_NOT_FOUND
+ * when there is no such directory) name the checkpoint, the file, and the
+ * expected and found hashes. */
+px_status px_checkpoint_verify(const char *ckpt_path);
+/* The newest step_* directory in dir that verifies; PX_ERR_NOT_FOUND when
+ * there is none (also when dir does not exist).  note (may be NULL)
+ * receives one line per thing skipped: a .partial directory ("incomplete: a
+ * writer was interrupted"), a checkpoint that failed verification (with the
+ * reason), so the caller can print it; "" when nothing was skipped. */
+px_status px_checkpoint_latest(const char *dir, char *path_out, size_t cap, char *note, size_t note_cap);
+/* Read one file of a checkpoint whole, checking its SHA-256 against
+ * SHA256SUMS; *bytes is malloc'ed (the caller frees it). */
+px_status px_checkpoint_read_file(const char *ckpt_path, const char *name, void **bytes, size_t *n);
+/* Load a safetensors file of a checkpoint into sd (as px_safetensors_load),
+ * after checking its SHA-256; the file is read once. */
+px_status px_checkpoint_load_tensors(const char *ckpt_path, const char *name, const px_state_dict *sd, bool strict);
 
 #ifdef __cplusplus
 }

@@ -65,4 +65,26 @@ bool px_st_nbytes(const int64_t *shape, int ndim, size_t elem, uint64_t *out);
 // Well-formed UTF-8 (RFC 3629)?
 bool px_st_utf8_valid(const char *s);
 
+// The bytes px_safetensors_save writes for a state dict, as chunks: [0] the
+// 8-byte header length, [1] the JSON header, then each tensor's bytes (views
+// of the state dict, no copies).  A checkpoint writes and hashes them in one
+// pass.  Do not move img while chunks[0] points into it.
+typedef struct px_st_image {
+  px_io_chunk  *chunks;
+  int           n_chunks;
+  unsigned char len_le[8];
+  char         *header;
+} px_st_image;
+
+// Validates sd and metadata as px_safetensors_save does (errors name path).
+px_status px_st_image_build(const char *path, const px_state_dict *sd, const px_kv *metadata, int n_metadata,
+                            px_st_image *img);
+void px_st_image_free(px_st_image *img);
+
+// px_safetensors_open over bytes already in memory (ownership of the malloc'ed
+// bytes passes to the file, also on failure); path names it in messages.
+px_status px_st_open_buffer(const char *path, unsigned char *bytes, size_t size, px_safetensors **out);
+// px_safetensors_load from an opened file: all checks, then the copies.
+px_status px_st_load_open(const px_safetensors *f, const px_state_dict *sd, bool strict);
+
 #endif

@@ -113,34 +113,54 @@ static px_status read_whole_file(px_safetensors *f) {
   return st;
 }
 
+// Parses and cross-checks f->bytes (f->size of them, already read).
+static px_status parse_bytes(px_safetensors *f) {
+  const char *path = f->path;
+  if (f->size < 8)
+    return px_error(PX_ERR_FORMAT, "safetensors: %s is %zu bytes, too short for a safetensors file (8-byte header length, "
+                    "then the JSON header); is it truncated?", path, f->size);
+  uint64_t n = 0;  // little-endian, whatever the host
+  for (int i = 7; i >= 0; i--) n = n << 8 | f->bytes[i];
+  if (n > PX_ST_MAX_HEADER)
+    return px_error(PX_ERR_FORMAT, "safetensors: %s declares a header of %" PRIu64 " bytes, over the 100 MB limit; "
+                    "is this a safetensors file?", path, n);
+  if (n > f->size - 8)
+    return px_error(PX_ERR_FORMAT, "safetensors: %s declares a header of %" PRIu64 " bytes but only %zu bytes follow; "
+                    "is the file truncated?", path, n, f->size - 8);
+  f->body = f->bytes + 8 + n;
+  f->body_size = f->size - 8 - (size_t)n;
+  px_status st = px_st_parse_header(f, f->bytes + 8, (size_t)n);
+  if (st == PX_OK) st = check_tensors(f);
+  return st;
+}
+
+static px_safetensors *new_file(const char *path) {
+  px_safetensors *f = calloc(1, sizeof *f);
+  if (f) f->path = strdup(path);
+  if (f && !f->path) { free(f); f = NULL; }
+  return f;
+}
+
 px_status px_safetensors_open(const char *path, px_safetensors **out) {
   if (!out) return px_error(PX_ERR_INVALID, "safetensors: open: out is NULL");
   *out = NULL;
   if (!path || !*path) return px_error(PX_ERR_INVALID, "safetensors: open: empty path");
-  px_safetensors *f = calloc(1, sizeof *f);
-  if (f) f->path = strdup(path);
-  if (!f || !f->path) { free(f); return px_error(PX_ERR_NOMEM, "safetensors: out of memory opening %s", path); }
-
+  px_safetensors *f = new_file(path);
+  if (!f) return px_error(PX_ERR_NOMEM, "safetensors: out of memory opening %s", path);
   px_status st = read_whole_file(f);
-  if (st == PX_OK && f->size < 8)
-    st = px_error(PX_ERR_FORMAT, "safetensors: %s is %zu bytes, too short for a safetensors file (8-byte header length, "
-                  "then the JSON header); is it truncated?", path, f->size);
-  if (st == PX_OK) {
-    uint64_t n = 0;  // little-endian, whatever the host
-    for (int i = 7; i >= 0; i--) n = n << 8 | f->bytes[i];
-    if (n > PX_ST_MAX_HEADER)
-      st = px_error(PX_ERR_FORMAT, "safetensors: %s declares a header of %" PRIu64 " bytes, over the 100 MB limit; "
-                    "is this a safetensors file?", path, n);
-    else if (n > f->size - 8)
-      st = px_error(PX_ERR_FORMAT, "safetensors: %s declares a header of %" PRIu64 " bytes but only %zu bytes follow; "
-                    "is the file truncated?", path, n, f->size - 8);
-    else {
-      f->body = f->bytes + 8 + n;
-      f->body_size = f->size - 8 - (size_t)n;
-      st = px_st_parse_header(f, f->bytes + 8, (size_t)n);
-    }
-  }
-  if (st == PX_OK) st = check_tensors(f);
+  if (st == PX_OK) st = parse_bytes(f);
+  if (st != PX_OK) { px_safetensors_close(f); return st; }
+  *out = f;
+  return PX_OK;
+}
+
+px_status px_st_open_buffer(const char *path, unsigned char *bytes, size_t size, px_safetensors **out) {
+  *out = NULL;
+  px_safetensors *f = new_file(path);
+  if (!f) { free(bytes); return px_error(PX_ERR_NOMEM, "safetensors: out of memory opening %s", path); }
+  f->bytes = bytes;
+  f->size = size;
+  px_status st = parse_bytes(f);
   if (st != PX_OK) { px_safetensors_close(f); return st; }
   *out = f;
   return PX_OK;
@@ -254,7 +274,15 @@ px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool st
   if (st != PX_OK) return st;
   px_safetensors *f;
   if ((st = px_safetensors_open(path, &f)) != PX_OK) return st;
+  st = px_st_load_open(f, sd, strict);
+  px_safetensors_close(f);
+  return st;
+}
 
+px_status px_st_load_open(const px_safetensors *f, const px_state_dict *sd, bool strict) {
+  const char *path = f->path;
+  px_status st = check_state_dict(sd, path, "load into the model from");
+  if (st != PX_OK) return st;
   problems pr = {PX_OK, 0, {0}};
   char want[PX_SHAPE_STR_MAX], got[PX_SHAPE_STR_MAX];
   for (int i = 0; i < sd->count; i++) {
@@ -275,10 +303,7 @@ px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool st
   }
   if (strict && f->count > 0) {
     const px_named_tensor **sorted = malloc((size_t)(sd->count ? sd->count : 1) * sizeof *sorted);
-    if (!sorted) {
-      px_safetensors_close(f);
-      return px_error(PX_ERR_NOMEM, "safetensors: load %s: out of memory", path);
-    }
+    if (!sorted) return px_error(PX_ERR_NOMEM, "safetensors: load %s: out of memory", path);
     for (int i = 0; i < sd->count; i++) sorted[i] = &sd->items[i];
     qsort(sorted, (size_t)sd->count, sizeof *sorted, cmp_named_ptr);
     for (int i = 0; i < f->count; i++) {
@@ -291,7 +316,6 @@ px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool st
     free(sorted);
   }
   if (pr.count > 0) {
-    px_safetensors_close(f);
     if (pr.count == 1) return px_error(pr.status, "%s", pr.first);
     return px_error(pr.status, "%s (and %d more mismatch%s)", pr.first, pr.count - 1, pr.count > 2 ? "es" : "");
   }
@@ -301,7 +325,6 @@ px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool st
     size_t nbytes = px_tensor_nbytes(&m->tensor);
     if (nbytes) memcpy(m->tensor.data, px_safetensors_find(f, m->name)->tensor.data, nbytes);
   }
-  px_safetensors_close(f);
   return PX_OK;
 }
 
@@ -387,7 +410,9 @@ static int cmp_kv_ptr(const void *a, const void *b) {
   return strcmp((*(const px_kv *const *)a)->key, (*(const px_kv *const *)b)->key);
 }
 
-px_status px_safetensors_save(const char *path, const px_state_dict *sd, const px_kv *metadata, int n_metadata) {
+px_status px_st_image_build(const char *path, const px_state_dict *sd, const px_kv *metadata, int n_metadata,
+                            px_st_image *img) {
+  memset(img, 0, sizeof *img);
   if (!path || !*path) return px_error(PX_ERR_INVALID, "safetensors: save: empty path");
   px_status st = check_state_dict(sd, path, "save to");
   if (st != PX_OK) return st;
@@ -399,7 +424,6 @@ px_status px_safetensors_save(const char *path, const px_state_dict *sd, const p
   px_io_chunk *chunks = malloc((size_t)(n + 2) * sizeof *chunks);
   sbuf h = {0};
   if (!order || !meta || !chunks) { st = px_error(PX_ERR_NOMEM, "safetensors: save %s: out of memory", path); goto done; }
-
   for (int i = 0; i < n_metadata; i++) {
     meta[i] = &metadata[i];
     if (!metadata[i].key || !metadata[i].value)
@@ -464,16 +488,34 @@ px_status px_safetensors_save(const char *path, const px_state_dict *sd, const p
   if (h.len > PX_ST_MAX_HEADER)
     { st = px_error(PX_ERR_INVALID, "safetensors: save %s: header of %zu bytes is over the 100 MB limit readers accept", path, h.len); goto done; }
 
-  unsigned char len_le[8];
-  for (int i = 0; i < 8; i++) len_le[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-  chunks[0] = (px_io_chunk){len_le, 8};
+  for (int i = 0; i < 8; i++) img->len_le[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+  chunks[0] = (px_io_chunk){img->len_le, 8};
   chunks[1] = (px_io_chunk){h.buf, h.len};
-  st = px_io_write_chunks_atomic(path, chunks, n + 2);
+  img->chunks = chunks;
+  img->n_chunks = n + 2;
+  img->header = h.buf;
+  chunks = NULL;
+  h.buf = NULL;
 
 done:
   free(h.buf);
   free(chunks);
   free(meta);
   free(order);
+  return st;
+}
+
+void px_st_image_free(px_st_image *img) {
+  free(img->chunks);
+  free(img->header);
+  memset(img, 0, sizeof *img);
+}
+
+px_status px_safetensors_save(const char *path, const px_state_dict *sd, const px_kv *metadata, int n_metadata) {
+  px_st_image img;
+  px_status st = px_st_image_build(path, sd, metadata, n_metadata, &img);
+  if (st != PX_OK) return st;
+  st = px_io_write_chunks_atomic(path, img.chunks, img.n_chunks);
+  px_st_image_free(&img);
   return st;
 }

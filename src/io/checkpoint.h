@@ -1,0 +1,103 @@
+// Checkpoint directories, internal to the io layer: names, listing, the
+// SHA256SUMS file, rotation.  The public contract is in plexus/io.h; the
+// files are checkpoint_dir.c (names, listing, removal, rotation),
+// checkpoint_read.c (SHA256SUMS, verify, latest, reads) and
+// checkpoint_write.c (write, write0).
+//
+//   <dir>/step_00001200/                      a complete checkpoint
+//   <dir>/.step_00001300.partial.<host>.<pid>/  being written (or a crash)
+//   <dir>/.step_00001200.old.<host>.<pid>/      a replaced checkpoint, set
+//                                               aside only where the file
+//                                               system cannot swap two
+//                                               directories atomically
+#ifndef PX_IO_CHECKPOINT_H
+#define PX_IO_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "io/sha256.h"
+#include "plexus/io.h"
+
+#define PX_CKPT_SUMS      "SHA256SUMS"
+#define PX_CKPT_NAME_MAX  255          // longest file name (NAME_MAX on Linux)
+#define PX_CKPT_SUMS_MAX  (1u << 20)   // a SHA256SUMS longer than this is not ours
+#define PX_CKPT_HOST_MAX  64
+
+/* ---- names (checkpoint_dir.c) ------------------------------------------- */
+
+// "step_00000042" for 42: at least 8 digits.  out holds 32 bytes.
+void px_ckpt_step_name(int64_t step, char out[32]);
+// The step of a canonical step directory name (exactly what
+// px_ckpt_step_name makes: "step_42" and "step_000000042" are not ours).
+bool px_ckpt_parse_step_name(const char *name, int64_t *step);
+
+typedef enum px_ckpt_temp_kind { PX_CKPT_PARTIAL, PX_CKPT_OLD } px_ckpt_temp_kind;
+
+typedef struct px_ckpt_temp {
+  int64_t           step;
+  px_ckpt_temp_kind kind;
+  char              host[PX_CKPT_HOST_MAX + 1];
+  long              pid;
+} px_ckpt_temp;
+
+// ".step_<8 digits>.<partial|old>.<host>.<pid>"; out holds 384 bytes.
+void px_ckpt_temp_name(int64_t step, px_ckpt_temp_kind kind, const char *host, long pid, char *out, size_t cap);
+bool px_ckpt_parse_temp_name(const char *name, px_ckpt_temp *out);
+
+// This machine's name as it appears in temporary names: gethostname with
+// anything but [A-Za-z0-9._-] turned into '_', at most PX_CKPT_HOST_MAX.
+void px_ckpt_host(char out[PX_CKPT_HOST_MAX + 1]);
+// Whether process pid exists on this host (EPERM counts as alive).
+bool px_ckpt_pid_alive(long pid);
+
+// A file name the checkpoint may hold (see px_checkpoint_write); else
+// false with *why set to the reason.
+bool px_ckpt_name_ok(const char *name, const char **why);
+
+/* ---- listing (checkpoint_dir.c) ----------------------------------------- */
+
+typedef struct px_ckpt_entry {
+  char         name[PX_CKPT_NAME_MAX + 1];
+  bool         is_temp;    // else a step directory
+  int64_t      step;
+  px_ckpt_temp temp;       // when is_temp
+} px_ckpt_entry;
+
+typedef struct px_ckpt_listing {
+  px_ckpt_entry *entries;  // step directories newest first, then temporaries
+  int            n_steps, n_temps;
+} px_ckpt_listing;
+
+// The directories of dir whose names are ours (symbolic links and other
+// files are not listed: they are not ours).  PX_ERR_NOT_FOUND when dir does
+// not exist.
+px_status px_ckpt_list(const char *dir, px_ckpt_listing *out);
+void px_ckpt_listing_free(px_ckpt_listing *l);
+
+// rm -r path, never following symbolic links.
+px_status px_ckpt_remove_tree(const char *path);
+
+// Rotation after step `written` was written: see px_checkpoint_write.
+px_status px_ckpt_rotate(const char *dir, int64_t written, int keep_last);
+
+/* ---- SHA256SUMS (checkpoint_read.c) -------------------------------------- */
+
+typedef struct px_ckpt_sum {
+  char          name[PX_CKPT_NAME_MAX + 1];
+  unsigned char digest[PX_SHA256_BYTES];
+} px_ckpt_sum;
+
+typedef struct px_ckpt_sums {
+  px_ckpt_sum *items;     // in file order
+  int          n;
+} px_ckpt_sums;
+
+// Reads and parses ckpt/SHA256SUMS.  Errors name the checkpoint and line.
+px_status px_ckpt_sums_read(const char *ckpt, px_ckpt_sums *out);
+void px_ckpt_sums_free(px_ckpt_sums *s);
+// Without hashing: every listed file is present as a regular file, and the
+// directory holds nothing SHA256SUMS does not list.
+px_status px_ckpt_check_files(const char *ckpt, const px_ckpt_sums *sums);
+
+#endif

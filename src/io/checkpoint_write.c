@@ -1,0 +1,364 @@
+// Writing checkpoints.  The order of operations is the guarantee:
+//
+//   1. mkdir <dir>/.step_<step>.partial.<host>.<pid>/
+//   2. each file: written, its SHA-256 computed from the same bytes in the
+//      same pass, fsynced;  then SHA256SUMS, fsynced;  then the directory
+//   3. rename the directory to <dir>/step_<step>  (atomic), fsync <dir>
+//   4. rotation (checkpoint_dir.c)
+//
+// A crash before 3 leaves a .partial directory, which readers skip and the
+// next write on this host removes; after 3 the checkpoint is complete.  When
+// step_<step> exists already, step 3 swaps the two directories in one
+// renameat2(RENAME_EXCHANGE) and then deletes the old one, so at every
+// moment one complete step_<step> exists; on file systems without the swap,
+// the old directory is first renamed aside (.old), and a writer that dies
+// between the two renames leaves it to be put back by the next write.
+#define _GNU_SOURCE  // renameat2 and RENAME_EXCHANGE (glibc 2.28)
+#include "io/checkpoint.h"
+#include "io/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PX_CKPT_STEP_MAX INT64_C(999999999999999999)  // 18 digits: what a reader parses
+
+/* ---- small file-system helpers ------------------------------------------------ */
+
+static px_status fsync_dir(const char *dir, const char *ckpt) {
+  char why[128];
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    return px_error(PX_ERR_IO, "checkpoint %s: cannot open directory %s to fsync it: %s", ckpt, dir,
+                    px_io_strerror(err, why, sizeof why));
+  }
+  px_status st = PX_OK;
+  // Some file systems cannot fsync a directory (EINVAL): nothing to do there.
+  if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) {
+    int err = errno;
+    st = px_error(PX_ERR_IO, "checkpoint %s: fsync of directory %s failed: %s", ckpt, dir,
+                  px_io_strerror(err, why, sizeof why));
+  }
+  close(fd);
+  return st;
+}
+
+// mkdir -p, each new directory made durable in its parent.
+static px_status make_dirs(char *dir, const char *ckpt) {
+  char why[128];
+  struct stat sb;
+  if (stat(dir, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode)) return PX_OK;
+    return px_error(PX_ERR_IO, "checkpoint %s: %s exists and is not a directory", ckpt, dir);
+  }
+  for (char *p = dir + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char keep = *p;
+    *p = '\0';
+    if (mkdir(dir, 0777) == 0) {
+      char *slash = strrchr(dir, '/');
+      px_status st = PX_OK;
+      if (!slash) st = fsync_dir(".", ckpt);
+      else if (slash == dir) st = fsync_dir("/", ckpt);
+      else { *slash = '\0'; st = fsync_dir(dir, ckpt); *slash = '/'; }
+      if (st != PX_OK) { *p = keep; return st; }
+    } else if (errno != EEXIST) {
+      int err = errno;
+      px_status st = px_error(PX_ERR_IO, "checkpoint %s: cannot create directory %s: %s", ckpt, dir,
+                              px_io_strerror(err, why, sizeof why));
+      *p = keep;
+      return st;
+    }
+    *p = keep;
+    if (keep == '\0') break;
+  }
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return px_error(PX_ERR_IO, "checkpoint %s: %s is not a directory", ckpt, dir);
+  return PX_OK;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+// Writes the concatenation of chunks to path (a new file) and its SHA-256
+// into digest, hashing each piece just before writing it: one pass over the
+// bytes, which stay in cache between the two.
+static px_status write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
+                            unsigned char digest[PX_SHA256_BYTES]) {
+  enum { PIECE = 1 << 20 };
+  char why[128];
+  const char *step = "create";
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) goto fail;
+  px_sha256 s;
+  px_sha256_init(&s);
+  step = "write";
+  for (int i = 0; i < n; i++) {
+    const unsigned char *p = chunks[i].data;
+    size_t left = chunks[i].size;
+    while (left) {
+      size_t k = left < PIECE ? left : PIECE;
+      px_sha256_update(&s, p, k);
+      if (write_all(fd, p, k) != 0) goto fail;
+      p += k;
+      left -= k;
+    }
+  }
+  step = "fsync";
+  if (fsync(fd) != 0) goto fail;
+  step = "close";
+  int f = fd;
+  fd = -1;
+  if (close(f) != 0) goto fail;
+  px_sha256_final(&s, digest);
+  return PX_OK;
+
+fail:;
+  int err = errno;
+  if (fd >= 0) close(fd);
+  return px_error(PX_ERR_IO, "checkpoint %s: %s of file \"%s\" failed: %s; the checkpoints already in the directory "
+                  "are untouched", ckpt, step, name, px_io_strerror(err, why, sizeof why));
+}
+
+/* ---- arguments -------------------------------------------------------------------- */
+
+static px_status check_items(const px_ckpt_item *items, int n_items) {
+  if (n_items < 1 || !items)
+    return px_error(PX_ERR_INVALID, "checkpoint: %d items given; a checkpoint holds at least one file", n_items);
+  for (int i = 0; i < n_items; i++) {
+    const char *why;
+    if (!px_ckpt_name_ok(items[i].name, &why))
+      return px_error(PX_ERR_INVALID, "checkpoint: item %d's name \"%s\" %s", i, items[i].name ? items[i].name : "", why);
+    if (!items[i].tensors && items[i].n_bytes > 0 && !items[i].bytes)
+      return px_error(PX_ERR_INVALID, "checkpoint: item \"%s\" has %zu bytes but no data", items[i].name,
+                      items[i].n_bytes);
+    for (int k = 0; k < i; k++)
+      if (strcmp(items[k].name, items[i].name) == 0)
+        return px_error(PX_ERR_INVALID, "checkpoint: two items are named \"%s\" (items %d and %d)", items[i].name, k, i);
+  }
+  return PX_OK;
+}
+
+// dir without trailing slashes ("/" stays "/"), malloc'ed.
+static char *clean_dir(const char *dir) {
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--;
+  char *d = malloc(n + 1);
+  if (d) { memcpy(d, dir, n); d[n] = '\0'; }
+  return d;
+}
+
+// "<dir>/step_<step>" into out; false when it does not fit.
+static bool step_path(const char *dir, int64_t step, char *out, size_t cap) {
+  char name[32];
+  px_ckpt_step_name(step, name);
+  int k = snprintf(out, cap, "%s%s%s", dir, strcmp(dir, "/") == 0 ? "" : "/", name);
+  return k >= 0 && (size_t)k < cap;
+}
+
+/* ---- install: the rename that makes a checkpoint exist ------------------------------ */
+
+// tmp (complete, fsynced) becomes final.  *old_left receives a directory to
+// delete afterwards ("" if none): the checkpoint final replaced.
+static px_status install(const char *dir, const char *tmp, const char *final, int64_t step, char *old_left, size_t cap) {
+  char why[128];
+  old_left[0] = '\0';
+  if (rename(tmp, final) == 0) return PX_OK;
+  int err = errno;
+  if (err != EEXIST && err != ENOTEMPTY)
+    return px_error(PX_ERR_IO, "checkpoint %s: renaming %s to it failed: %s", final, tmp,
+                    px_io_strerror(err, why, sizeof why));
+  struct stat sb;
+  if (lstat(final, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return px_error(PX_ERR_IO, "checkpoint %s: the name is taken by something that is not a checkpoint directory; "
+                    "left alone", final);
+#ifdef RENAME_EXCHANGE
+  // One atomic swap: step_<step> is the old checkpoint, then the new one.
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+    snprintf(old_left, cap, "%s", tmp);
+    return PX_OK;
+  }
+  err = errno;
+  if (err != EINVAL && err != ENOSYS && err != ENOTSUP)
+    return px_error(PX_ERR_IO, "checkpoint %s: swapping in the new checkpoint %s failed: %s", final, tmp,
+                    px_io_strerror(err, why, sizeof why));
+#endif
+  // No swap on this file system: the old one aside, the new one in.
+  char host[PX_CKPT_HOST_MAX + 1], name[384];
+  px_ckpt_host(host);
+  px_ckpt_temp_name(step, PX_CKPT_OLD, host, (long)getpid(), name, sizeof name);
+  snprintf(old_left, cap, "%s/%s", dir, name);
+  px_status st = px_ckpt_remove_tree(old_left);  // our own leftover, if any
+  if (st != PX_OK) { old_left[0] = '\0'; return st; }
+  if (rename(final, old_left) != 0) {
+    err = errno;
+    old_left[0] = '\0';
+    return px_error(PX_ERR_IO, "checkpoint %s: moving the old checkpoint aside failed: %s", final,
+                    px_io_strerror(err, why, sizeof why));
+  }
+  if (rename(tmp, final) != 0) {
+    err = errno;
+    rename(old_left, final);  // put the old one back; best effort
+    old_left[0] = '\0';
+    return px_error(PX_ERR_IO, "checkpoint %s: renaming %s to it failed: %s", final, tmp,
+                    px_io_strerror(err, why, sizeof why));
+  }
+  return PX_OK;
+}
+
+/* ---- write ------------------------------------------------------------------------ */
+
+// px_checkpoint_write; *complete tells whether step_<step> is in place
+// (the status may still be an error from removing old checkpoints).
+static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckpt_item *items, int n_items,
+                                  int keep_last, char *path_out, size_t cap, bool *complete) {
+  *complete = false;
+  if (path_out && cap) path_out[0] = '\0';
+  if (!dir_in || !*dir_in) return px_error(PX_ERR_INVALID, "checkpoint: empty directory name");
+  if (step < 0 || step > PX_CKPT_STEP_MAX)
+    return px_error(PX_ERR_INVALID, "checkpoint: step %" PRId64 " is out of range (0 to 10^18 - 1)", step);
+  if (keep_last < 0) return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
+  px_status st = check_items(items, n_items);
+  if (st != PX_OK) return st;
+
+  char *dir = clean_dir(dir_in);
+  size_t plen = strlen(dir_in) + 2 * PX_CKPT_NAME_MAX + 8;
+  char *final = malloc(plen), *tmp = malloc(plen), *file = malloc(plen), *old = malloc(plen), *label = malloc(plen);
+  char *sums = malloc((size_t)n_items * (PX_SHA256_HEX + 2 + PX_CKPT_NAME_MAX + 1) + 1);
+  bool made_tmp = false;
+  if (!dir || !final || !tmp || !file || !old || !label || !sums) {
+    st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory writing step %" PRId64 " in %s", step, dir_in);
+    goto done;
+  }
+  step_path(dir, step, final, plen);
+  if (path_out && strlen(final) >= cap) {
+    st = px_error(PX_ERR_INVALID, "checkpoint %s: path_out holds %zu bytes, the path needs %zu", final, cap,
+                  strlen(final) + 1);
+    goto done;
+  }
+  if ((st = make_dirs(dir, final)) != PX_OK) goto done;
+
+  char host[PX_CKPT_HOST_MAX + 1], name[384], why[128];
+  px_ckpt_host(host);
+  px_ckpt_temp_name(step, PX_CKPT_PARTIAL, host, (long)getpid(), name, sizeof name);
+  snprintf(tmp, plen, "%s/%s", dir, name);
+  if ((st = px_ckpt_remove_tree(tmp)) != PX_OK) goto done;  // this process's own earlier attempt
+  if (mkdir(tmp, 0755) != 0) {
+    int err = errno;
+    st = px_error(PX_ERR_IO, "checkpoint %s: cannot create the temporary directory %s: %s", final, tmp,
+                  px_io_strerror(err, why, sizeof why));
+    goto done;
+  }
+  made_tmp = true;
+
+  size_t sums_len = 0;
+  for (int i = 0; i < n_items; i++) {
+    const px_ckpt_item *it = &items[i];
+    unsigned char digest[PX_SHA256_BYTES];
+    snprintf(file, plen, "%s/%s", tmp, it->name);
+    if (it->tensors) {
+      px_st_image img;
+      snprintf(label, plen, "%s/%s", final, it->name);  // the name a user will see in messages
+      if ((st = px_st_image_build(label, it->tensors, it->metadata, it->n_metadata, &img)) != PX_OK) goto done;
+      st = write_file(file, final, it->name, img.chunks, img.n_chunks, digest);
+      px_st_image_free(&img);
+    } else {
+      px_io_chunk c = {it->bytes, it->n_bytes};
+      st = write_file(file, final, it->name, &c, 1, digest);
+    }
+    if (st != PX_OK) goto done;
+    char hex[PX_SHA256_HEX];
+    px_sha256_hex(digest, hex);
+    sums_len += (size_t)sprintf(sums + sums_len, "%s  %s\n", hex, it->name);
+  }
+  // SHA256SUMS last: a directory that has it had all its files written.
+  unsigned char ignored[PX_SHA256_BYTES];
+  snprintf(file, plen, "%s/%s", tmp, PX_CKPT_SUMS);
+  px_io_chunk c = {sums, sums_len};
+  if ((st = write_file(file, final, PX_CKPT_SUMS, &c, 1, ignored)) != PX_OK) goto done;
+  if ((st = fsync_dir(tmp, final)) != PX_OK) goto done;
+
+  if ((st = install(dir, tmp, final, step, old, plen)) != PX_OK) goto done;
+  made_tmp = false;
+  if ((st = fsync_dir(dir, final)) != PX_OK) goto done;
+  *complete = true;
+  if (path_out) memcpy(path_out, final, strlen(final) + 1);
+  if (old[0] && (st = px_ckpt_remove_tree(old)) != PX_OK) {
+    st = px_error_wrap(st, "checkpoint %s is complete, but removing the checkpoint it replaced failed", final);
+    goto done;
+  }
+  st = px_ckpt_rotate(dir, step, keep_last);
+  if (st != PX_OK) st = px_error_wrap(st, "checkpoint %s is complete, but rotation in %s failed", final, dir);
+
+done:
+  if (made_tmp) {
+    // Keep the first error's message: the cleanup's own failure matters less.
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", px_last_error());
+    px_ckpt_remove_tree(tmp);
+    px_error(st, "%s", msg);
+  }
+  free(sums);
+  free(label);
+  free(old);
+  free(file);
+  free(tmp);
+  free(final);
+  free(dir);
+  return st;
+}
+
+px_status px_checkpoint_write(const char *dir, int64_t step, const px_ckpt_item *items, int n_items, int keep_last,
+                              char *path_out, size_t cap) {
+  bool complete;
+  return write_checkpoint(dir, step, items, n_items, keep_last, path_out, cap, &complete);
+}
+
+/* ---- write0: rank 0 writes, everyone learns how it went ------------------------------ */
+
+px_status px_checkpoint_write0(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items, int n_items,
+                               int keep_last, char *path_out, size_t cap) {
+  // Rank 0's outcome as bytes: status, whether step_<step> exists, message.
+  struct {
+    int32_t status;
+    int32_t complete;
+    char    message[1024];
+  } r;
+  memset(&r, 0, sizeof r);
+  if (px_comm_rank(comm) == 0) {
+    bool complete = false;
+    r.status = (int32_t)write_checkpoint(dir, step, items, n_items, keep_last, path_out, cap, &complete);
+    r.complete = complete;
+    if (r.status != PX_OK) snprintf(r.message, sizeof r.message, "%s", px_last_error());
+  }
+  // Every rank learns rank 0's status, so none trains on believing in a
+  // checkpoint that does not exist, and none hangs when rank 0 failed.
+  px_status cst = px_comm_broadcast(comm, &r, sizeof r, PX_U8, 0);
+  if (cst != PX_OK) return cst;
+  if (px_comm_rank(comm) == 0) return (px_status)r.status;
+  bool fits = true;
+  if (path_out && cap) {
+    path_out[0] = '\0';
+    char *d = r.complete ? clean_dir(dir) : NULL;
+    if (d && !(fits = step_path(d, step, path_out, cap))) path_out[0] = '\0';
+    free(d);
+  }
+  if (r.status != PX_OK) return px_error((px_status)r.status, "%s", r.message);
+  if (!fits) return px_error(PX_ERR_INVALID, "checkpoint: rank %d's path_out (%zu bytes) cannot hold the path of step %"
+                             PRId64 " in %s", px_comm_rank(comm), cap, step, dir);
+  return PX_OK;
+}
