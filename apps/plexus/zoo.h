@@ -54,4 +54,13 @@ typedef struct px_gpt_config {
 
 px_module *px_zoo_gpt(const px_gpt_config *cfg);
 
+/* Fill a model built by px_zoo_gpt from a Hugging Face GPT-2 safetensors
+ * file (GPT2Model or GPT2LMHeadModel: keys with or without "transformer.").
+ * The causal-mask buffers "h.<l>.attn.bias" / "h.<l>.attn.masked_bias" and
+ * the tied "lm_head.weight" are skipped; every other tensor must be a
+ * parameter of the model with its shape and F32, and every parameter must
+ * be in the file.  All or nothing: on an error (naming the tensor and the
+ * file) the model is unchanged. */
+px_status px_zoo_gpt_load_hf(px_model *model, const char *path);
+
 #endif
