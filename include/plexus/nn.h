@@ -160,6 +160,33 @@ px_module *px_avgpool2d(int kernel_size, int stride);
 px_module *px_batchnorm(int channels, float eps, float momentum);
 px_module *px_layernorm(int dim, float eps);
 
+/* ---- Transformer layers (GPT-2) -------------------------------------------
+ * Token ids are int32.  Shapes: embedding ids (...) -> (..., dim);
+ * pos_embedding, attention (N, T, C) -> (N, T, C); conv1d (..., in) ->
+ * (..., out); tied head (..., C) -> (..., V).  docs/LAYERS.md has the math. */
+/* nn.Embedding: weight (V, dim), N(0, 1).  Ids outside [0, V) are an error
+ * naming the id and its position.  Backward scatter-adds into the weight's
+ * gradient in position order, the same bits for any thread count; the ids
+ * get no gradient (call backward with dx = NULL). */
+px_module *px_embedding(int num_embeddings, int dim);
+/* Learned positions, added to the input: y[n, t] = x[n, t] + weight[t],
+ * weight (context, dim), N(0, 0.02); T <= context. */
+px_module *px_pos_embedding(int context, int dim);
+/* GPT-2's Conv1D: y = x · W + b with weight stored (in, out) as Hugging
+ * Face's GPT-2 stores it; weight N(0, 0.02), bias 0. */
+px_module *px_conv1d(int in_features, int out_features, bool bias);
+/* Causal multi-head self-attention with children c_attn (Conv1D dim -> 3·dim,
+ * fused q, k, v), c_proj (Conv1D dim -> dim) and resid_dropout; dropout
+ * attn_dropout on the attention probabilities.  Keeps q, k, v and one
+ * log-sum-exp per row, never the (N, heads, T, T) scores. */
+px_module *px_causal_self_attention(int dim, int n_head, float attn_dropout, float resid_dropout);
+/* Output projection tied to `embedding` (a px_embedding in the same model):
+ * logits = x · weightᵀ, its gradient added into the embedding's.  The
+ * embedding must run forward before the head (so its backward, which tells
+ * DDP the weight's gradient is complete, comes after the head's); forward
+ * and backward fail with an error otherwise. */
+px_module *px_tied_head(px_module *embedding);
+
 /* ---- The model: a module tree plus flat buffers ------------------------- */
 typedef struct px_model {
   px_module  *root;

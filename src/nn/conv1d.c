@@ -1,0 +1,101 @@
+// GPT-2's Conv1D: a linear layer whose weight is stored (in, out), the way
+// Hugging Face's GPT-2 checkpoints store c_attn, c_proj and c_fc.
+//
+//   y = x · W + b       x: (R, in)  W: (in, out)  b: (out,)  y: (R, out)
+//   dW += xᵀ · dy       (in, R)·(R, out)
+//   db += Σ_r dy[r, :]
+//   dx  = dy · Wᵀ       (R, out)·(out, in)
+// R is the product of all leading dimensions of x.
+#include "plexus/nn.h"
+#include "tensor/internal.h"
+
+typedef struct conv1d {
+  px_module base;
+  int       in, out;
+  bool      has_bias;
+  px_tensor x;  /* saved input (R, in) */
+} conv1d;
+
+static px_status conv1d_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  conv1d *l = (conv1d *)m;
+  if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != l->in) {
+    char s[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "Conv1D(%d -> %d) \"%s\": input %s %s must be f32 ending in %d features",
+                    l->in, l->out, m->params[0].name, px_dtype_name(x->dtype),
+                    px_shape_str(x->ndim, x->shape, s, sizeof s), l->in);
+  }
+  int64_t shape[PX_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+  shape[x->ndim - 1] = l->out;
+  px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
+  if (st != PX_OK) return st;
+  const int R = (int)(px_tensor_numel(x) / l->in), out = l->out;
+  float *Y = px_f32(y);
+  float beta = 0.0f;
+  if (l->has_bias) {
+    // Every row of y starts at b; the GEMM adds x · W on top (beta = 1).
+    const float *b = m->params[1].data;
+    #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)out))
+    for (int r = 0; r < R; r++) {
+      float *restrict yr = Y + (size_t)r * out;
+      #pragma omp simd
+      for (int j = 0; j < out; j++) yr[j] = b[j];
+    }
+    beta = 1.0f;
+  }
+  // y (+)= x · W      (R, in)·(in, out)
+  px_sgemm(false, false, R, out, l->in, 1.0f, px_f32(x), l->in, m->params[0].data, out, beta, Y, out);
+  l->x = *x;
+  return PX_OK;
+}
+
+static px_status conv1d_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  conv1d *l = (conv1d *)m;
+  const int R = (int)(px_tensor_numel(&l->x) / l->in), out = l->out;
+  const float *DY = px_f32(dy);
+  // dW += xᵀ · dy      x: (R, in)  dy: (R, out)  dW: (in, out)
+  px_sgemm(true, false, l->in, out, R, 1.0f, px_f32(&l->x), l->in, DY, out, 1.0f, m->params[0].grad, out);
+  if (l->has_bias) {
+    // db[j] += Σ_r dy[r, j]: a thread owns a block of columns, rows in order.
+    float *db = m->params[1].grad;
+    const int blocks = (out + 63) / 64;
+    #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)out))
+    for (int blk = 0; blk < blocks; blk++) {
+      const int j0 = blk * 64, j1 = j0 + 64 < out ? j0 + 64 : out;
+      float acc[64] = {0};
+      for (int r = 0; r < R; r++) {
+        const float *restrict row = DY + (size_t)r * out;
+        #pragma omp simd
+        for (int j = j0; j < j1; j++) acc[j - j0] += row[j];
+      }
+      for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
+    }
+  }
+  if (!dx) return PX_OK;
+  // dx = dy · Wᵀ       dy: (R, out)  W: (in, out)  dx: (R, in)
+  px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
+  if (st != PX_OK) return st;
+  px_sgemm(false, true, R, l->in, out, 1.0f, DY, out, m->params[0].data, out, 0.0f, px_f32(dx), l->in);
+  return PX_OK;
+}
+
+static const px_module_ops conv1d_ops = {
+  .type = "Conv1D", .forward = conv1d_forward, .backward = conv1d_backward,
+};
+
+px_module *px_conv1d(int in_features, int out_features, bool bias) {
+  if (in_features <= 0 || out_features <= 0) {
+    px_error(PX_ERR_INVALID, "Conv1D: features must be positive, got %d -> %d", in_features, out_features);
+    return NULL;
+  }
+  conv1d *l = (conv1d *)px_module_alloc(sizeof *l, &conv1d_ops);
+  if (!l) return NULL;
+  l->in = in_features;
+  l->out = out_features;
+  l->has_bias = bias;
+  // Hugging Face's Conv1D: weight N(0, 0.02), bias zeros.
+  int64_t wshape[2] = {in_features, out_features}, bshape[1] = {out_features};
+  px_module_add_param(&l->base, "weight", 2, wshape, PX_INIT_NORMAL, 0.02f, false);
+  if (bias) px_module_add_param(&l->base, "bias", 1, bshape, PX_INIT_ZEROS, 0.0f, false);
+  return &l->base;
+}

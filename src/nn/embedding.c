@@ -1,0 +1,214 @@
+// Token embedding (nn.Embedding) and learned positional embedding (GPT-2's
+// wpe, added to its input).
+//
+// Embedding:     ids (...) i32 in [0, V)   W: (V, C)   y: (..., C)
+//                y[p, :] = W[ids[p], :]
+//                dW[ids[p], :] += dy[p, :]   (scatter-add; ids get no gradient)
+// PosEmbedding:  x: (N, T, C)   W: (context, C)   T <= context
+//                y[n, t, :] = x[n, t, :] + W[t, :]
+//                dW[t, :] += Σ_n dy[n, t, :]     dx = dy (a view)
+//
+// GPT's input is Embedding → PosEmbedding → Dropout: wte(ids) + wpe(t).
+//
+// Determinism: the scatter-add of a repeated id sums rows of dy in position
+// order whatever the thread count: a thread owns a block of columns of dW
+// and walks every position in order, so no two threads touch one element
+// and each element's additions come in the same order.
+#include "plexus/nn.h"
+#include "nn/internal.h"
+#include "tensor/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+// Columns of dW one thread owns: one AVX-512 vector.
+#define EMB_COL_BLOCK 16
+
+typedef struct embedding {
+  px_module base;
+  int       vocab, dim;
+  px_tensor ids;               /* saved input (...) i32 */
+  bool      awaiting_backward; /* forward ran, its backward has not (px_embedding_pending) */
+} embedding;
+
+static const px_module_ops embedding_ops;
+
+// "(1, 7)" for flat index p of a tensor of `shape`.
+static char *index_str(int64_t p, int ndim, const int64_t *shape, char *buf, size_t len) {
+  int64_t idx[PX_MAX_DIMS];
+  for (int d = ndim - 1; d >= 0; d--) {
+    idx[d] = shape[d] ? p % shape[d] : 0;
+    p = shape[d] ? p / shape[d] : 0;
+  }
+  size_t n = (size_t)snprintf(buf, len, "(");
+  for (int d = 0; d < ndim && n < len; d++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)idx[d]);
+  if (n < len) snprintf(buf + n, len - n, ")");
+  return buf;
+}
+
+static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  embedding *e = (embedding *)m;
+  if (x->dtype != PX_I32 || x->ndim < 1 || x->ndim >= PX_MAX_DIMS) {
+    char s[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "Embedding(%d, %d) \"%s\": input must be int32 token ids of 1 to %d dims, "
+                    "got %s %s", e->vocab, e->dim, m->params[0].name, PX_MAX_DIMS - 1, px_dtype_name(x->dtype),
+                    px_shape_str(x->ndim, x->shape, s, sizeof s));
+  }
+  const int32_t *ids = (const int32_t *)x->data;
+  const int64_t R = px_tensor_numel(x);
+  for (int64_t p = 0; p < R; p++)
+    if (ids[p] < 0 || ids[p] >= e->vocab) {
+      char s[PX_SHAPE_STR_MAX], at[PX_SHAPE_STR_MAX];
+      return px_error(PX_ERR_INVALID, "Embedding(%d, %d) \"%s\": token id %d at position %s of the ids %s "
+                      "is outside [0, %d)", e->vocab, e->dim, m->params[0].name, ids[p],
+                      index_str(p, x->ndim, x->shape, at, sizeof at), px_shape_str(x->ndim, x->shape, s, sizeof s),
+                      e->vocab);
+    }
+  int64_t shape[PX_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+  shape[x->ndim] = e->dim;
+  px_status st = px_ctx_tensor(ctx, y, x->ndim + 1, shape);
+  if (st != PX_OK) return st;
+  const size_t C = (size_t)e->dim;
+  const float *W = m->params[0].data;
+  float *Y = px_f32(y);
+  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * C))
+  for (int64_t p = 0; p < R; p++) memcpy(Y + (size_t)p * C, W + (size_t)ids[p] * C, C * sizeof(float));
+  e->ids = *x;
+  e->awaiting_backward = true;
+  return PX_OK;
+}
+
+static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  embedding *e = (embedding *)m;
+  if (dx)
+    return px_error(PX_ERR_INVALID, "Embedding \"%s\": its input (token ids) has no gradient; "
+                    "call backward with dx = NULL", m->params[0].name);
+  const int32_t *ids = (const int32_t *)e->ids.data;
+  const int64_t R = px_tensor_numel(&e->ids);
+  const int C = e->dim;
+  const float *DY = px_f32(dy);
+  float *dW = m->params[0].grad;
+  // dW[ids[p], j] += dy[p, j], thread-owned column blocks, positions in order.
+  const int blocks = (C + EMB_COL_BLOCK - 1) / EMB_COL_BLOCK;
+  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)C))
+  for (int blk = 0; blk < blocks; blk++) {
+    const int j0 = blk * EMB_COL_BLOCK, j1 = j0 + EMB_COL_BLOCK < C ? j0 + EMB_COL_BLOCK : C;
+    for (int64_t p = 0; p < R; p++) {
+      float *restrict row = dW + (size_t)ids[p] * C;
+      const float *restrict g = DY + (size_t)p * C;
+      #pragma omp simd
+      for (int j = j0; j < j1; j++) row[j] += g[j];
+    }
+  }
+  e->awaiting_backward = false;
+  (void)ctx;
+  return PX_OK;
+}
+
+static const px_module_ops embedding_ops = {
+  .type = "Embedding", .forward = emb_forward, .backward = emb_backward,
+};
+
+px_module *px_embedding(int num_embeddings, int dim) {
+  if (num_embeddings <= 0 || dim <= 0) {
+    px_error(PX_ERR_INVALID, "Embedding(%d, %d): sizes must be positive", num_embeddings, dim);
+    return NULL;
+  }
+  embedding *e = (embedding *)px_module_alloc(sizeof *e, &embedding_ops);
+  if (!e) return NULL;
+  e->vocab = num_embeddings;
+  e->dim = dim;
+  int64_t shape[2] = {num_embeddings, dim};
+  // nn.Embedding: N(0, 1).  GPT-2 uses N(0, 0.02) (px_zoo_gpt sets it).
+  px_module_add_param(&e->base, "weight", 2, shape, PX_INIT_NORMAL, 1.0f, false);
+  return &e->base;
+}
+
+bool px_embedding_pending(const px_module *m) {
+  return m && m->ops == &embedding_ops && ((const embedding *)m)->awaiting_backward;
+}
+
+bool px_is_embedding(const px_module *m) { return m && m->ops == &embedding_ops; }
+
+/* ---- Learned positional embedding ---------------------------------------- */
+
+typedef struct pos_embedding {
+  px_module base;
+  int       context, dim;
+  int64_t   n, t;  /* saved input shape (N, T, C) */
+} pos_embedding;
+
+static px_status pos_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  pos_embedding *pe = (pos_embedding *)m;
+  if (x->dtype != PX_F32 || x->ndim != 3 || x->shape[2] != pe->dim) {
+    char s[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\": input must be f32 (N, T, %d), got %s %s",
+                    pe->context, pe->dim, m->params[0].name, pe->dim, px_dtype_name(x->dtype),
+                    px_shape_str(x->ndim, x->shape, s, sizeof s));
+  }
+  if (x->shape[1] > pe->context)
+    return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\": sequence length T = %lld exceeds the context "
+                    "of %d positions", pe->context, pe->dim, m->params[0].name, (long long)x->shape[1],
+                    pe->context);
+  px_status st = px_ctx_tensor_like(ctx, y, x);
+  if (st != PX_OK) return st;
+  const int64_t N = x->shape[0], T = x->shape[1];
+  const size_t C = (size_t)pe->dim;
+  const float *X = px_f32(x), *W = m->params[0].data;
+  float *Y = px_f32(y);
+  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
+  for (int64_t r = 0; r < N * T; r++) {
+    const float *restrict xr = X + (size_t)r * C, *restrict w = W + (size_t)(r % T) * C;
+    float *restrict yr = Y + (size_t)r * C;
+    #pragma omp simd
+    for (size_t j = 0; j < C; j++) yr[j] = xr[j] + w[j];
+  }
+  pe->n = N;
+  pe->t = T;
+  return PX_OK;
+}
+
+static px_status pos_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  pos_embedding *pe = (pos_embedding *)m;
+  const int64_t N = pe->n, T = pe->t;
+  const size_t C = (size_t)pe->dim;
+  const float *DY = px_f32(dy);
+  float *dW = m->params[0].grad;
+  // dW[t, :] += Σ_n dy[n, t, :], n in order: one thread per position t.
+  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
+  for (int64_t t = 0; t < T; t++) {
+    float *restrict w = dW + (size_t)t * C;
+    for (int64_t n = 0; n < N; n++) {
+      const float *restrict g = DY + ((size_t)n * (size_t)T + (size_t)t) * C;
+      #pragma omp simd
+      for (size_t j = 0; j < C; j++) w[j] += g[j];
+    }
+  }
+  if (dx) {
+    *dx = *dy;  // y = x + W[t]: ∂y/∂x is the identity
+    dx->owned = false;
+  }
+  (void)ctx;
+  return PX_OK;
+}
+
+static const px_module_ops pos_embedding_ops = {
+  .type = "PosEmbedding", .forward = pos_forward, .backward = pos_backward,
+};
+
+px_module *px_pos_embedding(int context, int dim) {
+  if (context <= 0 || dim <= 0) {
+    px_error(PX_ERR_INVALID, "PosEmbedding(%d, %d): sizes must be positive", context, dim);
+    return NULL;
+  }
+  pos_embedding *pe = (pos_embedding *)px_module_alloc(sizeof *pe, &pos_embedding_ops);
+  if (!pe) return NULL;
+  pe->context = context;
+  pe->dim = dim;
+  int64_t shape[2] = {context, dim};
+  // GPT-2's initialisation: N(0, 0.02).
+  px_module_add_param(&pe->base, "weight", 2, shape, PX_INIT_NORMAL, 0.02f, false);
+  return &pe->base;
+}
