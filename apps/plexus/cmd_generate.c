@@ -1,7 +1,7 @@
 // plexus generate: sample text from a language-model checkpoint with the
 // tokenizer it was trained with.
 //
-//   plexus generate --checkpoint runs/wiki/checkpoints --prompt "The game" --tokens 50 \
+//   plexus generate --checkpoint runs/wiki/checkpoints --prompt "The game" --tokens 50
 //                   --temperature 0.8 --top-k 40 --seed 1
 //
 // Each new token: the model runs on the last `context` tokens (no cache:

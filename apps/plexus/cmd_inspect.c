@@ -53,7 +53,7 @@ static bool is_dir(const char *p) {
 }
 
 static bool has_file(const char *dir, const char *name) {
-  char p[1200];
+  char p[1400];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   struct stat sb;
   return stat(p, &sb) == 0;
