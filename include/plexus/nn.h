@@ -141,6 +141,14 @@ px_module *px_chain_of(int n, ...);
 /* y = x + inner(x); the inner module's parameters keep their own names
  * (the residual is transparent in names). */
 px_module *px_residual(px_module *inner);
+/* y = inner(x) + shortcut(x): a residual whose skip path is a module too
+ * (ResNet's projection shortcut: 1×1 conv of stride s, batchnorm).  The
+ * inner branch is transparent in names; the shortcut's parameters are named
+ * under `shortcut_name` (NULL or "": transparent too), so torchvision's
+ * BasicBlock reads "conv1.weight", ..., "downsample.0.weight".  shortcut
+ * NULL with no name is the identity (as px_residual); NULL with a name is a
+ * shortcut whose constructor failed: NULL is returned, its message kept. */
+px_module *px_residual_shortcut(px_module *inner, px_module *shortcut, const char *shortcut_name);
 
 /* ---- Layers -------------------------------------------------------------
  * Shapes: linear (..., in) -> (..., out); conv/pool/batchnorm2d (N,C,H,W);
@@ -157,6 +165,12 @@ px_module *px_conv2d(int in_channels, int out_channels, int kernel_size,
                      int stride, int padding, bool bias);
 px_module *px_maxpool2d(int kernel_size, int stride);
 px_module *px_avgpool2d(int kernel_size, int stride);
+/* nn.MaxPool2d(k, stride, padding): windows reach `padding` (<= k/2) pixels
+ * past each edge; padding never wins (ResNet's stem: 3, 2, 1). */
+px_module *px_maxpool2d_padded(int kernel_size, int stride, int padding);
+/* (N, C, H, W) -> (N, C), the mean of each plane: torchvision's
+ * AdaptiveAvgPool2d(1) followed by flatten. */
+px_module *px_global_avgpool2d(void);
 px_module *px_batchnorm(int channels, float eps, float momentum);
 px_module *px_layernorm(int dim, float eps);
 

@@ -1,9 +1,11 @@
-// MaxPool2d and AvgPool2d: k×k windows, stride s, no padding, floor mode
-// (PyTorch's defaults; stride <= 0 means s = k).
+// MaxPool2d and AvgPool2d: k×k windows, stride s, floor mode (PyTorch's
+// defaults; stride <= 0 means s = k); max-pool may pad by p <= k/2.
 //
-//   x: (N, C, H, W)  ->  y: (N, C, H', W'),  H' = (H - k)/s + 1
+//   x: (N, C, H, W)  ->  y: (N, C, H', W'),  H' = (H + 2p - k)/s + 1
 //   max: y[oh, ow] = x[a],  a = first argmax over the window in scan order
-//        (strictly greater replaces, NaN wins, as PyTorch)
+//        (strictly greater replaces, NaN wins, as PyTorch); window rows
+//        oh·s - p + i, columns ow·s - p + j; padding is -∞ (never chosen:
+//        with p <= k/2 every window holds at least one pixel)
 //        dx[a] += dy[oh, ow]           (overlapping windows may share a)
 //   avg: y[oh, ow] = (1/k²) Σ_window x
 //        dx[window] += dy[oh, ow] / k²
@@ -18,7 +20,7 @@
 
 typedef struct pool2d {
   px_module base;
-  int       k, stride;
+  int       k, stride, pad;  /* pad: max-pool only */
   bool      is_max;
   // Saved by forward for backward.
   px_tensor x;       /* (N, C, H, W): only the shape is used */
@@ -50,6 +52,28 @@ POOL_INLINE void max_plane(const float *xp, float *yp, int32_t *ap, int W, int H
           const bool take = (v > best) | (v != v);
           best = take ? v : best;
           at = take ? idx : at;
+        }
+      yp[oh * Wo + ow] = best;
+      ap[oh * Wo + ow] = at;
+    }
+  }
+}
+
+// Padded max-pool (ResNet's 3×3/2 pad-1 stem pool): each window clipped
+// to the image; the first pixel inside it starts the scan, as in PyTorch.
+static void max_plane_padded(const float *xp, float *yp, int32_t *ap, int H, int W, int Ho, int Wo, int k,
+                             int s, int p) {
+  for (int oh = 0; oh < Ho; oh++) {
+    const int h0 = oh * s - p, i_lo = h0 < 0 ? -h0 : 0, i_hi = h0 + k > H ? H - h0 : k;
+    for (int ow = 0; ow < Wo; ow++) {
+      const int w0 = ow * s - p, j_lo = w0 < 0 ? -w0 : 0, j_hi = w0 + k > W ? W - w0 : k;
+      int32_t at = (int32_t)(h0 + i_lo) * W + (w0 + j_lo);
+      float best = xp[at];
+      for (int i = i_lo; i < i_hi; i++)
+        for (int j = j_lo; j < j_hi; j++) {
+          const int32_t idx = (int32_t)(h0 + i) * W + (w0 + j);
+          const float v = xp[idx];
+          if ((v > best) | (v != v)) { best = v; at = idx; }
         }
       yp[oh * Wo + ow] = best;
       ap[oh * Wo + ow] = at;
@@ -99,16 +123,17 @@ static px_status pool_check(const px_module *m, const px_tensor *x) {
   char why[128];
   if (x->ndim != 4) what = "must be 4-D (N, C, H, W)";
   else if (x->shape[0] < 1 || x->shape[1] < 1) what = "is empty";
-  else if (x->shape[2] < p->k || x->shape[3] < p->k) {
-    snprintf(why, sizeof why, "is smaller than the %dx%d window", p->k, p->k);
+  else if (x->shape[2] + 2 * p->pad < p->k || x->shape[3] + 2 * p->pad < p->k) {
+    if (p->pad) snprintf(why, sizeof why, "is smaller than the %dx%d window (padded by %d)", p->k, p->k, p->pad);
+    else snprintf(why, sizeof why, "is smaller than the %dx%d window", p->k, p->k);
     what = why;
   } else if (x->shape[2] * x->shape[3] > INT32_MAX) {
     what = "has planes too large for int32 argmax indices";
   }
   if (!what) return PX_OK;
   char s[PX_SHAPE_STR_MAX];
-  return px_error(PX_ERR_SHAPE, "%s(k=%d, stride=%d): input %s %s", m->ops->type, p->k, p->stride,
-                  px_shape_str(x->ndim, x->shape, s, sizeof s), what);
+  return px_error(PX_ERR_SHAPE, "%s(k=%d, stride=%d, padding=%d): input %s %s", m->ops->type, p->k, p->stride,
+                  p->pad, px_shape_str(x->ndim, x->shape, s, sizeof s), what);
 }
 
 static px_status pool_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -116,8 +141,8 @@ static px_status pool_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   px_status st = pool_check(m, x);
   if (st != PX_OK) return st;
   const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
-  const int k = p->k, s = p->stride;
-  const int Ho = (int)((H - k) / s + 1), Wo = (int)((W - k) / s + 1);
+  const int k = p->k, s = p->stride, pad = p->pad;
+  const int Ho = (int)((H + 2 * pad - k) / s + 1), Wo = (int)((W + 2 * pad - k) / s + 1);
   int64_t yshape[4] = {N, C, Ho, Wo};
   st = px_ctx_tensor(ctx, y, 4, yshape);
   if (st != PX_OK) return st;
@@ -138,7 +163,8 @@ static px_status pool_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
     int32_t *ap = is_max ? A + pl * out_plane : NULL;
     // Fixed (k, s) for the common windows let the compiler unroll the
     // window; the written-out 2x2 kernel measured 10x the generic loop.
-    if (is_max && k == 2 && s == 2) max_plane_2x2(xp, yp, ap, (int)W, Ho, Wo);
+    if (pad) max_plane_padded(xp, yp, ap, (int)H, (int)W, Ho, Wo, k, s, pad);
+    else if (is_max && k == 2 && s == 2) max_plane_2x2(xp, yp, ap, (int)W, Ho, Wo);
     else if (is_max && k == 3 && s == 2) max_plane(xp, yp, ap, (int)W, Ho, Wo, 3, 2);
     else if (is_max) max_plane(xp, yp, ap, (int)W, Ho, Wo, k, s);
     else if (k == 2 && s == 2) avg_plane(xp, yp, (int)W, Ho, Wo, 2, 2);
@@ -190,18 +216,28 @@ static px_status pool_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 static const px_module_ops maxpool_ops = {.type = "MaxPool2d", .forward = pool_forward, .backward = pool_backward};
 static const px_module_ops avgpool_ops = {.type = "AvgPool2d", .forward = pool_forward, .backward = pool_backward};
 
-static px_module *pool_new(const px_module_ops *ops, int kernel_size, int stride, bool is_max) {
+static px_module *pool_new(const px_module_ops *ops, int kernel_size, int stride, int padding, bool is_max) {
   if (kernel_size <= 0) {
     px_error(PX_ERR_INVALID, "%s(k=%d, stride=%d): kernel size must be positive", ops->type, kernel_size, stride);
+    return NULL;
+  }
+  // PyTorch's rule too: a wider pad would make windows of padding only.
+  if (padding < 0 || padding > kernel_size / 2) {
+    px_error(PX_ERR_INVALID, "%s(k=%d, stride=%d, padding=%d): padding must be in [0, k/2] = [0, %d]", ops->type,
+             kernel_size, stride, padding, kernel_size / 2);
     return NULL;
   }
   pool2d *p = (pool2d *)px_module_alloc(sizeof *p, ops);
   if (!p) return NULL;
   p->k = kernel_size;
   p->stride = stride > 0 ? stride : kernel_size;
+  p->pad = padding;
   p->is_max = is_max;
   return &p->base;
 }
 
-px_module *px_maxpool2d(int kernel_size, int stride) { return pool_new(&maxpool_ops, kernel_size, stride, true); }
-px_module *px_avgpool2d(int kernel_size, int stride) { return pool_new(&avgpool_ops, kernel_size, stride, false); }
+px_module *px_maxpool2d(int kernel_size, int stride) { return pool_new(&maxpool_ops, kernel_size, stride, 0, true); }
+px_module *px_maxpool2d_padded(int kernel_size, int stride, int padding) {
+  return pool_new(&maxpool_ops, kernel_size, stride, padding, true);
+}
+px_module *px_avgpool2d(int kernel_size, int stride) { return pool_new(&avgpool_ops, kernel_size, stride, 0, false); }

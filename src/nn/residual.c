@@ -1,27 +1,48 @@
-// Residual: y = x + inner(x);  dx = dy + inner'(x)ᵀ dy.
+// Residual: y = inner(x) + shortcut(x), shortcut the identity unless given
+// (ResNet's projection: 1×1 conv of stride s, batchnorm).
+//
+//   forward:   h = inner(x),  s = shortcut(x) (or x),  y = h + s     h, s, y: same shape
+//   backward:  dx = inner'(x)ᵀ dy + shortcut'(x)ᵀ dy   (or + dy)
+//
+// Children: [0] the inner branch (transparent in names), [1] the shortcut
+// (named by the caller: "downsample" in torchvision's BasicBlock).
+// Backward runs the shortcut first: its parameters come after the inner
+// branch's in the flat layout, so gradients become ready from the end of
+// the buffer towards its start, the order DDP's buckets fill in.
 #include "plexus/nn.h"
 
 static px_status residual_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
-  px_tensor h;
+  px_tensor h, s = *x;
   px_status st = px_module_forward(m->children[0], ctx, x, &h);
   if (st != PX_OK) return st;
-  if (!px_tensor_same_shape(&h, x)) {
-    char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "Residual: inner %s maps %s to %s; a residual needs equal shapes",
-                    m->children[0]->ops->type, px_shape_str(x->ndim, x->shape, a, sizeof a),
-                    px_shape_str(h.ndim, h.shape, b, sizeof b));
+  if (m->n_children > 1 && (st = px_module_forward(m->children[1], ctx, x, &s)) != PX_OK) return st;
+  if (!px_tensor_same_shape(&h, &s)) {
+    char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX], c[PX_SHAPE_STR_MAX];
+    if (m->n_children == 1)
+      return px_error(PX_ERR_SHAPE, "Residual: inner %s maps %s to %s; a residual needs equal shapes",
+                      m->children[0]->ops->type, px_shape_str(x->ndim, x->shape, a, sizeof a),
+                      px_shape_str(h.ndim, h.shape, b, sizeof b));
+    return px_error(PX_ERR_SHAPE,
+                    "Residual: from input %s the inner %s gives %s but the shortcut %s \"%s\" gives %s; "
+                    "the two branches must agree",
+                    px_shape_str(x->ndim, x->shape, a, sizeof a), m->children[0]->ops->type,
+                    px_shape_str(h.ndim, h.shape, b, sizeof b), m->children[1]->ops->type, m->children[1]->name,
+                    px_shape_str(s.ndim, s.shape, c, sizeof c));
   }
-  if ((st = px_ctx_tensor_like(ctx, y, x)) != PX_OK) return st;
-  px_add(px_f32(y), px_f32(x), px_f32(&h), (size_t)px_tensor_numel(x));
+  if ((st = px_ctx_tensor_like(ctx, y, &h)) != PX_OK) return st;
+  px_add(px_f32(y), px_f32(&s), px_f32(&h), (size_t)px_tensor_numel(&h));
   return PX_OK;
 }
 
 static px_status residual_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
-  px_tensor dh;
-  px_status st = px_module_backward(m->children[0], ctx, dy, dx ? &dh : NULL);
+  px_tensor dh, ds = *dy;
+  px_status st;
+  if (m->n_children > 1 && (st = px_module_backward(m->children[1], ctx, dy, dx ? &ds : NULL)) != PX_OK)
+    return st;
+  st = px_module_backward(m->children[0], ctx, dy, dx ? &dh : NULL);
   if (st != PX_OK || !dx) return st;
-  if ((st = px_ctx_tensor_like(ctx, dx, dy)) != PX_OK) return st;
-  px_add(px_f32(dx), px_f32(dy), px_f32(&dh), (size_t)px_tensor_numel(dy));
+  if ((st = px_ctx_tensor_like(ctx, dx, &dh)) != PX_OK) return st;
+  px_add(px_f32(dx), px_f32(&ds), px_f32(&dh), (size_t)px_tensor_numel(&dh));
   return PX_OK;
 }
 
@@ -29,10 +50,25 @@ static const px_module_ops residual_ops = {
   .type = "Residual", .forward = residual_forward, .backward = residual_backward,
 };
 
-px_module *px_residual(px_module *inner) {
-  if (!inner) return NULL;
-  px_module *m = px_module_alloc(sizeof(px_module), &residual_ops);
-  if (!m) { px_module_free(inner); return NULL; }
-  if (px_module_add_child(m, "", inner) != PX_OK) { px_module_free(inner); px_module_free(m); return NULL; }
+px_module *px_residual_shortcut(px_module *inner, px_module *shortcut, const char *shortcut_name) {
+  // A name without a module is a shortcut whose constructor failed (its
+  // message is kept), not a request for the identity.
+  const bool lost_shortcut = !shortcut && shortcut_name && shortcut_name[0];
+  px_module *m = inner && !lost_shortcut ? px_module_alloc(sizeof(px_module), &residual_ops) : NULL;
+  if (m && px_module_add_child(m, "", inner) != PX_OK) {
+    px_module_free(m);
+    m = NULL;
+  }
+  if (m && shortcut && px_module_add_child(m, shortcut_name ? shortcut_name : "", shortcut) != PX_OK) {
+    px_module_free(m);  // frees the adopted inner branch too
+    inner = m = NULL;
+  }
+  if (!m) {
+    // Free what was not adopted; a failed constructor's message stays.
+    if (inner && !inner->parent) px_module_free(inner);
+    if (shortcut && !shortcut->parent) px_module_free(shortcut);
+  }
   return m;
 }
+
+px_module *px_residual(px_module *inner) { return px_residual_shortcut(inner, NULL, NULL); }
