@@ -9,6 +9,10 @@ The model is a wide MLP (about 21 million parameters: each checkpoint is
 some 250 MB with Adam's two moments), so a write lasts long enough for the
 test to see the partial directory appear and kill the process inside it.
 
+And SIGTERM (a Slurm time limit, `scancel --signal`) ends a run after the
+current step with a checkpoint there and exit status 75, for a requeued job
+to resume.
+
 If it fails, a checkpoint write is not atomic (a torn file looks complete),
 the reader trusts an incomplete directory, or resume picks the wrong one."""
 
@@ -70,6 +74,24 @@ try:
         names = os.listdir(ck)
         cu.check(not any(".partial" in n for n in names), "the partial directory was not cleaned up: %s" % names)
         cu.check("step_%08d" % (step + 2) in names, "no checkpoint at step %d: %s" % (step + 2, names))
+
+    # SIGTERM (what Slurm sends before a time limit, or --signal) ends the run
+    # after the current step with a checkpoint there, and exit status 75.
+    out2 = os.path.join(tmp, "term")
+    proc = subprocess.Popen([cu.PLEXUS] + ARGS + ["--steps", "400", "--ckpt-every", "1000", "--out", out2],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = os.path.join(out2, "metrics.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(metrics) and any('"type":"step"' in l for l in open(metrics)):
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.01)
+    stdout, stderr = proc.communicate(timeout=240)
+    cu.check(proc.returncode == 75, "SIGTERM: exit %s, expected 75\n%s%s" % (proc.returncode, stdout, stderr))
+    cu.check("stopped at step" in stdout, "SIGTERM: no 'stopped at step' line:\n" + stdout)
+    ck2 = cu.checkpoints(os.path.join(out2, "checkpoints"))
+    cu.check(len(ck2) == 1, "SIGTERM: %d checkpoints, expected the one at the stop" % len(ck2))
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 cu.finish("test_cli_checkpoint_survives_sigkill")

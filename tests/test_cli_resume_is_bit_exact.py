@@ -1,4 +1,5 @@
-"""Claim: a run stopped at step k and resumed with --resume auto ends with
+"""Claim: a run stopped at step k (--stop-at-step, what a signal also does)
+and resumed with --resume auto ends with
 the same weights and optimizer state, byte for byte, as a run that never
 stopped -- under mpiexec -n 2 and under the threads backend with 2 ranks.
 
@@ -40,7 +41,8 @@ def case(tmp, label, extra, mpi_ranks):
     stopped = os.path.join(tmp, label + "_stopped")
     p = cu.run(COMMON + extra + ["--steps", "24", "--ckpt-every", "12", "--out", straight], mpi_ranks=mpi_ranks)
     cu.check(p.returncode == 0, "%s: the straight run failed" % label)
-    p = cu.run(COMMON + extra + ["--steps", "10", "--ckpt-every", "10", "--out", stopped], mpi_ranks=mpi_ranks)
+    p = cu.run(COMMON + extra + ["--steps", "24", "--stop-at-step", "10", "--ckpt-every", "12", "--out", stopped],
+               mpi_ranks=mpi_ranks)
     cu.check(p.returncode == 0, "%s: the first half failed" % label)
     p = cu.run(COMMON + extra + ["--steps", "24", "--ckpt-every", "12", "--resume", "auto", "--out", stopped],
                mpi_ranks=mpi_ranks)

@@ -11,17 +11,28 @@
 #define _POSIX_C_SOURCE 200809L
 #include "app.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+// Set by SIGTERM, SIGUSR1 (Slurm's --signal) or a first Ctrl-C: the ranks
+// agree to end after the current step, with a checkpoint.
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig) {
+  stop_requested = 1;
+  if (sig == SIGINT) signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends at once
+}
+
 typedef struct train_job {
   px_config   cfg;
   char       *config_json;
   char        ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1100];
   int         num_threads;  /* compute threads per rank requested (0: automatic) */
+  bool        stopped_by_signal;
 } train_job;
 
 int px_app_fail(const char *cmd) {
@@ -83,6 +94,8 @@ static px_train_opts train_opts(const train_job *job) {
   o.label_smoothing = (float)c->label_smoothing;
   o.epochs = c->epochs;
   o.max_steps = c->steps;
+  o.stop_at_step = c->stop_at_step;
+  o.stop_flag = &stop_requested;
   o.seed = (uint64_t)c->seed;
   o.eval_every = c->eval_every;
   o.eval_max_batches = c->eval_batches;
@@ -194,6 +207,7 @@ static int train_rank(px_comm *comm, void *arg) {
     }
     printf("\n");
     if (res.last_checkpoint[0]) printf("plexus train: last checkpoint %s\n", res.last_checkpoint);
+    if (res.stopped && stop_requested) job->stopped_by_signal = true;
     fflush(stdout);
   }
 done:
@@ -306,12 +320,21 @@ int px_cmd_train(int argc, char **argv) {
     px_set_num_threads(job.num_threads * threads);
     job.num_threads = 0;
   }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
   int exit_code = 0;
   if (px_comm_run(threads, train_rank, &job, &exit_code) != PX_OK) {
     rc = px_app_fail("train");
     goto out;
   }
-  rc = exit_code;
+  // 75 (EX_TEMPFAIL): stopped by a signal after its checkpoint; run the same
+  // command with --resume auto to go on (a requeued Slurm job does).
+  rc = exit_code != 0 ? exit_code : job.stopped_by_signal ? 75 : 0;
 out:
   free(job.config_json);
   px_config_free(c);

@@ -120,6 +120,9 @@ static const opt_def opts[] = {
   {"train", "epochs", "epochs", T_INT, F(epochs), "5", NULL, 1, BIG, CFG_TRAIN, "epochs (when --steps is 0)"},
   {"train", "steps", "steps", T_INT, F(steps), "0", NULL, 0, BIG, CFG_TRAIN,
    "optimizer steps to train (0: --epochs decides)"},
+  {"train", "stop_at_step", "stop-at-step", T_INT, F(stop_at_step), "0", NULL, 0, BIG, CFG_TRAIN,
+   "end this job after step N with a checkpoint, to be resumed (--epochs/--steps and the schedule still "
+   "describe the whole run; SIGTERM, SIGUSR1 and Ctrl-C do the same at the next step)"},
   {"train", "accum_steps", "accum-steps", T_INT, F(accum_steps), "1", NULL, 1, 1 << 20, CFG_TRAIN,
    "micro-batches per optimizer step (gradient accumulation)"},
   {"train", "eval_every", "eval-every", T_INT, F(eval_every), "0", NULL, 0, BIG, CFG_TRAIN,

@@ -35,7 +35,7 @@ typedef struct px_config {
   int64_t warmup_steps, step_size;
   double  gamma, min_lr, clip_grad, label_smoothing;
   /* train */
-  int64_t epochs, steps, accum_steps, eval_every, eval_batches, log_every;
+  int64_t epochs, steps, stop_at_step, accum_steps, eval_every, eval_batches, log_every;
   int64_t seed;
   /* parallel */
   char   *backend;

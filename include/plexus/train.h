@@ -40,6 +40,8 @@
 #include "plexus/optim.h"
 #include "plexus/parallel.h"
 
+#include <signal.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -60,6 +62,11 @@ typedef struct px_train_opts {
   int64_t  epochs;
   int64_t  max_steps;
   uint64_t seed;             /* data order, random transforms and dropout */
+  /* Ending early, to be resumed: the run's length and schedule stay those
+   * above; this call ends with a checkpoint (when ckpt_dir is set). */
+  int64_t  stop_at_step;     /* end this call after this step (0: no) */
+  volatile sig_atomic_t *stop_flag; /* non-zero (set by a signal handler, say) on any rank: end after the
+                                current step; costs one tiny all-reduce per step (NULL: never) */
   /* Evaluation on the held-out split */
   int64_t  eval_every;       /* steps; 0: at the end of every epoch */
   size_t   eval_batch_size;  /* 0: batch_size */
@@ -83,7 +90,8 @@ typedef struct px_train_opts {
                              .beta2 = 0.999f, .eps = 1e-8f},                                \
                    .schedule = {.kind = PX_LR_CONSTANT},                                    \
                    .clip_grad_norm = 0.0f, .accum_steps = 1, .label_smoothing = 0.0f,       \
-                   .epochs = 1, .max_steps = 0, .seed = 0, .eval_every = 0,                 \
+                   .epochs = 1, .max_steps = 0, .seed = 0, .stop_at_step = 0,              \
+                   .stop_flag = NULL, .eval_every = 0,                                      \
                    .eval_batch_size = 0, .eval_max_batches = 0, .ddp = PX_DDP_DEFAULTS,     \
                    .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
                    .config_json = NULL, .log_every = 50})
@@ -92,6 +100,7 @@ typedef struct px_train_result {
   int64_t steps;              /* optimizer steps taken in total (resumed ones included) */
   int64_t start_step;         /* where this run started (0, or the resumed step) */
   int64_t epochs;             /* epochs completed */
+  bool    stopped;            /* ended early (stop_at_step or stop_flag): resume to go on */
   double  train_loss;         /* mean training loss over the last logging interval */
   px_eval_metrics eval;       /* the last evaluation (samples 0 if none ran) */
   double  seconds;            /* wall time of this call */

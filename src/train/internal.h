@@ -18,6 +18,8 @@ typedef struct px_trainer {
   size_t   batches_per_epoch;  /* per rank */
   int64_t  steps_per_epoch;
   int64_t  total_steps;
+  int64_t  end_step;           /* this call ends here: total_steps, or stop_at_step */
+  bool     stopped;
   /* Position: the next optimizer step, and where its first micro-batch is. */
   int64_t  step;
   uint64_t epoch;

@@ -26,6 +26,7 @@
 static px_status check_opts(const px_train_opts *o) {
   if (o->batch_size < 1) return px_error(PX_ERR_INVALID, "train: batch_size must be at least 1");
   if (o->accum_steps < 1) return px_error(PX_ERR_INVALID, "train: accum_steps must be at least 1, got %d", o->accum_steps);
+  if (o->stop_at_step < 0) return px_error(PX_ERR_INVALID, "train: stop_at_step must be >= 0");
   if (o->max_steps < 0) return px_error(PX_ERR_INVALID, "train: max_steps must be >= 0, got %lld", (long long)o->max_steps);
   if (o->max_steps == 0 && o->epochs < 1)
     return px_error(PX_ERR_INVALID, "train: give epochs >= 1 or max_steps >= 1 (got epochs %lld, max_steps 0)",
@@ -108,11 +109,11 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
   int64_t samples_run = 0;
   char label[96];
 
-  while (t->step < t->total_steps) {
+  while (t->step < t->end_step && !t->stopped) {
     TRY(px_loader_start_epoch(t->loader, t->epoch, t->next_batch));
     size_t b_idx = t->next_batch;
     int micro = 0;
-    while (t->step < t->total_steps) {
+    while (t->step < t->end_step && !t->stopped) {
       const px_batch *b;
       TRY(px_loader_next(t->loader, &b));
       if (!b) break;
@@ -174,8 +175,14 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       }
       if (due(t->step, t->o.eval_every)) TRY(run_eval(t));
       if (due(t->step, t->o.ckpt_every)) TRY(save(t));
+      if (t->o.stop_flag) {
+        // Any rank's signal stops all of them after the same step.
+        int32_t stop = *t->o.stop_flag != 0;
+        TRY(px_comm_allreduce(t->comm, &stop, 1, PX_I32, PX_MAX));
+        if (stop) t->stopped = true;
+      }
     }
-    if (b_idx == t->batches_per_epoch) {  // the epoch is complete
+    if (b_idx == t->batches_per_epoch && !t->stopped) {  // the epoch is complete
       t->epoch++;
       t->next_batch = 0;
       t->epochs_done++;
@@ -235,6 +242,7 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   t.total_steps = t.o.max_steps > 0 ? t.o.max_steps : t.o.epochs * t.steps_per_epoch;
   if (t.o.schedule.base_lr == 0.0f) t.o.schedule.base_lr = t.o.optim.lr;
   if (t.o.schedule.total_steps == 0) t.o.schedule.total_steps = t.total_steps;
+  t.end_step = t.o.stop_at_step > 0 && t.o.stop_at_step < t.total_steps ? t.o.stop_at_step : t.total_steps;
 
   st = px_optim_create(&t.opt, model->param_data, model->grad_data, model->n_param_elems, &t.o.optim);
   bool resumed = false;
@@ -249,12 +257,18 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
                   (long long)t.total_steps);
     st = train_loop(&t, &res);
   }
-  // The run's end: a last evaluation and checkpoint unless one was just made.
-  if (st == PX_OK) st = run_eval(&t);
+  // The run's end: a last evaluation and checkpoint unless one was just
+  // made; a call that stops early only checkpoints, to be resumed.
+  if (st == PX_OK && t.step < t.total_steps) t.stopped = true;
+  if (st == PX_OK && !t.stopped) st = run_eval(&t);
   if (st == PX_OK) st = save(&t);
+  if (st == PX_OK && t.stopped)
+    px_log_text(log, "stopped at step %lld of %lld%s", (long long)t.step, (long long)t.total_steps,
+                t.o.ckpt_dir ? ": resume to go on" : " (no checkpoint directory: nothing to resume from)");
   res.steps = t.step;
   res.start_step = t.start_step;
   res.epochs = (int64_t)t.epochs_done;
+  res.stopped = t.stopped;
   res.eval = t.last_eval;
   snprintf(res.last_checkpoint, sizeof res.last_checkpoint, "%s", t.last_checkpoint);
   if (out) *out = res;
