@@ -162,14 +162,16 @@ typedef struct px_idx {
 } px_idx;
 
 /* Parse an in-memory IDX file (already decompressed).  `name` is used in
- * messages.  Checks the magic, dims and that the data is exactly there. */
+ * messages.  Checks the magic, type code, dims (1..8) and that the data is
+ * exactly there: a truncated file or trailing bytes are PX_ERR_FORMAT. */
 px_status px_idx_parse(const void *buf, size_t n, const char *name, px_idx *out);
 /* Read a file, plain or gzip. */
 px_status px_idx_read(const char *path, px_idx *out);
 void px_idx_free(px_idx *idx);
 
 /* Images (N×H×W u8) and labels (N u8) → x: (1, H, W) f32 = (v/255 - mean)/std,
- * y: i32 label.  Counts must agree. */
+ * y: i32 label.  Counts must agree; num_classes = largest label + 1.  Both
+ * files are checked and held in memory at open, so get never fails. */
 px_status px_idx_dataset_open(px_dataset **out, const char *images_path, const char *labels_path,
                               float mean, float std);
 /* The four files of an MNIST-layout directory ("train-images-idx3-ubyte"
@@ -201,19 +203,32 @@ px_status px_shard_parse_header(const void *header, size_t header_bytes, uint64_
 px_status px_shard_write(const char *path, const uint32_t *tokens, size_t n, int token_bytes);
 
 /* Windows of T+1 tokens from every shard matching `pattern` (a glob, files
- * in sorted order): sample i is x = tokens[s .. s+T), y = tokens[s+1 .. s+T]
- * with s = i·T (+ a per-epoch random offset in [0, T) when random_offset,
- * drawn from the sample's stream).  Windows do not cross shard boundaries.
- * vocab_size (0: do not check) bounds every token read. */
+ * in bytewise sorted order): sample i is window j of shard k (samples
+ * numbered shard after shard), x = tokens[s .. s+T), y = tokens[s+1 .. s+T]
+ * with s = j·T (+ a per-epoch random offset in [0, T) when random_offset,
+ * drawn from the sample's stream).  Windows do not cross shard boundaries:
+ * a shard of n tokens gives floor((n-1)/T) samples, floor((n-T)/T) with
+ * random offsets.  vocab_size (0: do not check) bounds every token read;
+ * num_classes = vocab_size.  Open checks each header and file size (no
+ * match: PX_ERR_NOT_FOUND); shards stay on disk, get reads its window with
+ * pread (one descriptor per shard stays open), and a token past the
+ * vocabulary or a shard cut short since open is a bad record naming the
+ * shard and the token position. */
 px_status px_token_dataset_open(px_dataset **out, const char *pattern, int64_t T, bool random_offset,
                                 size_t vocab_size);
 
 /* ---- Text tokenizers --------------------------------------------------------
- * Word level (WikiText-2): each line is split on whitespace and followed by
- * "<eos>"; words outside the vocabulary become "<unk>".  The vocabulary is
- * built from the training split, in order of first appearance, and saved as
- * a versioned text file ("plexus-vocab 1 word N", then one token per line).
- * Byte level: the 256 byte values, no file needed. */
+ * Word level (WikiText-2, as PyTorch's word_language_model reads it): lines
+ * end at "\n", "\r\n" or "\r"; each line is split on whitespace (Python's
+ * str.split(): ASCII and Unicode spaces in UTF-8) and followed by "<eos>";
+ * words outside the vocabulary become "<unk>".  The vocabulary is built
+ * from the training split, in order of first appearance ("<unk>" appended
+ * if the text lacks it), and saved as a versioned text file
+ * ("plexus-vocab 1 word N", then one token per line, id = line - 2), read
+ * back strictly: errors name the file and line.
+ * Byte level: the 256 byte values, no file needed (its file, as
+ * px_text_to_shards writes it, is the one line "plexus-vocab 1 byte 256").
+ * Text files may be gzip-compressed (by content). */
 typedef enum px_tokenizer_kind { PX_TOKENIZER_WORD = 0, PX_TOKENIZER_BYTE } px_tokenizer_kind;
 
 typedef struct px_vocab px_vocab;
@@ -227,7 +242,8 @@ px_status px_vocab_parse(px_vocab **out, const char *text, size_t n, const char 
 void px_vocab_free(px_vocab *v);
 px_tokenizer_kind px_vocab_kind(const px_vocab *v);
 size_t px_vocab_size(const px_vocab *v);
-/* Token id of a word (the id of "<unk>" when absent), and back. */
+/* Token id of a word (the id of "<unk>" when absent; in a byte vocabulary
+ * a 1-byte word's value, else UINT32_MAX), and back (NULL past the end). */
 uint32_t px_vocab_id(const px_vocab *v, const char *word, size_t len);
 const char *px_vocab_token(const px_vocab *v, uint32_t id);
 /* Tokenize text in memory; *tokens is malloc'ed. */
@@ -241,9 +257,12 @@ px_status px_vocab_encode_file(const px_vocab *v, const char *path, uint32_t **t
 size_t px_vocab_decode(const px_vocab *v, const uint32_t *tokens, size_t n, char *buf, size_t cap);
 
 /* Text file → token shards "<out_prefix>_000000.bin", ... of at most
- * shard_tokens tokens each, plus the vocabulary "<out_prefix>.vocab".
- * vocab_path: an existing vocabulary to use (the train split's, when
- * converting the validation split), or NULL to build one from this file. */
+ * shard_tokens tokens each (0: 100,000,000), uint16 when the vocabulary has
+ * at most 65,536 tokens, else uint32, plus the vocabulary
+ * "<out_prefix>.vocab".  vocab_path: an existing vocabulary to use (the
+ * train split's, when converting the validation split; its kind must be
+ * `kind`), or NULL to build one from this file.  Numbered shards of an
+ * earlier conversion with this prefix past the new last one are removed. */
 px_status px_text_to_shards(const char *text_path, const char *out_prefix, px_tokenizer_kind kind,
                             const char *vocab_path, size_t shard_tokens);
 /* A token dataset straight from a text file, tokenized in memory. */

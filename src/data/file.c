@@ -19,11 +19,14 @@ px_status px_data_gunzip(const void *buf, size_t n, const char *what, const char
   *out_n = 0;
   const unsigned char *in = buf;
   // gzip's trailer ends with the (last member's) length mod 2^32: a good
-  // first guess of the output size.
+  // first guess of the output size, if it is possible at all — deflate
+  // expands at most ~1032:1, and a damaged trailer must not make us ask for
+  // gigabytes before the data turns out to be bad.
   size_t cap = 1 << 16;
   if (n >= 18) {
     size_t isize = (size_t)in[n - 4] | (size_t)in[n - 3] << 8 | (size_t)in[n - 2] << 16 | (size_t)in[n - 1] << 24;
-    if (isize + 1 > cap && isize < ((size_t)1 << 32)) cap = isize + 1;
+    size_t most = n < SIZE_MAX / 1032 - 1 ? 1032 * n : SIZE_MAX - 1;
+    if (isize + 1 > cap && isize <= most) cap = isize + 1;
   }
   unsigned char *o = malloc(cap);
   if (!o) return px_error(PX_ERR_NOMEM, "%s %s: out of memory for %zu inflated bytes", what, name, cap);

@@ -267,8 +267,8 @@ px_status px_vocab_parse(px_vocab **out, const char *text, size_t n, const char 
   if (st != PX_OK) return st;
   if (kind == PX_TOKENIZER_BYTE) {
     if (next_line(text, n, &pos, &line, &len))
-      return px_error(PX_ERR_FORMAT, "vocabulary %s line 2: a byte vocabulary lists no tokens; found \"%.40s\"", name,
-                      len ? line : "");
+      return px_error(PX_ERR_FORMAT, "vocabulary %s line 2: a byte vocabulary lists no tokens; found \"%.*s\"", name,
+                      (int)(len < 40 ? len : 40), line);
     return px_vocab_byte(out);
   }
   px_vocab *v = vocab_new(PX_TOKENIZER_WORD);
