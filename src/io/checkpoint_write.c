@@ -1,8 +1,8 @@
 // Writing checkpoints.  The order of operations is the guarantee:
 //
 //   1. mkdir <dir>/.step_<step>.partial.<host>.<pid>/
-//   2. each file: written, its SHA-256 computed from the same bytes in the
-//      same pass, fsynced;  then SHA256SUMS, fsynced;  then the directory
+//   2. each file: written and fsynced, its SHA-256 computed from the same
+//      bytes meanwhile;  then SHA256SUMS, fsynced;  then the directory
 //   3. rename the directory to <dir>/step_<step>  (atomic), fsync <dir>
 //   4. rotation (checkpoint_dir.c)
 //
@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,7 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
   while (n) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = EIO;  // not expected from a regular file; never loop forever
     if (w <= 0) return -1;
     p += w;
     n -= (size_t)w;
@@ -94,42 +96,57 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
   return 0;
 }
 
-// Writes the concatenation of chunks to path (a new file) and its SHA-256
-// into digest, hashing each piece just before writing it: one pass over the
-// bytes, which stay in cache between the two.
-static px_status write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
-                            unsigned char digest[PX_SHA256_BYTES]) {
-  enum { PIECE = 1 << 20 };
-  char why[128];
-  const char *step = "create";
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) goto fail;
+// SHA-256 of the concatenation of chunks, on a thread of its own while the
+// caller's thread writes the same bytes: both only read them, and hashing
+// (~1.5 GB/s with SHA-NI) would otherwise add its time to the write's.
+typedef struct hash_job {
+  const px_io_chunk *chunks;
+  int                n;
+  unsigned char      digest[PX_SHA256_BYTES];
+} hash_job;
+
+static void *hash_chunks(void *arg) {
+  hash_job *job = arg;
   px_sha256 s;
   px_sha256_init(&s);
+  for (int i = 0; i < job->n; i++) px_sha256_update(&s, job->chunks[i].data, job->chunks[i].size);
+  px_sha256_final(&s, job->digest);
+  return NULL;
+}
+
+// Writes the concatenation of chunks to path (a new file), fsynced, and its
+// SHA-256 into digest.
+static px_status write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
+                            unsigned char digest[PX_SHA256_BYTES]) {
+  char why[128];
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += chunks[i].size;
+  hash_job job = {chunks, n, {0}};
+  pthread_t hasher;
+  // Small files are hashed here: a thread costs more than it saves.
+  bool threaded = total >= ((size_t)4 << 20) && pthread_create(&hasher, NULL, hash_chunks, &job) == 0;
+  const char *step = "create";
+  int err = 0;
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) goto fail;
   step = "write";
-  for (int i = 0; i < n; i++) {
-    const unsigned char *p = chunks[i].data;
-    size_t left = chunks[i].size;
-    while (left) {
-      size_t k = left < PIECE ? left : PIECE;
-      px_sha256_update(&s, p, k);
-      if (write_all(fd, p, k) != 0) goto fail;
-      p += k;
-      left -= k;
-    }
-  }
+  for (int i = 0; i < n; i++)
+    if (write_all(fd, chunks[i].data, chunks[i].size) != 0) goto fail;
   step = "fsync";
   if (fsync(fd) != 0) goto fail;
   step = "close";
   int f = fd;
   fd = -1;
   if (close(f) != 0) goto fail;
-  px_sha256_final(&s, digest);
+  if (threaded) pthread_join(hasher, NULL);
+  else hash_chunks(&job);
+  memcpy(digest, job.digest, PX_SHA256_BYTES);
   return PX_OK;
 
-fail:;
-  int err = errno;
+fail:
+  err = errno;
   if (fd >= 0) close(fd);
+  if (threaded) pthread_join(hasher, NULL);
   return px_error(PX_ERR_IO, "checkpoint %s: %s of file \"%s\" failed: %s; the checkpoints already in the directory "
                   "are untouched", ckpt, step, name, px_io_strerror(err, why, sizeof why));
 }
