@@ -106,12 +106,17 @@ try:
 
     # ---- killed at random moments of a replacement (renames and removal
     # included): step 4 is always complete, old or new ----
+    # Kill times spread over a whole write's duration (process start
+    # included: slower in sanitizer builds), measured here first.
+    t0 = time.monotonic()
+    check(run("write", d, "4", "4", "1", "0").returncode == 0, "rewriting step 4 failed")
+    whole = time.monotonic() - t0
     rng = __import__("random").Random(1234)
     outcomes = {}
     for i in range(20):
         files = 3 + i % 2  # alternate contents, so old and new differ
         p = subprocess.Popen([tool, "write", d, "4", str(files), "1", "0"], stdout=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0, 0.03))
+        time.sleep(rng.uniform(0, 1.2 * whole))
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         c = subprocess.run([tool, "check", d], capture_output=True, text=True)

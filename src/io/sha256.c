@@ -154,6 +154,7 @@ void px_sha256_init_impl(px_sha256 *s, px_sha256_impl impl) {
 void px_sha256_init(px_sha256 *s) { px_sha256_init_impl(s, PX_SHA256_BEST); }
 
 void px_sha256_update(px_sha256 *s, const void *data, size_t n) {
+  if (n == 0) return;  // data may be NULL then
   const unsigned char *p = data;
   s->n_bytes += n;
   if (s->buf_len) {
