@@ -356,6 +356,7 @@ px_status px_checkpoint_write0(px_comm *comm, const char *dir, int64_t step, con
     char    message[1024];
   } r;
   memset(&r, 0, sizeof r);
+  if (!comm) return px_checkpoint_write(dir, step, items, n_items, keep_last, path_out, cap);  // a world of one
   if (px_comm_rank(comm) == 0) {
     bool complete = false;
     r.status = (int32_t)write_checkpoint(dir, step, items, n_items, keep_last, path_out, cap, &complete);
