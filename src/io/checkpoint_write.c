@@ -189,9 +189,8 @@ static bool step_path(const char *dir, int64_t step, char *out, size_t cap) {
 
 /* ---- install: the rename that makes a checkpoint exist ------------------------------ */
 
-// tmp (complete, fsynced) becomes final.  *old_left receives a directory to
-// delete afterwards ("" if none): the checkpoint final replaced.
-static px_status install(const char *dir, const char *tmp, const char *final, int64_t step, char *old_left, size_t cap) {
+px_status px_ckpt_install(const char *dir, const char *tmp, const char *final, int64_t step, bool swap, char *old_left,
+                          size_t cap) {
   char why[128];
   old_left[0] = '\0';
   if (rename(tmp, final) == 0) return PX_OK;
@@ -205,12 +204,12 @@ static px_status install(const char *dir, const char *tmp, const char *final, in
                     "left alone", final);
 #ifdef RENAME_EXCHANGE
   // One atomic swap: step_<step> is the old checkpoint, then the new one.
-  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+  if (swap && renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
     snprintf(old_left, cap, "%s", tmp);
     return PX_OK;
   }
   err = errno;
-  if (err != EINVAL && err != ENOSYS && err != ENOTSUP)
+  if (swap && err != EINVAL && err != ENOSYS && err != ENOTSUP)
     return px_error(PX_ERR_IO, "checkpoint %s: swapping in the new checkpoint %s failed: %s", final, tmp,
                     px_io_strerror(err, why, sizeof why));
 #endif
@@ -309,7 +308,7 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
   if ((st = write_file(file, final, PX_CKPT_SUMS, &c, 1, ignored)) != PX_OK) goto done;
   if ((st = fsync_dir(tmp, final)) != PX_OK) goto done;
 
-  if ((st = install(dir, tmp, final, step, old, plen)) != PX_OK) goto done;
+  if ((st = px_ckpt_install(dir, tmp, final, step, true, old, plen)) != PX_OK) goto done;
   made_tmp = false;
   if ((st = fsync_dir(dir, final)) != PX_OK) goto done;
   *complete = true;
