@@ -5,11 +5,14 @@
  * through px_checkpoint_read_file) restores every value exactly.  The
  * safetensors files are byte for byte what px_safetensors_save writes.
  * Writing a step that exists replaces it whole and leaves no temporary
- * directory; bad arguments are refused before anything is written.  If it
+ * directory (by an atomic swap, or, where the file system cannot swap, by
+ * renaming the old one aside first); bad arguments are refused before
+ * anything is written.  If it
  * failed, a resumed run would not continue where it stopped, or users could
  * not check a checkpoint with standard tools. */
 #include "ckpt_test_util.h"
 
+#include "io/checkpoint.h"
 #include "io/sha256.h"
 
 static char root[64];
@@ -169,6 +172,35 @@ int main(void) {
   CHECK_OK(px_checkpoint_write(file, 300, a.items, 3, 0, path, sizeof path));
   snprintf(want, sizeof want, "%s/step_00000300", dir);
   CHECK(strcmp(path, want) == 0, "path_out %s, expected %s", path, want);
+
+  // ---- the replacement path for file systems that cannot swap two
+  // directories: the old checkpoint aside (.old), the new one in ----
+  {
+    char other[256], from[700], tmp[700], fin[700], old[700], host[PX_CKPT_HOST_MAX + 1], name[384];
+    snprintf(other, sizeof other, "%s/other", root);
+    ckpt_state d;
+    ckpt_state_init(&d, 11);
+    CHECK_OK(px_checkpoint_write(other, 200, d.items, 3, 0, NULL, 0));
+    px_ckpt_host(host);
+    px_ckpt_temp_name(200, PX_CKPT_PARTIAL, host, (long)getpid(), name, sizeof name);
+    snprintf(tmp, sizeof tmp, "%s/%s", dir, name);
+    snprintf(from, sizeof from, "%s/step_00000200", other);
+    CHECK(rename(from, tmp) == 0, "rename %s", from);
+    snprintf(fin, sizeof fin, "%s/step_00000200", dir);
+    CHECK_OK(px_ckpt_install(dir, tmp, fin, 200, false, old, sizeof old));
+    CHECK(strstr(old, "/.step_00000200.old.") != NULL, "the replaced checkpoint was set aside as %s", old);
+    CHECK_OK(px_checkpoint_verify(old));
+    CHECK_OK(px_checkpoint_verify(fin));
+    ckpt_state_init(&back, 0);
+    ckpt_state_zero(&back);
+    CHECK_OK(ckpt_state_load(fin, &back));
+    CHECK(ckpt_state_equal(&d, &back), "step 200 does not hold the new checkpoint");
+    ckpt_state_zero(&back);
+    CHECK_OK(ckpt_state_load(old, &back));
+    CHECK(ckpt_state_equal(&c, &back), "the .old directory does not hold the replaced checkpoint");
+    CHECK_OK(px_ckpt_remove_tree(old));
+    CHECK(ckpt_file_size(old) < 0 && ckpt_file_size(tmp) < 0, "temporaries left");
+  }
 
   ckpt_rm_rf(root);
   return px_test_finish("test_checkpoint_round_trip_restores_tensors_and_bytes");

@@ -90,7 +90,8 @@ typedef struct px_ckpt_item {
 px_status px_checkpoint_write(const char *dir, int64_t step, const px_ckpt_item *items, int n_items, int keep_last,
                               char *path_out, size_t cap);
 /* Collective: rank 0 writes, every rank returns rank 0's status and message
- * (as px_safetensors_save0); every rank's path_out receives the path. */
+ * (as px_safetensors_save0); every rank's path_out receives the path.  A
+ * NULL comm is a world of one. */
 px_status px_checkpoint_write0(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items, int n_items,
                                int keep_last, char *path_out, size_t cap);
 /* SHA256SUMS present and well formed, every file listed there present with

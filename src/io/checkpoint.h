@@ -78,6 +78,17 @@ void px_ckpt_listing_free(px_ckpt_listing *l);
 // rm -r path, never following symbolic links.
 px_status px_ckpt_remove_tree(const char *path);
 
+/* ---- install (checkpoint_write.c) ---------------------------------------- */
+
+// The complete, fsynced directory tmp becomes final (<dir>/step_<step>).
+// When final exists: with swap, one renameat2(RENAME_EXCHANGE) where the
+// file system has it, else (or without swap: for tests of that path) final
+// is renamed aside to .step_<step>.old.<host>.<pid>, then tmp to final.
+// *old_left receives the directory that now holds the replaced checkpoint,
+// for the caller to delete ("" if none).  dir is not fsynced here.
+px_status px_ckpt_install(const char *dir, const char *tmp, const char *final, int64_t step, bool swap, char *old_left,
+                          size_t cap);
+
 // Rotation after step `written` was written: see px_checkpoint_write.
 px_status px_ckpt_rotate(const char *dir, int64_t written, int keep_last);
 

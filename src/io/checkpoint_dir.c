@@ -276,14 +276,16 @@ px_status px_ckpt_rotate(const char *dir, int64_t written, int keep_last) {
     if ((st = px_ckpt_list(dir, &l)) != PX_OK) goto done;
   }
 
-  // Newest first: a checkpoint goes once keep_last complete ones are newer.
+  // Newest first: a checkpoint goes once keep_last complete ones are newer
+  // (so never the newest: nothing is newer), unless it is the one just
+  // written (which a corrupted newer one could otherwise push out).
   if (keep_last > 0) {
     int complete_newer = 0;
     for (int i = 0; i < l.n_steps; i++) {
       const px_ckpt_entry *e = &l.entries[i];
       snprintf(path, plen, "%s/%s", dir, e->name);
       bool complete = looks_complete(path);
-      if (i > 0 && e->step != written && complete_newer >= keep_last) {
+      if (e->step != written && complete_newer >= keep_last) {
         px_status s = px_ckpt_remove_tree(path);
         if (s != PX_OK) failed(&fl, px_error_wrap(s, "removing an old checkpoint (keep_last %d)", keep_last));
       }

@@ -122,7 +122,7 @@ static void blocks_shani(uint32_t h[8], const unsigned char *p, size_t n_blocks)
 
 bool px_sha256_have_shani(void) {
 #ifdef PX_SHA256_X86
-  static int cached = -1;  // benign race: every thread computes the same answer
+  static _Atomic int cached = -1;  // every thread that races here computes the same answer
   if (cached < 0) {
     unsigned a, b, c, d;
     bool ok = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSSE3) && (c & bit_SSE4_1) &&
@@ -154,6 +154,7 @@ void px_sha256_init_impl(px_sha256 *s, px_sha256_impl impl) {
 void px_sha256_init(px_sha256 *s) { px_sha256_init_impl(s, PX_SHA256_BEST); }
 
 void px_sha256_update(px_sha256 *s, const void *data, size_t n) {
+  if (n == 0) return;  // data may be NULL then
   const unsigned char *p = data;
   s->n_bytes += n;
   if (s->buf_len) {
