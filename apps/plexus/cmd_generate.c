@@ -106,7 +106,13 @@ int px_cmd_generate(int argc, char **argv) {
 
   size_t n_prompt = 0;
   uint32_t *prompt = NULL;
-  if (px_vocab_encode(vocab, c->prompt, strlen(c->prompt), &prompt, &n_prompt) != PX_OK) goto out;
+  const size_t plen = strlen(c->prompt);
+  if (px_vocab_encode(vocab, c->prompt, plen, &prompt, &n_prompt) != PX_OK) goto out;
+  // The word tokenizer ends every line with <eos>, the last one too; a
+  // prompt is continued on its own line unless it ends with a newline.
+  if (px_vocab_kind(vocab) == PX_TOKENIZER_WORD && n_prompt > 0 && plen > 0 && c->prompt[plen - 1] != '\n' &&
+      prompt[n_prompt - 1] == px_vocab_id(vocab, "<eos>", 5))
+    n_prompt--;
   const size_t total = n_prompt + (size_t)c->tokens + 1;
   ids = malloc(total * sizeof *ids);
   const int V = (int)shape.vocab_size, T = (int)c->context;
