@@ -201,7 +201,8 @@ static int train_rank(px_comm *comm, void *arg) {
     printf("plexus train: done: %lld steps in %.1f s (%.0f samples/s)", (long long)res.steps, res.seconds,
            res.samples_per_s);
     if (res.eval.samples > 0) {
-      printf("; held-out loss %.4f", res.eval.loss);
+      // MNIST-layout directories hold a test split; other sources a held-out one.
+      printf("; %s loss %.4f", strcmp(c->data, "mnist") == 0 ? "test" : "held-out", res.eval.loss);
       if (res.eval.accuracy == res.eval.accuracy) printf(", accuracy %.4f", res.eval.accuracy);
       if (res.eval.perplexity == res.eval.perplexity) printf(", perplexity %.2f", res.eval.perplexity);
     }
