@@ -2,7 +2,9 @@
  * refuse what they cannot do:
  *   - max-pool with padding picks each window's maximum among real pixels
  *     only (padding is -inf, never 0: an all-negative plane stays negative)
- *     and sends the gradient back to it, summing where windows share it;
+ *     and sends the gradient back to it, summing where windows share it,
+ *     for every window, stride, padding and plane size up to 9×8 (against
+ *     the definition: windows clipped at the top, left, bottom and right);
  *   - global average pooling gives each plane's mean and spreads dy/(H·W);
  *   - the residual with a shortcut adds the two branches, and names the
  *     parameters as torchvision's BasicBlock does ("conv1.weight",
@@ -45,6 +47,54 @@ static void check_padded_maxpool(void) {
   for (int i = 0; i < 4; i++) CHECK(px_f32(&y)[i] == want_neg[i], "negative plane: y[%d] = %g, want %g", i,
                                     (double)px_f32(&y)[i], (double)want_neg[i]);
   px_model_free(md);
+}
+
+// Every (k, s, p) with p <= k/2 on every plane size from 1×1 to 9×8 the
+// window fits: y and the argmax the gradient goes to against the definition
+// (the first maximum in scan order over the window's pixels inside the
+// plane), planes of distinct values so the argmax is unique.
+static void check_padded_maxpool_exhaustive(void) {
+  static float x[2 * 9 * 8], dyb[2 * 12 * 12];  // H' <= H + 1 (s = 1, even k, p = k/2)
+  int cases = 0, bad = 0;
+  for (int k = 1; k <= 5; k++)
+    for (int s = 1; s <= 3; s++)
+      for (int p = 0; p <= k / 2; p++)
+        for (int H = 1; H <= 9; H++)
+          for (int W = 1; W <= 8; W++) {
+            if (H + 2 * p < k || W + 2 * p < k) continue;
+            const int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1;
+            for (int i = 0; i < 2 * H * W; i++) x[i] = (float)((i * 37 + H * 11 + W) % (2 * H * W + 1)) - 0.5f * H * W;
+            px_model *md;
+            CHECK_OK(px_model_create(&md, px_maxpool2d_padded(k, s, p), 1));
+            px_tensor t = px_tensor_f32(x, 4, 1, 2, H, W), y, dx;
+            CHECK_OK(px_model_forward(md, &t, &y));
+            CHECK(y.shape[2] == Ho && y.shape[3] == Wo, "k=%d s=%d p=%d on %dx%d: %lldx%lld, want %dx%d", k, s, p, H,
+                  W, (long long)y.shape[2], (long long)y.shape[3], Ho, Wo);
+            // dy = 1 everywhere: dx counts how often each pixel was a window's argmax.
+            for (int i = 0; i < 2 * Ho * Wo; i++) dyb[i] = 1.0f;
+            px_tensor dy = px_tensor_f32(dyb, 4, 1, 2, Ho, Wo);
+            CHECK_OK(px_model_backward(md, &dy, &dx));
+            float count[2 * 9 * 8] = {0};
+            for (int c = 0; c < 2; c++)
+              for (int oh = 0; oh < Ho; oh++)
+                for (int ow = 0; ow < Wo; ow++) {
+                  float best = 0;
+                  int at = -1;
+                  for (int i = 0; i < k; i++)
+                    for (int j = 0; j < k; j++) {
+                      const int h = oh * s - p + i, w = ow * s - p + j;
+                      if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                      const float v = x[(c * H + h) * W + w];
+                      if (at < 0 || v > best) { best = v; at = (c * H + h) * W + w; }
+                    }
+                  count[at] += 1.0f;
+                  bad += px_f32(&y)[(c * Ho + oh) * Wo + ow] != best;
+                }
+            for (int i = 0; i < 2 * H * W; i++) bad += px_f32(&dx)[i] != count[i];
+            cases++;
+            px_model_free(md);
+          }
+  CHECK(bad == 0, "padded maxpool differs from the definition in %d values over %d cases", bad, cases);
 }
 
 static void check_global_avgpool(void) {
@@ -190,6 +240,7 @@ static void check_errors(void) {
 
 int main(void) {
   check_padded_maxpool();
+  check_padded_maxpool_exhaustive();
   check_global_avgpool();
   check_residual_sum();
   check_basic_block_names();
