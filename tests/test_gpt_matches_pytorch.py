@@ -1,7 +1,7 @@
 """Claim: the zoo's GPT computes what a GPT-2 written with torch.nn computes.
-A 2-layer GPT (vocabulary 97, context 16, width 32, 4 heads) written below
-with torch.nn primitives (nn.Embedding, nn.LayerNorm, a Conv1D as Hugging
-Face's GPT-2 stores it, causal softmax attention, nn.GELU(approximate="tanh"),
+A 2-layer GPT (vocabulary 97, context 16, width 32, 4 heads) written with
+torch.nn primitives in gpt2_torch.py (nn.Embedding, nn.LayerNorm, a Conv1D
+as Hugging Face's GPT-2 stores it, causal softmax attention, nn.GELU(approximate="tanh"),
 the output projection tied to wte) and plexus's px_zoo_gpt start from the same
 weights (exchanged through safetensors, Hugging Face's names) and see the same
 batches: the logits of the first batch agree to 1e-5 relative, and 20 AdamW
@@ -30,15 +30,15 @@ AdamW, dividing each gradient by its own running magnitude, moves it by up
 to lr per step in a direction set by that noise, in PyTorch as in plexus.
 The test therefore requires plexus's key-bias gradient to be noise (below
 1e-5 x the rms of the q and v thirds' gradients) and its final key bias to
-be at most max(1e-5, REFEREE_FACTOR x) as far from torch's float64 run as
-the float32 torch run closest to float64 is (torch also trains NOISE_RUNS
-times in float32 with the sequences of each batch permuted: the same
-mathematics in other summation orders).  Everything else must agree with
+be no farther from torch's float64 run than max(1e-5, REFEREE_FACTOR x the
+distance of the float32 torch run closest to float64) (torch also trains
+NOISE_RUNS times in float32 with the sequences of each batch permuted: the
+same mathematics in other summation orders).  Everything else must agree with
 torch float32 to 1e-5, with no referee.  The weights are drawn larger than
 GPT-2's N(0, 0.02) (embeddings N(0, 0.3), Conv1D weights N(0, 0.1), biases
 N(0, 0.05), LayerNorm weights 1 + N(0, 0.1)), so attention is far from
 uniform and a runner that ignored a bias or a LayerNorm weight would be
-caught.
+caught (gpt2_torch.random_state).
 
 Planted bugs this test caught, each by 50x the tolerance or more (logits
 rel 5e-4 .. 1.8): the exact GELU in place of the tanh one, the attention
@@ -46,7 +46,6 @@ scaled by 1/sqrt(d + 0.01), a causal mask that lets a row see one future
 key, LayerNorm eps 1e-3 in place of 1e-5.
 """
 
-import math
 import os
 import subprocess
 import sys
@@ -55,10 +54,10 @@ import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_torch  # noqa: E402  (GPT-2 in torch.nn)
 import pxst  # noqa: E402
 
 V, T, L, H, C = 97, 16, 2, 4, 32
@@ -75,95 +74,12 @@ BUILD_DIR = os.environ.get("PX_BUILD_DIR")
 RUNNER = os.path.join(BUILD_DIR, "tests", "gpt_runner") if BUILD_DIR else os.path.abspath("gpt_runner")
 
 
-# ---- GPT-2 in torch.nn, Hugging Face's names and layouts ---------------------
-
-class Conv1D(nn.Module):
-    """GPT-2's linear layer: weight (in, out), y = x @ W + b."""
-
-    def __init__(self, nin, nout):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(nin, nout))
-        self.bias = nn.Parameter(torch.zeros(nout))
-
-    def forward(self, x):
-        y = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
-        return y.reshape(*x.shape[:-1], -1)
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_attn = Conv1D(C, 3 * C)
-        self.c_proj = Conv1D(C, C)
-
-    def forward(self, x):
-        n, t, c = x.shape
-        d = c // H
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        q, k, v = (z.view(n, t, H, d).transpose(1, 2) for z in (q, k, v))  # (n, H, t, d)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-        causal = torch.tril(torch.ones(t, t, dtype=torch.bool))
-        att = F.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(n, t, c)
-        return self.c_proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_fc = Conv1D(C, 4 * C)
-        self.act = nn.GELU(approximate="tanh")
-        self.c_proj = Conv1D(4 * C, C)
-
-    def forward(self, x):
-        return self.c_proj(self.act(self.c_fc(x)))
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-        self.attn = Attention()
-        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
-        self.mlp = MLP()
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList([Block() for _ in range(L)])
-        self.ln_f = nn.LayerNorm(C, eps=1e-5)
-
-    def forward(self, ids):
-        pos = torch.arange(ids.shape[1])
-        x = self.wte(ids) + self.wpe(pos)
-        for block in self.h:
-            x = block(x)
-        return F.linear(self.ln_f(x), self.wte.weight)  # tied head: x @ wteᵀ
+def GPT():
+    return gpt2_torch.GPT(V, T, L, H, C)
 
 
 def init_state(seed):
-    g = torch.Generator().manual_seed(seed)
-    m = GPT()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith("wte.weight") or name.endswith("wpe.weight"):
-                std = 0.3
-            elif "ln_" in name and name.endswith(".weight"):
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
-                continue
-            elif name.endswith(".bias"):
-                std = 0.05
-            else:
-                std = 0.1
-            p.copy_(std * torch.randn(p.shape, generator=g))
-    return {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
+    return gpt2_torch.random_state(GPT(), seed)
 
 
 def make_batches(seed):

@@ -155,10 +155,13 @@ px_status px_zoo_gpt_load_hf(px_model *model, const char *path) {
       st = px_error(PX_ERR_UNSUPPORTED, "gpt: tensor \"%s\" in %s is %s; plexus loads F32 GPT-2 weights",
                     t->name, path, px_dtype_name(t->tensor.dtype));
     } else if (t->tensor.ndim != p->ndim || memcmp(t->tensor.shape, p->shape, (size_t)p->ndim * sizeof(int64_t))) {
-      st = px_error(PX_ERR_SHAPE, "gpt: tensor \"%s\" has shape %s in %s but the model expects %s for \"%s\"; "
-                    "was it saved from a GPT of another size?", t->name,
-                    px_shape_str(t->tensor.ndim, t->tensor.shape, a, sizeof a), path,
-                    px_shape_str(p->ndim, p->shape, b, sizeof b), p->name);
+      bool transposed = p->ndim == 2 && t->tensor.ndim == 2 && t->tensor.shape[0] == p->shape[1] &&
+                        t->tensor.shape[1] == p->shape[0];
+      st = px_error(PX_ERR_SHAPE, "gpt: tensor \"%s\" has shape %s in %s but the model expects %s for \"%s\"; %s",
+                    t->name, px_shape_str(t->tensor.ndim, t->tensor.shape, a, sizeof a), path,
+                    px_shape_str(p->ndim, p->shape, b, sizeof b), p->name,
+                    transposed ? "it is stored transposed (nn.Linear's (out, in)?); GPT-2's Conv1D weights are (in, out)"
+                               : "was it saved from a GPT of another size?");
     }
     src[k] = t;
   }

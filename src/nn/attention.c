@@ -29,7 +29,12 @@
 //
 // Threads: each (n, h) pair is one work item, done by one thread with
 // single-threaded GEMMs (OpenBLAS runs one thread inside an OpenMP region),
-// so results are bitwise the same for any thread count.
+// so results are bitwise the same for any thread count.  Below ATT_PAR_MIN
+// multiply-adds per pass no region is opened (its start and barrier cost
+// more than the work); every GEMM is then at most T·T·d <= ATT_PAR_MIN
+// multiply-adds, which OpenBLAS runs on one thread too (it threads sgemm
+// only above m·n·k = 65536 · GEMM_MULTITHREAD_THRESHOLD(4)), so the bits
+// are the same either way.
 #include "plexus/nn.h"
 #include "tensor/internal.h"
 
@@ -38,6 +43,8 @@
 
 // Query rows per tile: the scores of a tile are ATT_QB × T floats.
 #define ATT_QB 64
+// Open an OpenMP region only above this many multiply-adds (N·H·T·T·d).
+#define ATT_PAR_MIN (1 << 18)
 
 typedef struct attention {
   px_module base;      /* children: c_attn, c_proj, resid_dropout */
@@ -193,7 +200,8 @@ static px_status attn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   a->step = ctx->step;
   const float *qkv = px_f32(&a->qkv);
   float *O = px_f32(&a->o);
-  #pragma omp parallel for schedule(static)
+  const bool par = (double)(N * H) * (double)T * (double)T * (double)(C / H) >= ATT_PAR_MIN;
+  #pragma omp parallel for schedule(static) if (par)
   for (int64_t w = 0; w < N * H; w++) {
     const int64_t n = w / H;
     const int h = (int)(w % H);
@@ -220,7 +228,8 @@ static px_status attn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   if (!scratch) return PX_ERR_NOMEM;
   const float *qkv = px_f32(&a->qkv), *O = px_f32(&a->o), *dO = px_f32(&dout);
   float *dQKV = px_f32(&dqkv);
-  #pragma omp parallel for schedule(static)
+  const bool par = (double)(N * H) * (double)T * (double)T * (double)d >= ATT_PAR_MIN;
+  #pragma omp parallel for schedule(static) if (par)
   for (int64_t w = 0; w < N * H; w++) {
     const int64_t n = w / H;
     const int h = (int)(w % H);
