@@ -3,7 +3,9 @@ one-node Slurm cluster brought up for this test (munged, slurmctld and
 slurmd in a temporary directory, on free ports), `srun --mpi=pmix -n 2`
 of the quick start makes ONE job of two MPI ranks: rank 0 reports
 "2 ranks (mpi)" and trains to the README's loss, and rank 1 prints nothing
-(it is a rank of rank 0's world, not a world of its own).  When the build
+(it is a rank of rank 0's world, not a world of its own).  A rank that
+stalls in a collective ends the whole step through the watchdog, with its
+message, in seconds.  When the build
 has the `plexus` command, `srun -n 2 plexus train` runs on 2 ranks of the
 MPI backend and exits 0; `--backend mpi` refuses a launch without PMI
 (`--mpi=none`) instead of training twice; and a signal sent through Slurm
@@ -11,9 +13,9 @@ MPI backend and exits 0; `--backend mpi` refuses a launch without PMI
 with a checkpoint and exit 75, from which `--resume auto` under srun goes on.
 
 If it failed, users of Slurm clusters (srun in an sbatch script, the way
-they launch torchrun today) would get N copies of a one-rank run, or a job
-that does not start, or a requeued job that starts over: docs/SLURM.md
-would be wrong.
+they launch torchrun today) would get N copies of a one-rank run, a job
+that does not start, a stuck job that burns its allocation, or a requeued
+job that starts over: docs/SLURM.md would be wrong.
 
 Needs root (the daemons run as root) and Slurm's packages (scripts/dev
 installs them).  Exits 77 -- ctest shows "Skipped" -- with the reason when
@@ -35,6 +37,7 @@ SKIP = 77
 BUILD = os.environ.get("PX_BUILD_DIR", "build")
 QUICKSTART = os.path.join(BUILD, "quickstart")
 PLEXUS = os.path.join(BUILD, "plexus")
+COMM_FAULT = os.path.join(BUILD, "tests", "comm_fault")
 FMNIST = "/usr/share/datasets/fashion-mnist"
 NODE = "pxnode"
 DEADLINE_S = 240  # ctest's TIMEOUT for this test is 300 s (tests/CMakeLists.txt)
@@ -340,6 +343,20 @@ def quickstart_case(cluster):
           "the last epoch's loss is not below 0.01 (the README's quick start does not train)")
 
 
+def watchdog_case(cluster):
+    # Rank 1 skips an all-reduce (tests/tools/comm_fault): rank 0's watchdog
+    # (2 s) names the collective and the step, MPI_Abort ends it, and Slurm
+    # ends the whole step: srun returns non-zero long before --time.
+    t0 = time.monotonic()
+    p = srun(cluster, [COMM_FAULT, "--mode", "skip", "--timeout", "2"], timeout=60)
+    took = time.monotonic() - t0
+    show(p)
+    check(p.returncode not in (0, -1), f"a stalled rank under srun: exit {p.returncode}, expected non-zero")
+    check("watchdog: allreduce (step 3, bucket 1) did not complete within 2 s" in p.stdout + p.stderr,
+          "a stalled rank under srun: no watchdog message naming the all-reduce and the step")
+    check(took < 30, f"a stalled rank under srun: the step took {took:.0f} s to end (watchdog 2 s)")
+
+
 def plexus_has_mpi():
     out = subprocess.run([PLEXUS, "--version"], capture_output=True, text=True).stdout
     return "with MPI" in out
@@ -447,6 +464,8 @@ def main():
         if check(re.search(rf"^\s*{MPI_PLUGIN}\s*$", listed, re.M) is not None,
                  f"srun --mpi=list does not offer {MPI_PLUGIN} (slurm-wlm-basic-plugins has mpi_pmix.so)"):
             quickstart_case(cluster)
+            if os.path.exists(COMM_FAULT):
+                watchdog_case(cluster)
             if os.path.exists(PLEXUS) and plexus_has_mpi():
                 plexus_cases(cluster)
             else:
