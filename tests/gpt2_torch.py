@@ -109,3 +109,20 @@ def random_state(model, seed):
                 std = 0.1
             p.copy_(std * torch.randn(p.shape, generator=g))
     return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def gpt2_init(model):
+    """GPT-2's (and nanoGPT's) initialisation, as px_zoo_gpt's: weights
+    N(0, 0.02), the residual projections (attn.c_proj, mlp.c_proj)
+    N(0, 0.02/sqrt(2L)), biases 0, LayerNorm 1 and 0."""
+    n_layer = len(model.h)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln_" in name:
+                p.fill_(1.0 if name.endswith(".weight") else 0.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            elif name.endswith("c_proj.weight"):
+                p.normal_(0.0, 0.02 / math.sqrt(2 * n_layer))
+            else:
+                p.normal_(0.0, 0.02)

@@ -5,7 +5,8 @@
  * would come before the head's (DDP would all-reduce wte's gradient before
  * the head's share is in); every layer's backward ADDS into the parameter
  * gradients (two backward passes give twice one, for the whole GPT);
- * and the embedding's scatter-add gives the same bits with 1 and 2 threads.
+ * and the embedding's scatter-add and the attention give the same bits with
+ * 1 and 2 threads.
  * If this fails, a user gets a crash or a silent wrong answer instead of a
  * message, gradient accumulation (and tying) is wrong, or runs differ with
  * the thread count. */
@@ -200,10 +201,53 @@ static void check_scatter_threads(void) {
   free(g[1]);
 }
 
+// The attention's core runs each (n, head) on one thread: 1 and 2 threads
+// give the same bits.  Sizes: the core's N·H·T·T·d = 2^19 multiply-adds
+// opens its OpenMP region (two tiles of query rows per head), while the
+// Conv1D GEMMs (at most 512·24·8) stay below OpenBLAS's threading
+// threshold, so they cannot differ either.
+static void check_attention_threads(void) {
+  enum { N = 4, T = 128, C = 8 };
+  static float x[N * T * C];
+  px_rng r = px_rng_make(4, 4);
+  for (size_t i = 0; i < sizeof x / sizeof *x; i++) x[i] = 2.0f * px_rng_uniform(&r) - 1.0f;
+  px_tensor xt = px_tensor_f32(x, 3, N, T, C, 0);
+  float *g[2], *y[2], *dx[2];
+  for (int k = 0; k < 2; k++) {
+    px_set_num_threads(k + 1);
+    px_module *att = px_causal_self_attention(C, 2, 0.1f, 0.0f);
+    for (int c = 0; c < 2; c++) att->children[c]->params[0].init_a = 0.5f;  // attention far from uniform
+    px_model *md = make(att);
+    px_tensor out, dxt;
+    CHECK_OK(px_model_forward(md, &xt, &out));
+    px_tensor dy = out;
+    dy.data = px_model_scratch(md, (size_t)px_tensor_numel(&out));
+    px_rng rd = px_rng_make(4, 5);  // the same dy both times
+    for (size_t i = 0; i < (size_t)px_tensor_numel(&out); i++) px_f32(&dy)[i] = px_rng_uniform(&rd) - 0.5f;
+    px_model_zero_grad(md);
+    CHECK_OK(px_model_backward(md, &dy, &dxt));
+    y[k] = malloc(sizeof x);
+    dx[k] = malloc(sizeof x);
+    g[k] = malloc(md->n_param_elems * sizeof(float));
+    memcpy(y[k], out.data, sizeof x);
+    memcpy(dx[k], dxt.data, sizeof x);
+    memcpy(g[k], md->grad_data, md->n_param_elems * sizeof(float));
+    if (k == 1) {
+      CHECK(memcmp(y[0], y[1], sizeof x) == 0, "attention output differs between 1 and 2 threads");
+      CHECK(memcmp(dx[0], dx[1], sizeof x) == 0, "attention input gradient differs between 1 and 2 threads");
+      CHECK(memcmp(g[0], g[1], md->n_param_elems * sizeof(float)) == 0,
+            "attention parameter gradients differ between 1 and 2 threads");
+    }
+    px_model_free(md);
+  }
+  for (int k = 0; k < 2; k++) { free(g[k]); free(y[k]); free(dx[k]); }
+}
+
 int main(void) {
   check_bad_inputs();
   check_tie_order();
   check_accumulation();
   check_scatter_threads();
+  check_attention_threads();
   return px_test_finish("test_transformer_layers_check_inputs_and_accumulate");
 }

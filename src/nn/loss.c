@@ -1,5 +1,6 @@
 // Losses: value and input gradient in one pass (as llm.c fuses them).
 #include "plexus/nn.h"
+#include "tensor/internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +33,47 @@ px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *los
 //   ℓ = -(1-ε) log p_t - (ε/C) Σ_j log p_j
 //   ∂ℓ/∂z_j = p_j - (1-ε)[j = t] - ε/C
 // L = mean of ℓ over rows whose target is not ignore_index.
+//
+// One row in two passes over its C logits: max, then e_j = exp(z_j - max)
+// (px_expf, vectorized) summed in double and, when the gradient is wanted,
+// stored in dz; then dz is scaled in place.  Rows run in parallel; their
+// losses are summed in a fixed order (CE_CHUNKS chunks whose bounds depend
+// on N only), so the loss is the same for any thread count.  dlogits may be
+// the logits' own memory (every z_j is read before dz_j is written).
+#define CE_CHUNKS 64
+
+static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, float inv_valid) {
+  float zmax = z[0];
+  #pragma omp simd reduction(max : zmax)
+  for (int j = 0; j < C; j++) zmax = z[j] > zmax ? z[j] : zmax;
+  const float zt = z[t];
+  double se = 0, sz = 0;
+  if (eps != 0.0f) {
+    #pragma omp simd reduction(+ : sz)
+    for (int j = 0; j < C; j++) sz += z[j];
+  }
+  if (dz) {
+    #pragma omp simd reduction(+ : se)
+    for (int j = 0; j < C; j++) {
+      const float e = px_expf(z[j] - zmax);
+      dz[j] = e;
+      se += e;
+    }
+    // dz_j = (p_j - ε/C - (1-ε)[j = t]) / valid
+    const float a = (float)(1.0 / se) * inv_valid, b = eps / (float)C * inv_valid;
+    #pragma omp simd
+    for (int j = 0; j < C; j++) dz[j] = dz[j] * a - b;
+    dz[t] -= (1.0f - eps) * inv_valid;
+  } else {
+    #pragma omp simd reduction(+ : se)
+    for (int j = 0; j < C; j++) se += px_expf(z[j] - zmax);
+  }
+  const double lse = zmax + log(se);  // log Σ e^z
+  const double nll = lse - zt;
+  const double smooth = lse - sz / C; // -(1/C) Σ log p_j
+  return (1.0 - eps) * nll + eps * smooth;
+}
+
 px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts,
                                 float *loss, float *dlogits) {
   px_ce_opts o = opts ? *opts : PX_CE_DEFAULTS;
@@ -50,31 +92,26 @@ px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
     valid++;
   }
   const float eps = o.label_smoothing;
-  double total = 0;
   const float inv_valid = valid ? 1.0f / (float)valid : 0.0f;
-  for (int64_t r = 0; r < N; r++) {
-    const float *z = px_f32(logits) + r * C;
-    float *dz = dlogits ? dlogits + r * C : NULL;
-    if (targets[r] == o.ignore_index) {
-      if (dz) for (int j = 0; j < C; j++) dz[j] = 0.0f;
-      continue;
-    }
-    float zmax = z[0];
-    for (int j = 1; j < C; j++) zmax = z[j] > zmax ? z[j] : zmax;
-    double se = 0, sz = 0;
-    for (int j = 0; j < C; j++) { se += exp((double)z[j] - zmax); sz += z[j]; }
-    double lse = zmax + log(se);  // log Σ e^z
-    double nll = lse - z[targets[r]];
-    double smooth = lse - sz / C; // -(1/C) Σ log p_j
-    total += (1.0 - eps) * nll + eps * smooth;
-    if (dz) {
-      const float inv_se = (float)(1.0 / se);
-      for (int j = 0; j < C; j++) {
-        float p = expf(z[j] - zmax) * inv_se;
-        dz[j] = (p - eps / (float)C - (j == targets[r] ? 1.0f - eps : 0.0f)) * inv_valid;
+  const float *Z = px_f32(logits);
+  const int chunks = N < CE_CHUNKS ? (int)N : CE_CHUNKS;
+  double partial[CE_CHUNKS];
+  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)N * (size_t)C))
+  for (int k = 0; k < chunks; k++) {
+    const int64_t r0 = N * k / chunks, r1 = N * (k + 1) / chunks;
+    double sum = 0;
+    for (int64_t r = r0; r < r1; r++) {
+      float *dz = dlogits ? dlogits + r * C : NULL;
+      if (targets[r] == o.ignore_index) {
+        if (dz) for (int j = 0; j < C; j++) dz[j] = 0.0f;
+        continue;
       }
+      sum += ce_row(Z + r * C, dz, C, targets[r], eps, inv_valid);
     }
+    partial[k] = sum;
   }
+  double total = 0;
+  for (int k = 0; k < chunks; k++) total += partial[k];
   *loss = valid ? (float)(total / (double)valid) : 0.0f;
   return PX_OK;
 }
