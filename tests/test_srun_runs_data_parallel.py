@@ -389,6 +389,11 @@ def plexus_cases(cluster):
     show(p)
     check(p.returncode != 0 and "--backend mpi" in p.stderr,
           "srun --mpi=none of plexus train --backend mpi did not fail with a message naming --backend mpi")
+    # Without --backend mpi too: never one world of one per task, silently.
+    p = srun(cluster, train + ["--steps", "20"], plugin="none")
+    show(p)
+    check(p.returncode != 0 and "srun --mpi=pmix" in p.stderr,
+          "srun --mpi=none of plexus train did not fail with a message naming srun --mpi=pmix")
 
     # Stop and go on, as a requeued job does: Slurm delivers SIGUSR1 to
     # every task (scancel --signal, the path of sbatch --signal=USR1@T);

@@ -8,9 +8,10 @@
 // Every rank parses the same options, opens the data, builds the same model
 // from the seed; DDP (inside px_train) broadcasts rank 0's weights.  Only
 // rank 0 prints, writes logs and checkpoints.
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE  /* sched_getaffinity */
 #include "app.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,8 +147,13 @@ static int train_rank(px_comm *comm, void *arg) {
   if (job->num_threads > 0) {
     px_set_num_threads(job->num_threads);
   } else if (px_comm_backend_of(comm) == PX_COMM_MPI && !getenv("PX_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int per = (int)(cores / px_comm_local_size(comm));
+    // The CPUs this process may run on: a launcher that binds ranks (Slurm
+    // with --cpus-per-task, mpirun --bind-to) already gave each its own;
+    // otherwise every rank sees the whole node and takes its share.
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    long mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
+    int per = (int)(mine < online ? mine : online / px_comm_local_size(comm));
     px_set_num_threads(per > 0 ? per : 1);
   }
   if (rank == 0 && !c->quiet)
@@ -198,8 +204,12 @@ static int train_rank(px_comm *comm, void *arg) {
   }
   if (rank == 0) {
     // Results go to stdout even with --quiet: they are what the run is for.
-    printf("plexus train: done: %lld steps in %.1f s (%.0f samples/s)", (long long)res.steps, res.seconds,
-           res.samples_per_s);
+    if (res.stopped)
+      printf("plexus train: stopped at step %lld after %.1f s (%.0f samples/s)", (long long)res.steps, res.seconds,
+             res.samples_per_s);
+    else
+      printf("plexus train: done: %lld steps in %.1f s (%.0f samples/s)", (long long)res.steps, res.seconds,
+             res.samples_per_s);
     if (res.eval.samples > 0) {
       // MNIST-layout directories hold a test split; other sources a held-out one.
       printf("; %s loss %.4f", strcmp(c->data, "mnist") == 0 ? "test" : "held-out", res.eval.loss);
@@ -208,9 +218,14 @@ static int train_rank(px_comm *comm, void *arg) {
     }
     printf("\n");
     if (res.last_checkpoint[0]) printf("plexus train: last checkpoint %s\n", res.last_checkpoint);
-    if (res.stopped && stop_requested) job->stopped_by_signal = true;
     fflush(stdout);
   }
+  // Every process ends with the same exit status: under MPI each holds its
+  // own job (a rank whose peer got the signal stopped too); under threads
+  // rank 0 speaks for the process.
+  const bool at_budget = c->stop_at_step > 0 && res.steps >= c->stop_at_step;
+  if (res.stopped && !at_budget && (rank == 0 || px_comm_backend_of(comm) == PX_COMM_MPI))
+    job->stopped_by_signal = true;
 done:
   px_logger_free(log);
   px_model_free(model);
@@ -300,7 +315,8 @@ int px_cmd_train(int argc, char **argv) {
   const bool launched = px_comm_mpi_launched();
   int threads = (int)c->threads;
   if (strcmp(c->backend, "mpi") == 0 && !launched) {
-    px_error(PX_ERR_INVALID, "--backend mpi: this process was not started by mpirun, mpiexec or srun");
+    px_error(PX_ERR_INVALID, "--backend mpi: this process was not started by an MPI launcher (mpirun, mpiexec, "
+             "or srun --mpi=pmix; srun's default --mpi=none starts processes that MPI cannot join)");
     rc = px_app_fail("train");
     goto out;
   }

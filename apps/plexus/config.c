@@ -65,6 +65,9 @@ static const opt_def opts[] = {
    "held-out data in the same format (mnist: the directory's test split is used when empty)"},
   {"data", "image_root", "image-root", T_STR, F(image_root), "", NULL, 0, 0, ALL,
    "images/imagenet: directory the CSV's paths are relative to (default: the CSV's directory)"},
+  {"data", "val_image_root", "val-image-root", T_STR, F(val_image_root), "", NULL, 0, 0, ALL,
+   "images/imagenet: directory the held-out CSV's paths are relative to (default: --image-root, else that "
+   "CSV's directory)"},
   {"data", "synsets", "synsets", T_STR, F(synsets), "", NULL, 0, 0, ALL, "imagenet: LOC_synset_mapping.txt"},
   {"data", "image_channels", "image-channels", T_INT, F(image_channels), "3", NULL, 1, 3, ALL,
    "images/imagenet: 3 (RGB) or 1 (gray)"},
@@ -212,10 +215,18 @@ static size_t edit_distance(const char *a, const char *b) {
   return row[nb];
 }
 
-// " (did you mean --lr?)" for the closest flag or key within distance 3.
+// " (did you mean --lr?)" for the closest flag or key within distance 3,
+// or for a key put in the wrong section ("log.log_every" -> train.log_every).
 static void suggest(char *buf, size_t cap, const char *given, bool as_flag) {
   buf[0] = '\0';
   size_t best = 4;
+  const char *dot = as_flag ? NULL : strchr(given, '.');
+  if (dot)
+    for (int i = 0; i < N_OPTS; i++)
+      if (strcmp(opts[i].key, dot + 1) == 0) {
+        snprintf(buf, cap, " (did you mean %s.%s?)", opts[i].section, opts[i].key);
+        return;
+      }
   for (int i = 0; i < N_OPTS; i++) {
     char key[96];
     if (as_flag) snprintf(key, sizeof key, "%s", opts[i].flag);

@@ -20,7 +20,7 @@ typedef struct px_config {
   char   *init;
   /* data */
   char   *data;
-  char   *data_path, *val_path, *image_root, *synsets;
+  char   *data_path, *val_path, *image_root, *val_image_root, *synsets;
   int64_t image_channels, resize, crop;
   bool    random_crop, hflip;
   char   *mean, *std;

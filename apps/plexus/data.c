@@ -25,8 +25,9 @@ static px_status open_images(const px_config *c, bool train, const char *csv, px
   px_image_opts io = PX_IMAGE_DEFAULTS;
   char root[1024];
   io.csv = csv;
-  if (*c->image_root) {
-    snprintf(root, sizeof root, "%s", c->image_root);
+  const char *given_root = !train && *c->val_image_root ? c->val_image_root : c->image_root;
+  if (*given_root) {
+    snprintf(root, sizeof root, "%s", given_root);
   } else {
     dir_of(csv, root, sizeof root);
   }

@@ -380,6 +380,14 @@ px_status px_comm_run(int n_threads, px_rank_fn fn, void *arg, int *exit_code) {
                       "without MPI; rebuild with MPI (apt-get install libopenmpi-dev) or run without the launcher",
                       n);
   }
+  // srun with several tasks but no MPI plugin (Slurm's default --mpi=none):
+  // each task would be a world of one and repeat the others' work.
+  const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS");
+  if (!px_comm_mpi_launched() && getenv("SLURM_PROCID") && step_tasks && atoi(step_tasks) > 1)
+    return px_error(PX_ERR_COMM,
+                    "px_comm_run: srun started %d tasks without an MPI plugin, so each would train alone: use "
+                    "srun --mpi=pmix (srun --mpi=list shows the plugins), or one task with --threads",
+                    atoi(step_tasks));
   if (n_threads > 1) return px_comm_threads_run(n_threads, fn, arg, exit_code);
   px_comm *c;
   TRY(px_comm_init_self(&c));
