@@ -1,6 +1,7 @@
 /* bench_train.c — training throughput of plexus, to compare with PyTorch.
  *
- *   bench_train --model mlp|cnn --batch B --threads T [--seconds S] [--warmup W]
+ *   bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T
+ *               [--seconds S] [--warmup W]
  *   bench_train --info      (one line about the BLAS in use, for the record)
  *
  * prints one line that bench/run.sh parses:
@@ -22,12 +23,20 @@
  *        -Conv2d(8,16,3,p=1)-BatchNorm2d(16)-ReLU-MaxPool2d(2)-Flatten-Linear(784,10)
  *        cross-entropy, SGD(lr 0.01, momentum 0.9); x ~ N(0, 1) of (B,1,28,28),
  *        labels uniform in [0, 10).
+ *   The zoo's models (apps/plexus/zoo.h), cross-entropy and SGD(lr 0.01,
+ *   momentum 0.9) as the cnn, x ~ N(0, 1), labels uniform:
+ *   zoo_cnn:      px_zoo_cnn(1, 28, 28, 32, 10), the Fashion-MNIST model of
+ *                 `plexus train`, on (B,1,28,28)
+ *   resnet_small: ResNet-20, px_zoo_resnet_small(3, 10, 3, 16), on (B,3,32,32)
+ *   resnet18:     px_zoo_resnet18(3, 1000) on (B,3,224,224)
  *
  * The data are generated once, before timing: N_BATCHES batches that the
  * loop cycles through.  This is a benchmark, not a test: it never fails on
  * speed. */
 #define _POSIX_C_SOURCE 199309L  /* clock_gettime(CLOCK_PROCESS_CPUTIME_ID) */
 #include <plexus/plexus.h>
+
+#include "zoo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +45,12 @@
 
 #define N_BATCHES 4
 
-typedef enum { MODEL_MLP, MODEL_CNN } model_kind;
+typedef enum { MODEL_MLP, MODEL_CNN, MODEL_ZOO_CNN, MODEL_RESNET_SMALL, MODEL_RESNET18 } model_kind;
+
+static const char *const model_names[] = {"mlp", "cnn", "zoo_cnn", "resnet_small", "resnet18"};
+/* Input (C, H, W) and classes of the image models. */
+static const int model_input[][4] = {{0, 0, 0, 0}, {1, 28, 28, 10}, {1, 28, 28, 10}, {3, 32, 32, 10},
+                                     {3, 224, 224, 1000}};
 
 typedef struct bench_opts {
   model_kind model;
@@ -47,10 +61,11 @@ typedef struct bench_opts {
 } bench_opts;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: bench_train --model mlp|cnn --batch B --threads T [--seconds S] [--warmup W]\n"
+  fprintf(f, "usage: bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T\n"
+             "                   [--seconds S] [--warmup W]\n"
              "       bench_train --info\n"
-             "  Trains the quick-start MLP or the 28x28 CNN for about S seconds (default 2.5)\n"
-             "  after W seconds of warm-up (default 0.5) and prints samples/s.\n");
+             "  Trains the quick-start MLP, the 28x28 CNN or a model of the zoo for about S seconds\n"
+             "  (default 2.5) after W seconds of warm-up (default 0.5) and prints samples/s.\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
@@ -62,9 +77,13 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     if (i + 1 >= argc) { fprintf(stderr, "bench_train: %s needs a value\n", a); return -1; }
     const char *v = argv[++i];
     if (strcmp(a, "--model") == 0) {
-      if (strcmp(v, "mlp") == 0) o->model = MODEL_MLP;
-      else if (strcmp(v, "cnn") == 0) o->model = MODEL_CNN;
-      else { fprintf(stderr, "bench_train: --model is mlp or cnn, not \"%s\"\n", v); return -1; }
+      int k = 0;
+      while (k < 5 && strcmp(v, model_names[k]) != 0) k++;
+      if (k == 5) {
+        fprintf(stderr, "bench_train: --model is mlp, cnn, zoo_cnn, resnet_small or resnet18, not \"%s\"\n", v);
+        return -1;
+      }
+      o->model = (model_kind)k;
     } else if (strcmp(a, "--batch") == 0) {
       o->batch = atoi(v);
     } else if (strcmp(a, "--threads") == 0) {
@@ -122,9 +141,10 @@ static int fail(const char *what) {
 /* One full training step on batch k: zero_grad, forward, loss, backward, step. */
 static px_status train_step(bench *b, int k) {
   const int B = b->o->batch;
+  const int *in = model_input[b->o->model];
   px_tensor x = b->o->model == MODEL_MLP
                     ? px_tensor_f32(b->inputs + (size_t)k * B, 2, B, 1, 0, 0)
-                    : px_tensor_f32(b->inputs + (size_t)k * B * b->in_per_sample, 4, B, 1, 28, 28);
+                    : px_tensor_f32(b->inputs + (size_t)k * B * b->in_per_sample, 4, B, in[0], in[1], in[2]);
   px_tensor pred;
   px_model_zero_grad(b->model);
   px_status st = px_model_forward(b->model, &x, &pred);
@@ -176,18 +196,23 @@ int main(int argc, char **argv) {
   px_set_num_threads(o.threads);
 
   bench b = {.o = &o};
-  px_module *root = o.model == MODEL_MLP ? build_mlp() : build_cnn();
+  px_module *root = o.model == MODEL_MLP            ? build_mlp()
+                    : o.model == MODEL_CNN          ? build_cnn()
+                    : o.model == MODEL_ZOO_CNN      ? px_zoo_cnn(1, 28, 28, 32, 10)
+                    : o.model == MODEL_RESNET_SMALL ? px_zoo_resnet_small(3, 10, 3, 16)
+                                                    : px_zoo_resnet18(3, 1000);
   if (px_model_create(&b.model, root, /*seed=*/42) != PX_OK) return fail("model");
   px_model_train(b.model, true);
 
   px_optim_opts oo = o.model == MODEL_MLP ? px_adam_defaults(1e-3f) : px_sgd_defaults(0.01f);
-  if (o.model == MODEL_CNN) oo.momentum = 0.9f;
+  if (o.model != MODEL_MLP) oo.momentum = 0.9f;
   if (px_optim_create(&b.optim, b.model->param_data, b.model->grad_data, b.model->n_param_elems, &oo) != PX_OK)
     return fail("optimizer");
 
   // Data, generated once.
   const size_t B = (size_t)o.batch;
-  b.in_per_sample = o.model == MODEL_MLP ? 1 : 28 * 28;
+  const int *in = model_input[o.model];
+  b.in_per_sample = o.model == MODEL_MLP ? 1 : (size_t)in[0] * in[1] * in[2];
   b.inputs = malloc(N_BATCHES * B * b.in_per_sample * sizeof *b.inputs);
   b.targets_f = malloc(N_BATCHES * B * sizeof *b.targets_f);
   b.targets_i = malloc(N_BATCHES * B * sizeof *b.targets_i);
@@ -201,7 +226,7 @@ int main(int argc, char **argv) {
     }
   } else {
     for (size_t i = 0; i < N_BATCHES * B * b.in_per_sample; i++) b.inputs[i] = px_rng_normal(&rng);
-    for (size_t i = 0; i < N_BATCHES * B; i++) b.targets_i[i] = (int32_t)px_rng_below(&rng, 10);
+    for (size_t i = 0; i < N_BATCHES * B; i++) b.targets_i[i] = (int32_t)px_rng_below(&rng, (uint64_t)in[3]);
   }
 
   long steps;
@@ -212,7 +237,7 @@ int main(int argc, char **argv) {
   if (run_for(&b, o.seconds, 5, &steps, &elapsed, &cpu) != PX_OK) return fail("training step");
 
   printf("plexus %s batch=%d threads=%d samples_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.6g\n",
-         o.model == MODEL_MLP ? "mlp" : "cnn", o.batch, px_get_num_threads(),
+         model_names[o.model], o.batch, px_get_num_threads(),
          (double)steps * (double)B / elapsed, steps, elapsed, cpu, (double)b.last_loss);
 
   free(b.inputs);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench_train_torch.py — PyTorch's side of bench/bench_train.c.
 
-    bench_train_torch.py --model mlp|cnn --batch B --threads T [--seconds S] [--warmup W] [--blas-threads N]
+    bench_train_torch.py --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T
+                         [--seconds S] [--warmup W] [--blas-threads N]
     bench_train_torch.py --info     (torch version and the BLAS it calls, for the record)
 
 prints one line in the format of bench_train:
@@ -45,7 +46,30 @@ def blas_info():
         return "not OpenBLAS (or not found)"
 
 
-def build(nn, model):
+# Input (C, H, W) and classes of the image models, as bench_train.c.
+INPUTS = {"cnn": (1, 28, 28, 10), "zoo_cnn": (1, 28, 28, 10), "resnet_small": (3, 32, 32, 10),
+          "resnet18": (3, 224, 224, 1000)}
+
+
+def build(torch, nn, model):
+    if model == "zoo_cnn":  # px_zoo_cnn(1, 28, 28, 32, 10)
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+    if model == "resnet18":
+        import torchvision
+        return torchvision.models.resnet18(num_classes=1000)
+    if model == "resnet_small":  # ResNet-20 with 1x1 projection shortcuts, px_zoo_resnet_small(3, 10, 3, 16)
+        from torchvision.models.resnet import BasicBlock, conv1x1
+
+        def stage(cin, cout, stride):
+            down = nn.Sequential(conv1x1(cin, cout, stride), nn.BatchNorm2d(cout)) if stride != 1 or cin != cout \
+                else None
+            return nn.Sequential(BasicBlock(cin, cout, stride, down), BasicBlock(cout, cout), BasicBlock(cout, cout))
+        return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                             stage(16, 16, 1), stage(16, 32, 2), stage(32, 64, 2),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
     if model == "mlp":
         return nn.Sequential(
             nn.Linear(1, 256), nn.Tanh(),
@@ -61,7 +85,7 @@ def build(nn, model):
 
 def main():
     ap = argparse.ArgumentParser(description="Training throughput of PyTorch (the reference for bench_train).")
-    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--model", choices=["mlp", "cnn", "zoo_cnn", "resnet_small", "resnet18"], default="mlp")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=2.5)
@@ -88,7 +112,7 @@ def main():
     torch.manual_seed(42)
 
     B = a.batch
-    model = build(nn, a.model)
+    model = build(torch, nn, a.model)
     model.train()
     if a.model == "mlp":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -98,8 +122,9 @@ def main():
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = nn.CrossEntropyLoss()
-        xs = [torch.randn(B, 1, 28, 28) for _ in range(N_BATCHES)]
-        ys = [torch.randint(0, 10, (B,)) for _ in range(N_BATCHES)]
+        c, h, w, classes = INPUTS[a.model]
+        xs = [torch.randn(B, c, h, w) for _ in range(N_BATCHES)]
+        ys = [torch.randint(0, classes, (B,)) for _ in range(N_BATCHES)]
 
     last = [0.0]
 

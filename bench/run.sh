@@ -23,7 +23,8 @@
 #   THREADS     thread counts to run            (default: "1 2")
 #   ROUNDS      runs of each case and side      (default: 3)
 #   SECONDS_PER_RUN  timed seconds of each run  (default: 2.5; plus 0.5 s warm-up)
-#   CASES       which cases                     (default: "mlp:16 mlp:1024 cnn:64")
+#   CASES       which cases                     (default: "mlp:16 mlp:1024 cnn:64 zoo_cnn:64 resnet_small:64";
+#               also resnet18:8, ResNet-18 at 224x224, a few seconds a step)
 #   TORCH_BLAS_THREADS  OPENBLAS_NUM_THREADS for PyTorch's GEMMs (default 1:
 #               see bench_train_torch.py for why)
 #   BENCH       a bench_train binary to use instead of building one (to
@@ -36,7 +37,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 THREADS=${THREADS:-"1 2"}
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-2.5}
-CASES=${CASES:-"mlp:16 mlp:1024 cnn:64"}
+CASES=${CASES:-"mlp:16 mlp:1024 cnn:64 zoo_cnn:64 resnet_small:64"}
 TORCH_BLAS_THREADS=${TORCH_BLAS_THREADS:-1}
 # The aims, as plexus/PyTorch ratios.
 declare -A AIM=([mlp:16]=5.0 [mlp:1024]=1.5 [cnn:64]=1.5)
@@ -118,7 +119,7 @@ echo "# load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- Table ---------------------------------------------------------------------
 echo
-printf '%-10s %7s %17s %17s %7s %5s  %s\n' case threads "plexus samples/s" "PyTorch samples/s" ratio cpu aim
+printf '%-18s %7s %17s %17s %7s %5s  %s\n' case threads "plexus samples/s" "PyTorch samples/s" ratio cpu aim
 for t in $THREADS; do
   for c in $CASES; do
     model=${c%%:*} batch=${c##*:}
@@ -134,7 +135,7 @@ mark = ""
 if aim:
     mark = "%.1fx %s" % (float(aim), "met" if ratio >= float(aim) else "MISSED")
 cpu = min(float(v) for v in shares.split())
-print("%-10s %7s %17.0f %17.0f %6.2fx %4.0f%%  %s" % (name, t, statistics.median(p), statistics.median(q), ratio, 100 * cpu, mark))
+print("%-18s %7s %17.0f %17.0f %6.2fx %4.0f%%  %s" % (name, t, statistics.median(p), statistics.median(q), ratio, 100 * cpu, mark))
 EOF
   done
 done

@@ -47,6 +47,76 @@ static void bn_dims(const px_tensor *x, int64_t *N, int64_t *S) {
   for (int i = 2; i < x->ndim; i++) *S *= x->shape[i];
 }
 
+// The statistics of channel c sum over N rows of S values each.  They run
+// in double as four independent chains, rows i..i+3 side by side: with one
+// accumulator every vector add waits for the one before, and the passes
+// ran at a fraction of the speed the loads allow (forward + backward of
+// (64, 32, 28, 28), one thread: 1.23 ms with one chain, 0.86 ms with four).
+//   channel_sum:      Σ x
+//   channel_sum_dev2: Σ (x - μ)²
+//   channel_dy_sums:  Σ dy and Σ dy·(x - μ)   (x - μ in float)
+// `base` points at row 0 of channel c; rows are `stride` floats apart (C·S).
+static double channel_sum(const float *base, int64_t N, int64_t S, size_t stride) {
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  int64_t i = 0;
+  for (; i + 4 <= N; i += 4) {
+    const float *r0 = base + (size_t)i * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+    #pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int64_t q = 0; q < S; q++) { s0 += r0[q]; s1 += r1[q]; s2 += r2[q]; s3 += r3[q]; }
+  }
+  for (; i < N; i++) {
+    const float *r0 = base + (size_t)i * stride;
+    #pragma omp simd reduction(+ : s0)
+    for (int64_t q = 0; q < S; q++) s0 += r0[q];
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+static double channel_sum_dev2(const float *base, int64_t N, int64_t S, size_t stride, double mu) {
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  int64_t i = 0;
+  for (; i + 4 <= N; i += 4) {
+    const float *r0 = base + (size_t)i * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+    #pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int64_t q = 0; q < S; q++) {
+      const double d0 = r0[q] - mu, d1 = r1[q] - mu, d2 = r2[q] - mu, d3 = r3[q] - mu;
+      s0 += d0 * d0; s1 += d1 * d1; s2 += d2 * d2; s3 += d3 * d3;
+    }
+  }
+  for (; i < N; i++) {
+    const float *r0 = base + (size_t)i * stride;
+    #pragma omp simd reduction(+ : s0)
+    for (int64_t q = 0; q < S; q++) { const double d = r0[q] - mu; s0 += d * d; }
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t S, size_t stride, float mu,
+                            double *sum_dy, double *dot) {
+  double g0 = 0.0, g1 = 0.0, g2 = 0.0, g3 = 0.0, d0 = 0.0, d1 = 0.0, d2 = 0.0, d3 = 0.0;
+  int64_t i = 0;
+  for (; i + 4 <= N; i += 4) {
+    const size_t o = (size_t)i * stride;
+    const float *x0 = xb + o, *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
+    const float *y0 = gb + o, *y1 = y0 + stride, *y2 = y1 + stride, *y3 = y2 + stride;
+    #pragma omp simd reduction(+ : g0, g1, g2, g3, d0, d1, d2, d3)
+    for (int64_t q = 0; q < S; q++) {
+      g0 += y0[q]; g1 += y1[q]; g2 += y2[q]; g3 += y3[q];
+      d0 += (double)y0[q] * (x0[q] - mu);
+      d1 += (double)y1[q] * (x1[q] - mu);
+      d2 += (double)y2[q] * (x2[q] - mu);
+      d3 += (double)y3[q] * (x3[q] - mu);
+    }
+  }
+  for (; i < N; i++) {
+    const float *x0 = xb + (size_t)i * stride, *y0 = gb + (size_t)i * stride;
+    #pragma omp simd reduction(+ : g0, d0)
+    for (int64_t q = 0; q < S; q++) { g0 += y0[q]; d0 += (double)y0[q] * (x0[q] - mu); }
+  }
+  *sum_dy = (g0 + g1) + (g2 + g3);
+  *dot = (d0 + d1) + (d2 + d3);
+}
+
 static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   batchnorm *b = (batchnorm *)m;
   char why[128];
@@ -80,19 +150,9 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   for (int c = 0; c < C; c++) {
     float mu, istd;
     if (batch_stats) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < N; i++) {
-        const float *row = X + ((size_t)i * C + c) * S;
-        #pragma omp simd reduction(+ : sum)
-        for (int64_t q = 0; q < S; q++) sum += row[q];
-      }
-      const double dmu = sum / (double)n;
-      double ss = 0.0;
-      for (int64_t i = 0; i < N; i++) {
-        const float *row = X + ((size_t)i * C + c) * S;
-        #pragma omp simd reduction(+ : ss)
-        for (int64_t q = 0; q < S; q++) { const double d = row[q] - dmu; ss += d * d; }
-      }
+      const float *base = X + (size_t)c * S;
+      const double dmu = channel_sum(base, N, S, (size_t)C * S) / (double)n;
+      const double ss = channel_sum_dev2(base, N, S, (size_t)C * S, dmu);
       mu = (float)dmu;
       istd = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
       rmean[c] = (float)(mom * dmu + (1.0 - mom) * rmean[c]);
@@ -134,12 +194,8 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
   for (int c = 0; c < C; c++) {
     const float mu = b->mean[c], istd = b->istd[c];
     // Σ dy and Σ dy·(x - μ)
-    double sum_dy = 0.0, dot = 0.0;
-    for (int64_t i = 0; i < N; i++) {
-      const float *xr = X + ((size_t)i * C + c) * S, *gr = DY + ((size_t)i * C + c) * S;
-      #pragma omp simd reduction(+ : sum_dy, dot)
-      for (int64_t q = 0; q < S; q++) { sum_dy += gr[q]; dot += (double)gr[q] * (xr[q] - mu); }
-    }
+    double sum_dy, dot;
+    channel_dy_sums(X + (size_t)c * S, DY + (size_t)c * S, N, S, (size_t)C * S, mu, &sum_dy, &dot);
     dgamma[c] += (float)(dot * istd);  // Σ dy·x̂
     dbeta[c] += (float)sum_dy;
     if (!DX) continue;
