@@ -2,8 +2,8 @@
  * Dropout and Flatten compute the values PyTorch's layers compute on small
  * hand-worked cases and against direct (loop-by-definition) references:
  * conv as cross-correlation with zero padding, forward and backward, with
- * the same bits for 1 and 2 threads and also for layers too wide for the
- * per-block gradient partials;
+ * the same bits for 1 and 2 threads, also for a layer too wide for the
+ * per-block gradient partials (the row-chunked path);
  * maxpool's first-max tie rule and accumulation under overlapping windows;
  * batchnorm normalising with batch statistics and updating running
  * statistics by momentum with the UNBIASED variance; dropout keeping about
@@ -145,12 +145,14 @@ static void conv_matches_definition(void) {
 
 // Backward splits the batch into fixed blocks of samples whose dW partials
 // are added in block order, so gradients are the same bits whatever the
-// thread count; a layer whose partials would exceed the budget (2^22
-// floats: here 64 blocks × 128 × 576) runs samples serially instead and
-// must still match the definition.
+// thread count (cfg 0, cfg 1).  A layer for which not even two partials fit
+// the budget (2^22 floats; cfg 2: 1024 × 2304 weights) runs samples one after
+// another with each GEMM cut into fixed row chunks (the wide path): the same
+// bits for 1 and 2 threads too, and the definition's values (cfg 1, 2).
 static void conv_threads_and_wide_layers(void) {
-  const conv_geom cfgs[2] = {{64, 8, 12, 12, 16, 3, 1, 1, 0, 0}, {64, 64, 4, 4, 128, 3, 1, 1, 0, 0}};
-  for (int ci = 0; ci < 2; ci++) {
+  const conv_geom cfgs[3] = {{64, 8, 12, 12, 16, 3, 1, 1, 0, 0}, {64, 64, 4, 4, 128, 3, 1, 1, 0, 0},
+                             {2, 256, 4, 4, 1024, 3, 1, 1, 0, 0}};
+  for (int ci = 0; ci < 3; ci++) {
     conv_geom g = cfgs[ci];
     g.Ho = (g.H + 2 * g.p - g.k) / g.s + 1;
     g.Wo = (g.W + 2 * g.p - g.k) / g.s + 1;
@@ -177,9 +179,9 @@ static void conv_threads_and_wide_layers(void) {
         memcpy(y1, y.data, ny * sizeof *y1);
         memcpy(dx1, dx.data, nx * sizeof *dx1);
         memcpy(dw1, dw, nw * sizeof *dw1);
-        if (ci == 1) {  // the wide layer against the definition
+        if (ci >= 1) {  // the wide layers against the definition
           double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx), *rdw = malloc(nw * sizeof *rdw);
-          double rdb[128];
+          double rdb[1024];
           conv_reference(&g, x, px_model_find(md, "weight")->data, px_model_find(md, "bias")->data, dyv, ry, rdx,
                          rdw, rdb);
           CHECK(max_abs_diff(y1, ry, ny) < 1e-4, "wide conv forward: %g", max_abs_diff(y1, ry, ny));
