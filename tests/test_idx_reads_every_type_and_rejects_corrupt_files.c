@@ -16,15 +16,7 @@
 #include <string.h>
 #include <zlib.h>
 
-static char dir[64];
-
-static const char *in_dir(const char *name) {
-  static char buf[4][256];
-  static int k = 0;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-  return buf[k];
-}
+#include "test_dir.h"
 
 // An IDX file in memory: header for (type, dims) and `payload` (already
 // big-endian) of `payload_n` bytes.

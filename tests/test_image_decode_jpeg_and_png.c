@@ -13,15 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[64];
-
-static const char *in_dir(const char *name) {
-  static char buf[4][256];
-  static int k = 0;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-  return buf[k];
-}
+#include "test_dir.h"
 
 static px_image make_image(int w, int h, int c, bool smooth) {
   px_image img = {.width = w, .height = h, .channels = c, .data = malloc((size_t)w * h * c)};

@@ -18,15 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char dir[64];
-
-static const char *in_dir(const char *name) {
-  static char buf[4][256];
-  static int k = 0;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-  return buf[k];
-}
+#include "test_dir.h"
 
 static size_t slurp(const char *path, unsigned char *buf, size_t cap) {
   FILE *f = fopen(path, "rb");

@@ -19,15 +19,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static char dir[64];
-
-static const char *in_dir(const char *name) {
-  static char buf[4][256];
-  static int k = 0;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-  return buf[k];
-}
+#include "test_dir.h"
 
 static void write_text(const char *path, const char *text, size_t n) {
   FILE *f = fopen(path, "wb");

@@ -47,6 +47,8 @@ static void print_tensors(const char *path, const char *indent) {
   px_safetensors_close(f);
 }
 
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
 static bool is_dir(const char *p) {
   struct stat sb;
   return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -110,13 +112,7 @@ static int inspect_checkpoint(const char *ckpt) {
       if (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) names[n++] = strdup(e->d_name);
     }
     closedir(d);
-    for (int a = 0; a < n; a++)
-      for (int b = a + 1; b < n; b++)
-        if (strcmp(names[b], names[a]) < 0) {
-          char *t = names[a];
-          names[a] = names[b];
-          names[b] = t;
-        }
+    qsort(names, (size_t)n, sizeof *names, by_name);
     for (int a = 0; a < n; a++) {
       char p[1200];
       snprintf(p, sizeof p, "%s/%s", ckpt, names[a]);
@@ -139,13 +135,7 @@ static int inspect_checkpoint_dir(const char *dir) {
   while ((e = readdir(d)) && n < 4096)
     if (e->d_name[0] != '.' || strstr(e->d_name, ".partial")) names[n++] = strdup(e->d_name);
   closedir(d);
-  for (int a = 0; a < n; a++)
-    for (int b = a + 1; b < n; b++)
-      if (strcmp(names[b], names[a]) < 0) {
-        char *t = names[a];
-        names[a] = names[b];
-        names[b] = t;
-      }
+  qsort(names, (size_t)n, sizeof *names, by_name);
   int shown = 0;
   for (int a = 0; a < n; a++) {
     char p[1200];

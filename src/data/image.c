@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "plexus/data.h"
 #include "plexus/io.h"
+#include "data/file.h"
 
 #include <errno.h>
 #include <png.h>
@@ -215,37 +216,13 @@ px_status px_image_decode(const void *buf, size_t n, const char *name, int chann
                   name, n);
 }
 
-static px_status read_whole(const char *path, uint8_t **out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return px_error(PX_ERR_IO, "image %s: cannot open: %s", path, strerror(errno));
-  px_status st = PX_OK;
-  if (fseek(f, 0, SEEK_END) != 0) st = px_error(PX_ERR_IO, "image %s: cannot seek: %s", path, strerror(errno));
-  long size = st == PX_OK ? ftell(f) : -1;
-  if (st == PX_OK && size < 0) st = px_error(PX_ERR_IO, "image %s: cannot tell its size: %s", path, strerror(errno));
-  if (st == PX_OK) rewind(f);
-  uint8_t *buf = st == PX_OK ? malloc((size_t)size + 1) : NULL;
-  if (st == PX_OK && !buf) st = px_error(PX_ERR_NOMEM, "image %s: out of memory for %ld bytes", path, size);
-  if (st == PX_OK && fread(buf, 1, (size_t)size, f) != (size_t)size)
-    st = px_error(PX_ERR_IO, "image %s: short read of %ld bytes", path, size);
-  fclose(f);
-  if (st != PX_OK) {
-    free(buf);
-    return st;
-  }
-  *out = buf;
-  *n = (size_t)size;
-  return PX_OK;
-}
-
 px_status px_image_load(const char *path, int channels, px_image *out) {
   if (out) *out = (px_image){0};
   if (!path || !out) return px_error(PX_ERR_INVALID, "image: NULL path or output");
-  uint8_t *buf;
+  void *buf;
   size_t n;
-  px_status st = read_whole(path, &buf, &n);
-  if (st != PX_OK) return st;
+  px_status st = px_data_read_file(path, "image", false, &buf, &n);
+  if (st != PX_OK) return st == PX_ERR_NOT_FOUND ? PX_ERR_IO : st;  // a missing image is an I/O error (skip_bad)
   st = px_image_decode(buf, n, path, channels, out);
   free(buf);
   return st;

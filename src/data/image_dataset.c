@@ -3,6 +3,7 @@
 // fused transform (transform.c) straight into its batch row.
 #define _POSIX_C_SOURCE 200809L
 #include "data/csv.h"
+#include "data/file.h"
 #include "data/transform.h"
 
 #include <errno.h>
@@ -17,41 +18,6 @@ typedef struct image_source {
   int              out_w, out_h;  // sample size (C, out_h, out_w)
   char            *csv;           // for messages
 } image_source;
-
-static px_status read_text(const char *path, const char *what, char **out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return px_error(PX_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  px_status st = buf ? PX_OK : px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, path);
-  while (st == PX_OK) {
-    if (len == cap) {
-      char *p = realloc(buf, cap * 2);
-      if (!p) {
-        st = px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, path);
-        break;
-      }
-      buf = p;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) st = px_error(PX_ERR_IO, "%s %s: read failed", what, path);
-      break;
-    }
-  }
-  fclose(f);
-  if (st != PX_OK) {
-    free(buf);
-    return st;
-  }
-  *out = buf;
-  *n = len;
-  return PX_OK;
-}
 
 static px_status image_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {
   image_source *s = d->impl;
@@ -127,11 +93,11 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts) {
       st = px_error(PX_ERR_INVALID, "image dataset %s: the ImageNet layout needs opts.synsets (LOC_synset_mapping.txt)",
                     opts->csv);
     size_t n = 0;
-    if (st == PX_OK) st = read_text(opts->synsets, "synsets", &syn_text, &n);
+    if (st == PX_OK) st = px_data_read_file(opts->synsets, "synsets", false, (void **)&syn_text, &n);
     if (st == PX_OK) st = px_synsets_parse(syn_text, n, opts->synsets, &syn);
   }
   size_t n = 0;
-  if (st == PX_OK) st = read_text(opts->csv, "csv", &text, &n);
+  if (st == PX_OK) st = px_data_read_file(opts->csv, "csv", false, (void **)&text, &n);
   if (st == PX_OK) st = px_image_listing_parse(text, n, opts->csv, opts->layout, &syn, root, &s->list);
   free(text);
   free(syn_text);

@@ -291,20 +291,24 @@ static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   return PX_OK;
 }
 
+// db_acc[o] += Σ_q dy_n[o, q]      dy_n: (O, P)
+static void accumulate_db(const float *dyn, int O, size_t P, double *db_acc) {
+  for (int o = 0; o < O; o++) {
+    const float *row = dyn + (size_t)o * P;
+    double sum = 0.0;
+    #pragma omp simd reduction(+ : sum)
+    for (size_t q = 0; q < P; q++) sum += row[q];
+    db_acc[o] += sum;
+  }
+}
+
 // One sample's backward: dW_acc += dy_n · col_nᵀ, db_acc[o] += Σ_q dy_n[o, q],
 // and dx_n = col2im(Wᵀ · dy_n) when dxn != NULL.
 static void conv_backward_sample(const conv2d *c, const float *xn, const float *dyn, float *dxn, float *col,
                                  float *dW_acc, double *db_acc, int H, int W) {
   const int O = c->out_c;
   const size_t K = (size_t)c->in_c * c->k * c->k, P = (size_t)c->Ho * c->Wo;
-  if (db_acc)
-    for (int o = 0; o < O; o++) {
-      const float *row = dyn + (size_t)o * P;
-      double sum = 0.0;
-      #pragma omp simd reduction(+ : sum)
-      for (size_t q = 0; q < P; q++) sum += row[q];
-      db_acc[o] += sum;
-    }
+  if (db_acc) accumulate_db(dyn, O, P, db_acc);
   im2col(c, xn, H, W, col);
   // dW += dy_n · col_nᵀ      (O, P)·(P, K)
   px_sgemm(false, true, O, (int)K, (int)P, 1.0f, dyn, (int)P, col, (int)P, 1.0f, dW_acc, (int)K);
@@ -323,14 +327,7 @@ static void conv_backward_sample_wide(const conv2d *c, const float *xn, const fl
   const int O = c->out_c;
   const size_t K = (size_t)c->in_c * c->k * c->k, P = (size_t)c->Ho * c->Wo;
   const bool par = team_size() > 1 && !omp_in_parallel();
-  if (db_acc)
-    for (int o = 0; o < O; o++) {
-      const float *row = dyn + (size_t)o * P;
-      double sum = 0.0;
-      #pragma omp simd reduction(+ : sum)
-      for (size_t q = 0; q < P; q++) sum += row[q];
-      db_acc[o] += sum;
-    }
+  if (db_acc) accumulate_db(dyn, O, P, db_acc);
   im2col(c, xn, H, W, col);
   const int o_chunks = (O + ROW_CHUNK - 1) / ROW_CHUNK;
   #pragma omp parallel for schedule(static) if (par)
