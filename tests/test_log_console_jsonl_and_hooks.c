@@ -189,10 +189,16 @@ int main(void) {
   o = (px_logger_opts){.rank = 0, .tensorboard_dir = bad};
   CHECK(px_logger_create(&l, &o) == PX_ERR_IO && l == NULL, "TB under a file accepted");
   CHECK(strstr(px_last_error(), "console.txt") != NULL, "error does not name the path: %s", px_last_error());
-  snprintf(bad, sizeof bad, "%s/nodir/x.jsonl", dir);
+  snprintf(bad, sizeof bad, "%s/console.txt/x.jsonl", dir);
   o = (px_logger_opts){.rank = 0, .jsonl_path = bad};
-  CHECK(px_logger_create(&l, &o) == PX_ERR_IO, "JSONL in a missing dir accepted");
-  CHECK(strstr(px_last_error(), bad) != NULL, "error does not name the path: %s", px_last_error());
+  CHECK(px_logger_create(&l, &o) == PX_ERR_IO, "JSONL under a file accepted");
+  CHECK(strstr(px_last_error(), "console.txt") != NULL, "error does not name the path: %s", px_last_error());
+  /* A JSONL file's missing directories are made, like TensorBoard's. */
+  snprintf(bad, sizeof bad, "%s/new/dir/x.jsonl", dir);
+  o = (px_logger_opts){.rank = 0, .jsonl_path = bad};
+  CHECK(px_logger_create(&l, &o) == PX_OK, "JSONL in a new directory: %s", px_last_error());
+  px_logger_free(l);
+  CHECK(stat(bad, &st) == 0, "%s was not created", bad);
 
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -114,16 +114,16 @@ static px_status tb_scalars(px_logger *l, int64_t step, const char *const *tags,
 
 /* mkdir -p: every missing component is created; an existing non-directory
  * is an error naming the path. */
-static px_status mkdir_p(const char *path) {
+static px_status mkdir_p(const char *path, const char *what) {
   char *p = dup_str(path);
-  if (!p) return px_error(PX_ERR_NOMEM, "tensorboard: out of memory");
+  if (!p) return px_error(PX_ERR_NOMEM, "%s: out of memory", what);
   size_t n = strlen(p);
   for (size_t i = 1; i <= n; i++) {
     if (p[i] != '/' && p[i] != '\0') continue;
     char c = p[i];
     p[i] = '\0';
     if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      px_status s = px_error(PX_ERR_IO, "tensorboard: cannot create directory %s (for %s): %s", p, path, strerror(errno));
+      px_status s = px_error(PX_ERR_IO, "%s: cannot create directory %s (for %s): %s", what, p, path, strerror(errno));
       free(p);
       return s;
     }
@@ -132,12 +132,12 @@ static px_status mkdir_p(const char *path) {
   free(p);
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return px_error(PX_ERR_IO, "tensorboard: %s exists and is not a directory", path);
+    return px_error(PX_ERR_IO, "%s: %s exists and is not a directory", what, path);
   return PX_OK;
 }
 
 static px_status tb_open(px_logger *l, const char *dir) {
-  px_status s = mkdir_p(dir);
+  px_status s = mkdir_p(dir, "tensorboard");
   if (s != PX_OK) return s;
   char host[256] = "localhost";
   if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "localhost");
@@ -206,6 +206,21 @@ px_status px_logger_create(px_logger **out, const px_logger_opts *opts) {
   l->bar = opts->progress == 1 || (opts->progress < 0 && isatty(fileno(l->con)));
   if (opts->jsonl_path) {
     l->jsonl_path = dup_str(opts->jsonl_path);
+    // The file's directory is made like the TensorBoard one (mkdir -p).
+    const char *slash = strrchr(opts->jsonl_path, '/');
+    if (slash && slash != opts->jsonl_path) {
+      char *parent = dup_str(opts->jsonl_path);
+      px_status s = parent ? PX_OK : px_error(PX_ERR_NOMEM, "jsonl: out of memory");
+      if (parent) {
+        parent[slash - opts->jsonl_path] = '\0';
+        s = mkdir_p(parent, "jsonl");
+        free(parent);
+      }
+      if (s != PX_OK) {
+        px_logger_free(l);
+        return s;
+      }
+    }
     l->jsonl = fopen(opts->jsonl_path, "a");
     if (!l->jsonl) {
       px_status s = px_error(PX_ERR_IO, "jsonl: cannot open %s for appending: %s", opts->jsonl_path, strerror(errno));
