@@ -88,8 +88,10 @@ run_one() {  # side threads ranks
   local args=(--threads "$t" --ranks "$r" --seconds "$SECONDS_PER_RUN")
   local cmd=("$BENCH" "${args[@]}")
   [[ $side == torch ]] && cmd=("$PYTHON" "$TORCH_BENCH" "${args[@]}" --blas-threads "$TORCH_BLAS_THREADS")
-  if ! line=$("${cmd[@]}"); then
-    echo "bench/run_gpt.sh: failed: ${cmd[*]}" >&2
+  # A run that hangs (once seen: PyTorch's DDP over gloo) ends the script
+  # with a message instead of waiting forever.
+  if ! line=$(timeout $((SECONDS_PER_RUN * 20 + 120)) "${cmd[@]}"); then
+    echo "bench/run_gpt.sh: failed or timed out: ${cmd[*]}" >&2
     exit 1
   fi
   echo "  $line"
