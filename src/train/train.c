@@ -182,7 +182,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
         if (stop) t->stopped = true;
       }
     }
-    if (b_idx == t->batches_per_epoch && !t->stopped) {  // the epoch is complete
+    if (b_idx == t->batches_per_epoch) {  // the epoch is complete (also when a stop fell on its last step)
       t->epoch++;
       t->next_batch = 0;
       t->epochs_done++;
@@ -259,7 +259,7 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   }
   // The run's end: a last evaluation and checkpoint unless one was just
   // made; a call that stops early only checkpoints, to be resumed.
-  if (st == PX_OK && t.step < t.total_steps) t.stopped = true;
+  if (st == PX_OK) t.stopped = t.step < t.total_steps;  // a stop on the last step is no stop
   if (st == PX_OK && !t.stopped) st = run_eval(&t);
   if (st == PX_OK) st = save(&t);
   if (st == PX_OK && t.stopped)
