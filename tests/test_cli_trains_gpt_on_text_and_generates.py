@@ -82,8 +82,7 @@ try:
     write_corpus(train_txt, chain, 60000, 1)
     write_corpus(valid_txt, chain, 6000, 2)
 
-    data = os.path.join(tmp, "data")
-    os.makedirs(data)
+    data = os.path.join(tmp, "data")  # tokenize makes it
     p = cu.run(["tokenize", "--input", train_txt, "--out", os.path.join(data, "train")])
     cu.check(p.returncode == 0, "tokenize of the training text failed")
     p = cu.run(["tokenize", "--input", valid_txt, "--out", os.path.join(data, "valid"), "--vocab",

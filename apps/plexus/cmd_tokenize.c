@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void tokenize_usage(FILE *f) {
   fprintf(f,
@@ -70,6 +71,23 @@ int px_cmd_tokenize(int argc, char **argv) {
   else {
     fprintf(stderr, "plexus tokenize: --tokenizer: \"%s\" is not word or byte\n", tok);
     return 2;
+  }
+  // The prefix's directory is made if missing (mkdir -p).
+  char parent[1024];
+  snprintf(parent, sizeof parent, "%s", out);
+  char *slash = strrchr(parent, '/');
+  if (slash && slash != parent) {
+    *slash = '\0';
+    for (char *p = parent + 1; *p; p++)
+      if (*p == '/') {
+        *p = '\0';
+        mkdir(parent, 0777);
+        *p = '/';
+      }
+    if (mkdir(parent, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "plexus tokenize: cannot create the directory %s: %s\n", parent, strerror(errno));
+      return 1;
+    }
   }
   if (px_text_to_shards(input, out, kind, vocab, (size_t)shard_tokens) != PX_OK) return px_app_fail("tokenize");
   printf("plexus tokenize: %s -> %s_*.bin and %s.vocab\n", input, out, out);
