@@ -31,6 +31,19 @@ static void gc_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float h
   for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * px_rng_uniform(&r);
 }
 
+/* Distinct values for max-pool checks: a shuffle of a grid 0.1 apart, so
+ * every window has one maximum, 0.1 apart from the runner-up, and a probe
+ * of ±h = ±0.01 never changes which element wins: the finite difference is
+ * exact. */
+static inline void fill_distinct(float *x, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; i++) x[i] = 0.1f * (float)i - 0.05f * (float)n;
+  px_rng r = px_rng_make(seed, 1);
+  for (size_t i = n - 1; i > 0; i--) {
+    size_t j = (size_t)px_rng_below(&r, i + 1);
+    float tmp = x[i]; x[i] = x[j]; x[j] = tmp;
+  }
+}
+
 static double gc_loss(px_model *md, const px_tensor *x, const float *r, uint64_t step, size_t *ny) {
   md->ctx.step = step - 1; /* same step → same dropout mask in every forward */
   px_tensor y;

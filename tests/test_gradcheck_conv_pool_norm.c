@@ -28,18 +28,6 @@ static void check_conv(void) {
   gradcheck("conv k=6 p=1", px_conv2d(2, 3, 6, 1, 1, true), &t, (gc_opts){0});
 }
 
-// x = a random permutation of {0, 0.1, 0.2, ...}: every window has one clear
-// maximum, 0.1 apart from the runner-up, so a probe of ±h = ±0.01 never
-// changes which element wins and the finite difference is exact.
-static void fill_distinct(float *x, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++) x[i] = 0.1f * (float)i - 0.05f * (float)n;
-  px_rng r = px_rng_make(seed, 1);
-  for (size_t i = n - 1; i > 0; i--) {
-    size_t j = (size_t)px_rng_below(&r, i + 1);
-    float tmp = x[i]; x[i] = x[j]; x[j] = tmp;
-  }
-}
-
 static void check_pool(void) {
   float x[2 * 3 * 7 * 8];
   const size_t n = sizeof x / sizeof *x;

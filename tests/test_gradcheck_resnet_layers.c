@@ -14,18 +14,6 @@
  * trained with it descends in a wrong direction. */
 #include "gradcheck.h"
 
-// x = a random permutation of {0, 0.1, 0.2, ...}: every window has one clear
-// maximum, 0.1 apart from the runner-up, so a probe of ±h = ±0.01 never
-// changes which element wins and the finite difference is exact.
-static void fill_distinct(float *x, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++) x[i] = 0.1f * (float)i - 0.05f * (float)n;
-  px_rng r = px_rng_make(seed, 1);
-  for (size_t i = n - 1; i > 0; i--) {
-    size_t j = (size_t)px_rng_below(&r, i + 1);
-    float tmp = x[i]; x[i] = x[j]; x[j] = tmp;
-  }
-}
-
 static void check_padded_maxpool(void) {
   // 7×8: odd and even sides, so stride 2 ends on a padded column on one side only.
   float x[2 * 3 * 7 * 8];
