@@ -1,4 +1,4 @@
-/* plexus/parallel.h — parallel strategies over px_comm.  Now: DDP.
+/* plexus/parallel.h — parallel strategies over px_comm: DDP and ZeRO (sharded data parallel).
  *
  * DDP (distributed data parallel), as PyTorch's DistributedDataParallel:
  * every rank holds the whole model and a different slice of each batch; the
@@ -76,6 +76,112 @@ int px_ddp_bucket_count(const px_ddp *d);
 void px_ddp_bucket_range(const px_ddp *d, int b, size_t *offset, size_t *count);
 /* Seconds (px_time_now) when bucket b's all-reduce last started; 0 if never. */
 double px_ddp_bucket_start_time(const px_ddp *d, int b);
+
+
+/* ---- Sharded data parallel: ZeRO stages 1, 2, 3 (FSDP) --------------------
+ * Every rank holds 1/N of the optimizer state (stage 1), of the gradients
+ * too (stage 2), and of the parameters too (stage 3).  A shard is made of
+ * slices of the flat buffers (DESIGN decision 1): the flat layout is cut
+ * into groups (stages 1-2: buckets in backward order, as DDP's; stage 3:
+ * units), each group is padded to a multiple of N and split into N equal
+ * pieces, and rank r owns piece r of every group, stored one after the
+ * other in its shard buffer.  A group smaller than N gives some ranks
+ * empty pieces.  px_zero_segments says which flat elements each part of
+ * the shard holds (what a checkpoint records as boxes).
+ *
+ *   px_zero_wrap       checks the layout as DDP does, broadcasts the root's
+ *                      parameters and buffers, keeps this rank's shard and
+ *                      listens to the model's hooks (px_model_attach_hooks).
+ *   backward           stage 1/2: buckets of gradients are reduce-scattered
+ *                      as backward fills them (overlapped, like DDP);
+ *                      stage 3: each unit all-gathers its parameters in
+ *                      pre_forward and pre_backward (the next unit's gather
+ *                      prefetched asynchronously) and reduce-scatters its
+ *                      gradients in grads_ready.
+ *   px_zero_sync       waits for every reduce-scatter and averages: the
+ *                      shard's gradients are ready (call after backward).
+ *   optimizer          px_optim_create over px_zero_shard()'s slice; clip
+ *                      with px_zero_clip_grad_norm; px_optim_step.
+ *   px_zero_after_step stage 1/2: all-gathers the updated parameters so
+ *                      every rank holds the whole model again; stage 3: no
+ *                      communication (parameters stay sharded).
+ *
+ * Gradient accumulation: px_zero_set_sync(z, false) for the micro-steps.
+ * Stage 1 accumulates full local gradients and reduce-scatters on the last
+ * micro-step; stages 2 and 3 reduce-scatter every micro-step and accumulate
+ * into their own slice. */
+typedef struct px_zero_opts {
+  int    stage;               /* 1, 2 or 3 */
+  size_t bucket_bytes;        /* stages 1-2: reduce-scatter bucket capacity (default 25 MiB) */
+  size_t first_bucket_bytes;  /* the first bucket to fill (default 1 MiB) */
+  bool   find_unused_parameters;
+  int    root;                /* rank whose parameters everyone starts from */
+  /* Stage 3: the units that gather together, by module name ("h.0",
+   * "transformer.h.3"); NULL: each child of the root module is a unit.
+   * Parameters outside every named unit belong to the root unit, gathered
+   * for the whole step. */
+  const char *const *units;
+  int    n_units;
+  bool   reshard_after_forward; /* stage 3: free a unit's gathered parameters after its forward
+                                   (true, ZeRO-3) or keep them until its backward (FSDP's false) */
+  bool   prefetch;            /* stage 3: start the next unit's all-gather while this one computes */
+  double test_delay_s;        /* tests only: sleep this long before every all-gather and
+                                 reduce-scatter, so a missing wait shows */
+} px_zero_opts;
+
+#define PX_ZERO_DEFAULTS \
+  ((px_zero_opts){ .stage = 1, .bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20, \
+                   .find_unused_parameters = false, .root = 0, .units = NULL, .n_units = 0, \
+                   .reshard_after_forward = true, .prefetch = true, .test_delay_s = 0 })
+
+typedef struct px_zero px_zero;
+
+/* Collective over comm.  Errors: a stage outside 1..3, a unit name that
+ * names no module (the message lists the model's top-level modules), a
+ * layout that differs between ranks. */
+px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_zero_opts *opts);
+/* Detaches from the model.  Stage 3 first gathers the whole model back into
+ * model->param_data (collective), so the model is usable alone again. */
+px_status px_zero_free(px_zero *z);
+
+/* This rank's shard: params[0..n) and grads[0..n), what the optimizer
+ * works on (px_optim_create(&o, params, grads, n, ...)). */
+void px_zero_shard(const px_zero *z, float **params, float **grads, size_t *n);
+/* The shard as segments: segment k is shard[shard_off[k], +count[k]) =
+ * flat[flat_off[k], +count[k]) (padding excluded).  Returns the number of
+ * segments; fills at most max of them (call with max 0 to count). */
+int px_zero_segments(const px_zero *z, size_t *flat_off, size_t *shard_off, size_t *count, int max);
+
+void      px_zero_set_sync(px_zero *z, bool sync);
+px_status px_zero_sync(px_zero *z);
+/* Global L2 norm of the gradient over all shards (sum of squares of each
+ * shard, all-reduced once; padding is zero), then clip the shard as
+ * torch.nn.utils.clip_grad_norm_ would the whole.  max_norm <= 0: only the
+ * norm.  Collective. */
+px_status px_zero_clip_grad_norm(px_zero *z, float max_norm, double *norm);
+px_status px_zero_after_step(px_zero *z);
+/* Zero this rank's gradient storage (the shard, and any full buffer). */
+void      px_zero_zero_grad(px_zero *z);
+
+/* Gather the whole flat parameter buffer (n_param_elems floats) onto every
+ * rank into `out` (stage 1/2: a copy of model->param_data).  Collective. */
+px_status px_zero_gather_params(px_zero *z, float *out);
+
+/* Memory this rank holds, in bytes (the library's own accounting). */
+typedef struct px_zero_memory {
+  size_t params;          /* full parameters (stages 1-2) or the shard (stage 3) */
+  size_t grads;           /* full gradients (stage 1) or the shard + buckets in flight (2-3) */
+  size_t optim_state;     /* filled in by the caller's optimizer: n_state × shard × 4 */
+  size_t gathered;        /* stage 3: high-water mark of gathered unit parameters and gradients */
+  size_t arena_peak;      /* the activation arena's high-water mark */
+} px_zero_memory;
+void px_zero_memory_of(const px_zero *z, px_zero_memory *m);
+
+/* ---- Introspection (tests, logs) ------------------------------------------ */
+int px_zero_stage(const px_zero *z);
+int px_zero_unit_count(const px_zero *z);
+/* Collectives started since wrap (tests assert per-step counts). */
+void px_zero_counts(const px_zero *z, int64_t *allgathers, int64_t *reduce_scatters);
 
 #ifdef __cplusplus
 }
