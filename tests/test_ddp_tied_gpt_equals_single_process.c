@@ -83,7 +83,8 @@ static px_model *reference(int opt, int world, bool reversed) {
   wte_watch w = {.wte = px_model_find(md, "wte.weight")};
   w.at_ready = malloc(w.wte->numel * sizeof(float));
   px_hooks h = {.user = &w, .grads_ready = on_ready};
-  CHECK_OK(px_model_add_hooks(md, &h));
+  int handle;
+  CHECK_OK(px_model_attach_hooks(md, &h, &handle));
   px_optim *o = make_opt(md, opt);
   for (int s = 0; s < STEPS; s++) {
     px_model_zero_grad(md);
@@ -95,7 +96,7 @@ static px_model *reference(int opt, int world, bool reversed) {
   }
   px_optim_free(o);
   free(w.at_ready);
-  md->hooks[0] = (px_hooks){0};  // w is going out of scope
+  px_model_remove_hooks(md, handle);  // w is going out of scope
   return md;
 }
 

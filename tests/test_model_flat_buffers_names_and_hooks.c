@@ -58,7 +58,7 @@ int main(void) {
 
   px_hooks h = {.pre_forward = on_pre_fwd, .post_forward = on_post_fwd, .pre_backward = on_pre_bwd,
                 .grads_ready = on_ready};
-  CHECK_OK(px_model_add_hooks(md, &h));
+  CHECK_OK(px_model_attach_hooks(md, &h, NULL));
 
   float xs[2 * 3] = {0.1f, -0.2f, 0.3f, 0.5f, 0.4f, -0.6f};
   px_tensor x = px_tensor_f32(xs, 2, 2, 3, 0, 0), y;

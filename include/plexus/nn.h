@@ -64,6 +64,7 @@ typedef struct px_hooks {
   void (*grads_ready)(void *user, px_module *m);
 } px_hooks;
 
+/* Listeners attached at once (slots are reused after px_model_remove_hooks). */
 #define PX_MAX_HOOKS 8
 
 typedef enum px_hook_point {
@@ -79,7 +80,7 @@ struct px_ctx {
   bool            training;
   uint64_t        seed;      /* the model's seed (dropout masks) */
   uint64_t        step;      /* training-mode forward passes so far */
-  const px_hooks *hooks;
+  const px_hooks *hooks;     /* slots [0, n_hooks); a free slot is all NULL */
   int             n_hooks;
 };
 
@@ -219,6 +220,8 @@ typedef struct px_model {
   px_arena   *arena;
   px_ctx      ctx;
   px_hooks    hooks[PX_MAX_HOOKS];
+  int         hook_handle[PX_MAX_HOOKS]; /* > 0: the handle of the listener in that slot; 0: free */
+  int         next_hook_handle;
 } px_model;
 
 /* Takes ownership of `root` (freed with the model, also on failure). */
@@ -233,9 +236,15 @@ void px_model_zero_grad(px_model *m);
 void px_model_train(px_model *m, bool training);
 /* n floats from the step arena (e.g. the loss gradient), NULL if no memory. */
 float *px_model_scratch(px_model *m, size_t n);
-/* Listen to every module's forward/backward; returns PX_ERR_INVALID when
- * PX_MAX_HOOKS listeners are already attached. */
-px_status px_model_add_hooks(px_model *m, const px_hooks *hooks);
+/* Listen to every module's forward/backward (DESIGN decision 7).  *handle
+ * names the listener for px_model_remove_hooks; a removed listener's slot is
+ * reused, so strategies can be wrapped and freed any number of times.
+ * Listeners are called in the order of their slots.  PX_ERR_INVALID when
+ * PX_MAX_HOOKS listeners are attached at once. */
+px_status px_model_attach_hooks(px_model *m, const px_hooks *hooks, int *handle);
+/* Stop calling that listener; an unknown or already removed handle (or 0)
+ * is ignored. */
+void px_model_remove_hooks(px_model *m, int handle);
 /* Re-initialise all parameters and buffers from `seed`. */
 void px_model_init(px_model *m, uint64_t seed);
 px_param *px_model_find(const px_model *m, const char *name);

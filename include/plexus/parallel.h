@@ -50,7 +50,7 @@ typedef struct px_ddp px_ddp;
 /* Collective over comm.  On a layout mismatch every rank fails with a
  * message naming the first differing parameter and the ranks. */
 px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp_opts *opts);
-/* Detaches from the model (the hooks stay attached but inert). */
+/* Removes its listener from the model (the slot is reused). */
 void px_ddp_free(px_ddp *d);
 
 /* false: the next backward passes only accumulate locally (no_sync). */

@@ -175,11 +175,39 @@ void px_model_train(px_model *md, bool training) {
 
 float *px_model_scratch(px_model *md, size_t n) { return px_arena_alloc(md->arena, n * sizeof(float)); }
 
-px_status px_model_add_hooks(px_model *md, const px_hooks *hooks) {
-  if (md->ctx.n_hooks >= PX_MAX_HOOKS)
-    return px_error(PX_ERR_INVALID, "model: already %d hook sets attached", PX_MAX_HOOKS);
-  md->hooks[md->ctx.n_hooks++] = *hooks;
+// Listeners live in slots; ctx.n_hooks is one past the highest live slot, so
+// px_ctx_call_hooks walks only what can be live.  A free slot holds NULL
+// functions, which px_ctx_call_hooks skips.  Handles are never reused, so a
+// stale handle cannot remove the listener that took its slot later.
+static void trim_hooks(px_model *md) {
+  int n = PX_MAX_HOOKS;
+  while (n > 0 && md->hook_handle[n - 1] == 0) n--;
+  md->ctx.n_hooks = n;
+}
+
+px_status px_model_attach_hooks(px_model *md, const px_hooks *hooks, int *handle) {
+  if (handle) *handle = 0;
+  int slot = 0;
+  while (slot < PX_MAX_HOOKS && md->hook_handle[slot] != 0) slot++;
+  if (slot == PX_MAX_HOOKS)
+    return px_error(PX_ERR_INVALID, "model: %d listeners already attached (PX_MAX_HOOKS); remove one with "
+                    "px_model_remove_hooks (px_ddp_free and px_zero_free do)", PX_MAX_HOOKS);
+  if (md->next_hook_handle <= 0) md->next_hook_handle = 1;
+  md->hooks[slot] = *hooks;
+  md->hook_handle[slot] = md->next_hook_handle++;
+  if (handle) *handle = md->hook_handle[slot];
+  trim_hooks(md);
   return PX_OK;
+}
+
+void px_model_remove_hooks(px_model *md, int handle) {
+  if (!md || handle <= 0) return;
+  for (int i = 0; i < PX_MAX_HOOKS; i++)
+    if (md->hook_handle[i] == handle) {
+      md->hooks[i] = (px_hooks){0};
+      md->hook_handle[i] = 0;
+    }
+  trim_hooks(md);
 }
 
 px_param *px_model_find(const px_model *md, const char *name) {

@@ -35,6 +35,7 @@ struct px_ddp {
   int         next_launch;    /* buckets launch in index order */
   bool        sync;
   bool        attached;
+  int         hook_handle;    /* px_model_attach_hooks */
   int         divisor;        /* ranks whose gradients are averaged */
   px_status   error;          /* first failure inside a hook */
   char        error_msg[512];
@@ -225,7 +226,7 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
   if ((st = build_buckets(d)) != PX_OK) { px_ddp_free(d); return st; }
   px_hooks h = {.user = d, .pre_forward = on_pre_forward, .post_forward = on_post_forward,
                 .pre_backward = on_pre_backward, .grads_ready = on_grads_ready};
-  if ((st = px_model_add_hooks(model, &h)) != PX_OK) { px_ddp_free(d); return st; }
+  if ((st = px_model_attach_hooks(model, &h, &d->hook_handle)) != PX_OK) { px_ddp_free(d); return st; }
   d->attached = true;
   begin_step(d);
   *out = d;
@@ -234,11 +235,8 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
 
 void px_ddp_free(px_ddp *d) {
   if (!d) return;
-  // The hook table keeps a pointer to d; detach it so it becomes inert.
-  for (int i = 0; i < d->model->ctx.n_hooks; i++)
-    if (d->model->hooks[i].user == d) {
-      d->model->hooks[i] = (px_hooks){0};
-    }
+  // The hook table keeps a pointer to d: remove it (the slot is reused).
+  px_model_remove_hooks(d->model, d->hook_handle);
   free(d->buckets);
   free(d->param_bucket);
   free(d->param_ready);
