@@ -64,6 +64,8 @@ void *px_arena_calloc(px_arena *a, size_t bytes);
 void px_arena_reset(px_arena *a);
 size_t px_arena_used(const px_arena *a);
 size_t px_arena_capacity(const px_arena *a);
+/* Most bytes handed out between two resets so far (what a step needs). */
+size_t px_arena_high_water(const px_arena *a);
 /* Number of times the arena had to ask the system for memory; a training
  * loop in steady state keeps this constant. */
 uint64_t px_arena_system_allocs(const px_arena *a);

@@ -54,6 +54,8 @@ typedef struct px_param {
 } px_param;
 
 #define PX_MODULE_MAX_PARAMS 4
+/* Parameters of other modules one module may use (px_module_add_foreign_param). */
+#define PX_MODULE_MAX_FOREIGN 2
 
 /* ---- Hooks -------------------------------------------------------------- */
 typedef struct px_hooks {
@@ -116,6 +118,14 @@ struct px_module {
   bool         training;
   uint32_t     uid;          /* pre-order index in the model */
   void        *user;         /* free for a parallel strategy or the caller */
+  /* Parameters OWNED BY OTHER MODULES that this module's forward reads and
+   * whose gradients its backward adds to (a tied head: the embedding's
+   * weight).  A strategy that materialises gradients or gathers parameters
+   * per module (ZeRO 2-3) does so for these too, around this module.  The
+   * owner's backward must run after this module's, so that the owner's
+   * grads_ready still means "complete". */
+  px_param    *foreign[PX_MODULE_MAX_FOREIGN];
+  int          n_foreign;
 };
 
 /* For layer authors: allocate a module of `size` bytes (a struct that
@@ -125,6 +135,10 @@ px_param *px_module_add_param(px_module *m, const char *name, int ndim,
                               const int64_t *shape, px_init_kind init,
                               float init_a, bool is_buffer);
 px_status px_module_add_child(px_module *m, const char *name, px_module *child);
+/* Declare that m reads p (a parameter of another module) in forward and
+ * adds into p's gradient in backward.  PX_ERR_INVALID past
+ * PX_MODULE_MAX_FOREIGN or for a buffer. */
+px_status px_module_add_foreign_param(px_module *m, px_param *p);
 /* Free a module that was never given to a model (or whose model is freed). */
 void px_module_free(px_module *m);
 /* Run one child with hooks around it (what containers do). */
@@ -211,6 +225,11 @@ typedef struct px_model {
   int         n_params;
   px_param  **buffers;        /* running statistics, in layout order */
   int         n_buffers;
+  /* The flat buffers.  While a sharding strategy holds the model they may
+   * be NULL: ZeRO stage 3 frees param_data (each parameter's data points
+   * into a gathered unit during its forward/backward, NULL otherwise);
+   * stages 2 and 3 free grad_data (each grad points into a gradient bucket
+   * or unit during backward, NULL otherwise).  px_zero_free restores both. */
   float      *param_data;     /* (n_param_elems,)  one allocation */
   float      *grad_data;      /* (n_param_elems,)  same layout */
   size_t      n_param_elems;
@@ -232,6 +251,7 @@ void px_model_free(px_model *m);
 px_status px_model_forward(px_model *m, const px_tensor *x, px_tensor *y);
 /* grads += ∂L/∂θ for the last forward; dx may be NULL. */
 px_status px_model_backward(px_model *m, const px_tensor *dy, px_tensor *dx);
+/* Zero grad_data (nothing when a strategy has freed it: use its zero_grad). */
 void px_model_zero_grad(px_model *m);
 void px_model_train(px_model *m, bool training);
 /* n floats from the step arena (e.g. the loss gradient), NULL if no memory. */

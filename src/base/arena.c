@@ -106,3 +106,5 @@ size_t px_arena_capacity(const px_arena *a) {
 }
 
 uint64_t px_arena_system_allocs(const px_arena *a) { return a->system_allocs; }
+
+size_t px_arena_high_water(const px_arena *a) { return a->high_water; }

@@ -52,6 +52,7 @@ static float *alloc_floats(size_t n) {
 }
 
 static void init_param(px_param *p, px_rng *rng) {
+  if (!p->data) return;  // sharded away (ZeRO stage 3): nothing held here
   switch (p->init) {
   case PX_INIT_ZEROS: px_fill(p->data, p->numel, 0.0f); break;
   case PX_INIT_ONES: px_fill(p->data, p->numel, 1.0f); break;
@@ -166,7 +167,9 @@ px_status px_model_backward(px_model *md, const px_tensor *dy, px_tensor *dx) {
   return px_module_backward(md->root, &md->ctx, dy, dx);
 }
 
-void px_model_zero_grad(px_model *md) { px_fill(md->grad_data, md->n_param_elems, 0.0f); }
+void px_model_zero_grad(px_model *md) {
+  if (md->grad_data) px_fill(md->grad_data, md->n_param_elems, 0.0f);
+}
 
 void px_model_train(px_model *md, bool training) {
   md->ctx.training = training;

@@ -52,6 +52,16 @@ px_status px_module_add_child(px_module *m, const char *name, px_module *child) 
   return PX_OK;
 }
 
+px_status px_module_add_foreign_param(px_module *m, px_param *p) {
+  if (!p || p->is_buffer)
+    return px_error(PX_ERR_INVALID, "%s: a foreign parameter must be a trainable parameter of another module",
+                    m->ops->type);
+  if (m->n_foreign >= PX_MODULE_MAX_FOREIGN)
+    return px_error(PX_ERR_INVALID, "%s: more than %d foreign parameters", m->ops->type, PX_MODULE_MAX_FOREIGN);
+  m->foreign[m->n_foreign++] = p;
+  return PX_OK;
+}
+
 void px_module_free(px_module *m) {
   if (!m) return;
   for (int i = 0; i < m->n_children; i++) px_module_free(m->children[i]);

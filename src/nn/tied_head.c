@@ -19,6 +19,10 @@
 // fails if the embedding's backward (and so its grads_ready) has already
 // run.  A model built the other way round gets an error, never a DDP
 // all-reduce of a gradient that is still missing the head's share.
+//
+// The head declares E as a foreign parameter (px_module_add_foreign_param),
+// so a strategy that gathers parameters or materialises gradient storage
+// per module (ZeRO stages 2-3) does it for E around the head too.
 #include "plexus/nn.h"
 #include "nn/internal.h"
 
@@ -94,6 +98,13 @@ px_module *px_tied_head(px_module *embedding) {
   tied_head *h = (tied_head *)px_module_alloc(sizeof *h, &tied_head_ops);
   if (!h) return NULL;
   h->emb = embedding;
+  // Say so in the protocol too: strategies that gather parameters or
+  // materialise gradients per module (ZeRO 2-3) must do it for E around the
+  // head as well as around the embedding.
+  if (px_module_add_foreign_param(&h->base, &embedding->params[0]) != PX_OK) {
+    px_module_free(&h->base);
+    return NULL;
+  }
   h->vocab = (int)embedding->params[0].shape[0];
   h->dim = (int)embedding->params[0].shape[1];
   return &h->base;

@@ -1,0 +1,282 @@
+// ZeRO stage 3: units of parameters that gather together (FSDP's
+// fully_shard(module)).  A unit is a module subtree, so its parameters are
+// one flat range (px_model_create lays modules out in pre-order); the
+// parameters outside every unit form the root unit, gathered at the start
+// of each step and freed when its gradients are ready.
+//
+// A unit's life in one training step (reshard_after_forward = true):
+//
+//   pre_forward(unit)    wait for its all-gather (prefetched) or run it;
+//                        point p->data into the gathered buffer; start the
+//                        next unit's all-gather (forward order)
+//   post_forward(unit)   free the gathered buffer (p->data = NULL)
+//   pre_backward(unit)   gather again; zeroed gradient storage, p->grad into
+//                        it; start the next unit's all-gather (backward order)
+//   all its grads ready  reduce-scatter the storage (its piece is added into
+//                        the shard when it completes); free the parameters
+//
+// reshard_after_forward = false keeps the parameters from forward to
+// backward (no all-gather in backward).  A unit whose parameter another
+// module uses (a tied head reads the embedding's weight: px_module.foreign)
+// stays gathered from its forward until its gradients are ready, and the
+// user gathers it (and materialises its gradients) around itself too.  The
+// orders used for prefetching are those the first training step ran.
+#include "parallel/zero_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "h.0.attn": the non-empty names from the root down. */
+static void module_path(const px_module *m, char *buf, size_t len) {
+  const px_module *chain[256];
+  int n = 0;
+  for (const px_module *a = m; a && a->parent && n < 256; a = a->parent) chain[n++] = a;
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = n - 1; i >= 0 && used + 1 < len; i--) {
+    if (!chain[i]->name[0]) continue;
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? "." : "", chain[i]->name);
+  }
+}
+
+static bool is_ancestor(const px_module *a, const px_module *m) {
+  for (const px_module *x = m->parent; x; x = x->parent)
+    if (x == a) return true;
+  return false;
+}
+
+static px_status unknown_unit(const px_model *md, const char *name) {
+  char list[512] = "";
+  size_t used = 0;
+  const px_module *root = md->root;
+  for (int i = 0; i < root->n_children && used + 48 < sizeof list; i++) {
+    char path[PX_NAME_MAX];
+    module_path(root->children[i], path, sizeof path);
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s\"%s\" (%s)", i ? ", " : "", path,
+                             root->children[i]->ops->type);
+  }
+  return px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" names no module of the model; its top-level modules are %s",
+                  name, used ? list : "(none: the root has no children)");
+}
+
+px_status pxz_build_units(px_zero *z) {
+  px_model *md = z->model;
+  const int nm = md->n_modules;
+  px_module **tops = calloc((size_t)nm + 1, sizeof *tops);
+  z->module_unit = calloc((size_t)nm + 1, sizeof *z->module_unit);
+  z->module_home = calloc((size_t)nm + 1, sizeof *z->module_home);
+  if (!tops || !z->module_unit || !z->module_home) { free(tops); return px_error(PX_ERR_NOMEM, "ZeRO: out of memory"); }
+  int n_tops = 0;
+  // Parameters under each module (own and descendants'), for the checks.
+  int *under = calloc((size_t)nm + 1, sizeof *under);
+  if (!under) { free(tops); return px_error(PX_ERR_NOMEM, "ZeRO: out of memory"); }
+  for (int i = 0; i < md->n_params; i++)
+    for (const px_module *a = md->params[i]->owner; a; a = a->parent) under[a->uid]++;
+  px_status st = PX_OK;
+  if (z->opts.n_units == 0) {
+    // Default: each child of the root that holds parameters.
+    for (int i = 0; i < md->root->n_children; i++)
+      if (under[md->root->children[i]->uid] > 0) tops[n_tops++] = md->root->children[i];
+  } else {
+    for (int u = 0; u < z->opts.n_units && st == PX_OK; u++) {
+      const char *name = z->opts.units[u] ? z->opts.units[u] : "";
+      px_module *found = NULL;
+      // The first in pre-order: an outer module before the transparent
+      // ("") modules inside it that share its path.
+      for (int k = 0; k < nm && !found; k++) {
+        char path[PX_NAME_MAX];
+        module_path(md->modules[k], path, sizeof path);
+        if (md->modules[k] != md->root && strcmp(path, name) == 0) found = md->modules[k];
+      }
+      if (!name[0])
+        st = px_error(PX_ERR_INVALID, "ZeRO: unit %d has an empty name; the root module is the root unit already "
+                      "(parameters outside every unit are gathered for the whole step)", u);
+      else if (!found)
+        st = unknown_unit(md, name);
+      else if (under[found->uid] == 0)
+        st = px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" (%s) holds no parameters; a unit must own something to "
+                      "shard", name, found->ops->type);
+      for (int k = 0; k < n_tops && st == PX_OK; k++) {
+        char other[PX_NAME_MAX];
+        module_path(tops[k], other, sizeof other);
+        if (tops[k] == found)
+          st = px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" is named twice", name);
+        else if (is_ancestor(tops[k], found) || is_ancestor(found, tops[k]))
+          st = px_error(PX_ERR_INVALID, "ZeRO: units cannot nest: unit \"%s\" contains unit \"%s\"; name only one "
+                        "of them", is_ancestor(tops[k], found) ? other : name,
+                        is_ancestor(tops[k], found) ? name : other);
+      }
+      if (st == PX_OK) tops[n_tops++] = found;
+    }
+  }
+  free(under);
+  if (st != PX_OK) { free(tops); return st; }
+  // Groups in layout (pre-order) order, the root unit last.
+  for (int a = 1; a < n_tops; a++)
+    for (int b = a; b > 0 && tops[b]->uid < tops[b - 1]->uid; b--) {
+      px_module *t = tops[b]; tops[b] = tops[b - 1]; tops[b - 1] = t;
+    }
+  const int root = n_tops;
+  z->groups = calloc((size_t)n_tops + 2, sizeof *z->groups);
+  z->fwd_order = calloc((size_t)n_tops + 2, sizeof *z->fwd_order);
+  z->bwd_order = calloc((size_t)n_tops + 2, sizeof *z->bwd_order);
+  z->fwd_pos = calloc((size_t)n_tops + 2, sizeof *z->fwd_pos);
+  z->bwd_pos = calloc((size_t)n_tops + 2, sizeof *z->bwd_pos);
+  if (!z->groups || !z->fwd_order || !z->bwd_order || !z->fwd_pos || !z->bwd_pos) {
+    free(tops);
+    return px_error(PX_ERR_NOMEM, "ZeRO: out of memory");
+  }
+  z->n_groups = n_tops + 1;
+  for (int g = 0; g < n_tops; g++) z->groups[g].unit = tops[g];
+  for (int g = 0; g < z->n_groups; g++) z->fwd_pos[g] = z->bwd_pos[g] = -1;
+  // Pre-order: a module's home is its own unit if it is one, else its parent's.
+  for (int k = 0; k < nm; k++) {
+    px_module *m = md->modules[k];
+    z->module_unit[k] = -1;
+    for (int g = 0; g < n_tops; g++)
+      if (tops[g] == m) z->module_unit[k] = g;
+    z->module_home[k] = z->module_unit[k] >= 0 ? z->module_unit[k] : m->parent ? z->module_home[m->parent->uid] : root;
+  }
+  free(tops);
+  for (int i = 0; i < md->n_params; i++) z->param_group[i] = z->module_home[md->params[i]->owner->uid];
+  // A parameter used by a module of another unit pins its unit.
+  for (int k = 0; k < nm; k++)
+    for (int f = 0; f < md->modules[k]->n_foreign; f++) {
+      int i = px_parallel_param_index(md, md->modules[k]->foreign[f]);
+      if (i >= 0 && z->param_group[i] != z->module_home[k]) z->groups[z->param_group[i]].pinned = true;
+    }
+  bool root_has = false;
+  for (int i = 0; i < md->n_params; i++) root_has = root_has || z->param_group[i] == root;
+  z->root_group = root_has ? root : -1;
+  z->n_units = n_tops + (root_has ? 1 : 0);
+  return PX_OK;
+}
+
+/* ---- Gathering ----------------------------------------------------------------
+ * recv: the packed unit, N·piece; rank r sends its shard piece. */
+void pxz_start_gather(px_zero *z, int g) {
+  zgroup *G = &z->groups[g];
+  if (G->pbuf || G->count == 0 || z->error != PX_OK) return;
+  G->pbuf = pxz_pool_get(&z->ppool, G->piece * (size_t)z->size);
+  if (!G->pbuf) { pxz_fail(z, PX_ERR_NOMEM); return; }
+  char label[96];
+  snprintf(label, sizeof label, "ZeRO-3 step %llu, unit %d all-gather", (unsigned long long)z->model->ctx.step, g);
+  px_comm_set_label(z->comm, label);
+  pxz_delay(z);
+  px_status st = px_comm_iallgather(z->comm, z->shard_params + G->shard_off, G->pbuf, G->piece, PX_F32, &G->ag_req);
+  z->n_allgather++;
+  if (st != PX_OK) { G->ag_req = NULL; pxz_fail(z, st); }
+  pxz_set_views(z, g, G->pbuf, false);
+}
+
+void pxz_ensure_gathered(px_zero *z, int g) {
+  zgroup *G = &z->groups[g];
+  if (!G->pbuf) pxz_start_gather(z, g);
+  if (G->ag_req) {
+    px_status st = px_request_wait(G->ag_req);
+    G->ag_req = NULL;
+    if (st != PX_OK) pxz_fail(z, st);
+  }
+}
+
+void pxz_release(px_zero *z, int g) {
+  zgroup *G = &z->groups[g];
+  if (!G->pbuf) return;
+  if (G->ag_req) {
+    px_status st = px_request_wait(G->ag_req);  // never free a buffer a collective still fills
+    G->ag_req = NULL;
+    if (st != PX_OK) pxz_fail(z, st);
+  }
+  pxz_pool_put(&z->ppool, G->pbuf);
+  G->pbuf = NULL;
+  pxz_set_views(z, g, NULL, false);
+}
+
+void pxz_release_all(px_zero *z) {
+  for (int g = 0; g < z->n_groups; g++) pxz_release(z, g);
+}
+
+/* Start gathering the unit after u in `order` (if the order is known). */
+static void prefetch_after(px_zero *z, int u, const int *order, const int *pos, int n) {
+  if (!z->opts.prefetch || !z->order_known || pos[u] < 0 || pos[u] + 1 >= n) return;
+  int v = order[pos[u] + 1];
+  if (!z->groups[v].pbuf) pxz_start_gather(z, v);
+}
+
+static void record(int u, int *order, int *pos, int *n) {
+  if (pos[u] >= 0) return;
+  pos[u] = *n;
+  order[(*n)++] = u;
+}
+
+void pxz_units_pre_forward(px_zero *z, px_module *m) {
+  if (m == z->model->root) {
+    if (z->model->ctx.training && !z->order_known) {
+      // The first training step writes down the order units run in.
+      z->recording = true;
+      z->n_fwd = z->n_bwd = 0;
+      for (int g = 0; g < z->n_groups; g++) z->fwd_pos[g] = z->bwd_pos[g] = -1;
+    }
+    if (z->root_group >= 0) pxz_ensure_gathered(z, z->root_group);
+  }
+  int u = z->module_unit[m->uid];
+  if (u >= 0) {
+    if (z->recording) record(u, z->fwd_order, z->fwd_pos, &z->n_fwd);
+    pxz_ensure_gathered(z, u);
+    prefetch_after(z, u, z->fwd_order, z->fwd_pos, z->n_fwd);
+  }
+  for (int f = 0; f < m->n_foreign; f++) {
+    int i = px_parallel_param_index(z->model, m->foreign[f]);
+    if (i >= 0) pxz_ensure_gathered(z, z->param_group[i]);
+  }
+}
+
+void pxz_units_post_forward(px_zero *z, px_module *m) {
+  const bool training = z->model->ctx.training;
+  int u = z->module_unit[m->uid];
+  // Evaluation has no backward to keep anything for.
+  if (u >= 0 && !z->groups[u].pinned && (z->opts.reshard_after_forward || !training)) pxz_release(z, u);
+  if (m == z->model->root && !training) pxz_release_all(z);
+}
+
+void pxz_units_pre_backward(px_zero *z, px_module *m) {
+  if (m == z->model->root && z->root_group >= 0) {
+    pxz_ensure_gathered(z, z->root_group);
+    pxz_materialise_grads(z, z->root_group);
+  }
+  int u = z->module_unit[m->uid];
+  if (u >= 0) {
+    if (z->recording) record(u, z->bwd_order, z->bwd_pos, &z->n_bwd);
+    pxz_ensure_gathered(z, u);
+    pxz_materialise_grads(z, u);
+    prefetch_after(z, u, z->bwd_order, z->bwd_pos, z->n_bwd);
+  }
+  for (int f = 0; f < m->n_foreign; f++) {
+    int i = px_parallel_param_index(z->model, m->foreign[f]);
+    if (i < 0) continue;
+    pxz_ensure_gathered(z, z->param_group[i]);
+    pxz_materialise_grads(z, z->param_group[i]);
+  }
+}
+
+/* Every unit gathered in turn and unpacked into out (n_param_elems). */
+px_status pxz_gather_into(px_zero *z, float *out) {
+  px_status st = PX_OK;
+  for (int g = 0; g < z->n_groups && st == PX_OK; g++) {
+    const zgroup *G = &z->groups[g];
+    if (G->count == 0) continue;
+    float *buf = pxz_pool_get(&z->ppool, G->piece * (size_t)z->size);
+    if (!buf) return PX_ERR_NOMEM;
+    char label[64];
+    snprintf(label, sizeof label, "ZeRO-3 gather parameters, unit %d", g);
+    px_comm_set_label(z->comm, label);
+    pxz_delay(z);
+    st = px_comm_allgather(z->comm, z->shard_params + G->shard_off, buf, G->piece, PX_F32);
+    z->n_allgather++;
+    for (int k = 0; k < G->n_ranges && st == PX_OK; k++)
+      memcpy(out + G->ranges[k].flat_off, buf + G->ranges[k].packed_off, G->ranges[k].count * sizeof(float));
+    pxz_pool_put(&z->ppool, buf);
+  }
+  return st;
+}
