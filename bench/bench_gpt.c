@@ -199,7 +199,7 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline) {
     px_zero_memory_of(s->zero, &m);
   } else {
     m.params = m.grads = s->model->n_param_elems * sizeof(float);
-    m.arena_peak = px_arena_capacity(s->model->arena);
+    m.arena_peak = px_arena_high_water(s->model->arena);
   }
   m.optim_state = (size_t)s->optim->n_state * s->optim->n * sizeof(float);
   const size_t hwm = vm_hwm();

@@ -6,8 +6,8 @@
 // holds the whole of each (f32, Ψ parameters, Adam's 2 slots):
 //
 //   params 4Ψ   grads 4Ψ   optimizer state n_state · 4Ψ   gathered 0
-//   activations: the step arena's capacity, which only grows (its
-//   high-water mark)
+//   activations: the step arena's high-water mark (the most a step has
+//   taken from it)
 //
 // The process's peak resident memory (VmHWM) is beside it: what the
 // operating system saw, libraries, buffers of the communication backend
@@ -46,7 +46,7 @@ px_status px_trainer_memory(px_trainer *t, px_zero_memory *mine, px_zero_memory 
     mine->params = md->n_param_elems * sizeof(float);
     mine->grads = md->n_param_elems * sizeof(float);
     mine->gathered = 0;
-    mine->arena_peak = md->arena ? px_arena_capacity(md->arena) : 0;
+    mine->arena_peak = md->arena ? px_arena_high_water(md->arena) : 0;
   }
   // The optimizer's state is the caller's to count (parallel.h).
   mine->optim_state = t->opt ? (size_t)t->opt->n_state * t->opt->n * sizeof(float) : 0;

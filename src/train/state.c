@@ -426,11 +426,19 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   } else if (t->model->n_buffers > 0) {
     // Stage 3: the buffers, whole in rank 0's file; the parameters are the
     // ranks' own pieces (px_trainer_resume_shards).
-    px_state_dict buffers = {sd.items + t->model->n_params, t->model->n_buffers};
+    px_state_dict buffers = {calloc((size_t)t->model->n_buffers, sizeof(px_named_tensor)), 0};
+    if (!buffers.items) st = px_error(PX_ERR_NOMEM, "resume: out of memory");
+    for (int b = 0; st == PX_OK && b < t->model->n_buffers; b++) {
+      const px_param *p = t->model->buffers[b];
+      px_named_tensor *it = &buffers.items[buffers.count++];
+      snprintf(it->name, sizeof it->name, "%s", p->name);
+      it->tensor = px_tensor_view(p->data, PX_F32, p->ndim, p->shape);
+    }
     char first[96], prefix[96];
     rank_file(first, sizeof first, "model", 0, t->world);
     snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(first) - strlen(".safetensors")), first);
-    st = px_checkpoint_assemble(path, prefix, &buffers, false);
+    if (st == PX_OK) st = px_checkpoint_assemble(path, prefix, &buffers, false);
+    px_state_dict_free(&buffers);
   }
   px_state_dict_free(&sd);
   if (st != PX_OK) return st;
