@@ -1,7 +1,8 @@
 /* Claim: listeners come and go (DESIGN decision 7).  A removed listener's
- * slot is reused, so DDP (and ZeRO, test_zero_*) can be wrapped and freed 20
- * times on one model, more than PX_MAX_HOOKS, and each step then reaches
- * only the live listeners; two listeners attached at once both hear every
+ * slot is reused, so DDP and ZeRO (stages 1-3) can each be wrapped and
+ * freed 20 times on one model, more than PX_MAX_HOOKS, and each step then
+ * reaches only the live listeners (a freed one would be a use after free,
+ * which the ASan build reports); after px_zero_free the model trains alone; two listeners attached at once both hear every
  * hook, in slot order; a stale handle removes nothing.  If it fails, a
  * model can be wrapped only PX_MAX_HOOKS times in its life, or a freed
  * strategy is still called (a use after free). */
@@ -69,6 +70,28 @@ static int wrap_many(px_comm *c, void *arg) {
   CHECK(always.pre_forward == 20 * N_MODULES && always.grads_ready == 20 * N_MODULES,
         "the listener beside DDP heard %d pre_forward and %d grads_ready, expected %d each", always.pre_forward,
         always.grads_ready, 20 * N_MODULES);
+  // ZeRO, every stage, 20 times each; after each free the model is whole
+  // again (stage 3 gathers param_data back) and trains alone.
+  for (int stage = 1; stage <= 3; stage++)
+    for (int i = 0; i < 20; i++) {
+      px_zero_opts o = PX_ZERO_DEFAULTS;
+      o.stage = stage;
+      px_zero *z;
+      CHECK_OK(px_zero_wrap(&z, md, c, &o));
+      CHECK(md->ctx.n_hooks == 2, "ZeRO-%d wrap %d: %d hook slots in use, expected 2", stage, i, md->ctx.n_hooks);
+      px_zero_zero_grad(z);
+      one_step(md);
+      CHECK_OK(px_zero_sync(z));
+      CHECK_OK(px_zero_after_step(z));
+      CHECK_OK(px_zero_free(z));
+      CHECK(md->ctx.n_hooks == 1 && md->param_data && md->grad_data,
+            "ZeRO-%d free %d: %d slots in use, param_data %p, grad_data %p", stage, i, md->ctx.n_hooks,
+            (void *)md->param_data, (void *)md->grad_data);
+      px_model_zero_grad(md);
+      one_step(md);  // alone: no listener but `always`
+    }
+  CHECK(always.pre_forward == (20 + 3 * 20 * 2) * N_MODULES,
+        "the listener beside ZeRO heard %d pre_forward, expected %d", always.pre_forward, (20 + 120) * N_MODULES);
   px_model_remove_hooks(md, h_always);
   CHECK(md->ctx.n_hooks == 0, "%d slots after removing the last listener", md->ctx.n_hooks);
   px_model_free(md);

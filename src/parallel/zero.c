@@ -96,11 +96,16 @@ void pxz_set_views(px_zero *z, int g, float *base, bool grads) {
   }
 }
 
+static px_status finish_rs(px_zero *z, int g);
+
 /* Stages 2-3: zeroed gradient storage for group g, its parameters' grads
- * pointing into it (padding stays zero: no parameter views it). */
+ * pointing into it (padding stays zero: no parameter views it).  Beyond
+ * PXZ_MAX_RS_IN_FLIGHT reduce-scatters, the oldest is finished first, so
+ * its storage is reused: memory stays bounded whatever the network does. */
 void pxz_materialise_grads(px_zero *z, int g) {
   zgroup *G = &z->groups[g];
   if (G->gbuf || G->launched || G->count == 0) return;
+  while (z->in_tail - z->in_head >= PXZ_MAX_RS_IN_FLIGHT) finish_rs(z, z->inflight[z->in_head++]);
   size_t padded = G->piece * (size_t)z->size;
   G->gbuf = pxz_pool_get(&z->gpool, padded);
   if (!G->gbuf) { pxz_fail(z, PX_ERR_NOMEM); return; }
@@ -131,6 +136,7 @@ static void launch_rs(px_zero *z, int g) {
     float *full = z->model->grad_data + G->ranges[0].flat_off;  // a bucket is one range
     send = full;
     if (padded != G->count) {
+      while (z->in_tail - z->in_head >= PXZ_MAX_RS_IN_FLIGHT) finish_rs(z, z->inflight[z->in_head++]);
       send = G->gbuf = pxz_pool_get(&z->gpool, padded);
       if (!send) { pxz_fail(z, PX_ERR_NOMEM); return; }
       memcpy(send, full, G->count * sizeof(float));
@@ -253,7 +259,7 @@ static void on_post_forward(void *user, px_module *m) {
 static void on_pre_backward(void *user, px_module *m) {
   px_zero *z = user;
   if (!z->attached || (z->stage == 1 && !z->sync)) return;
-  if (z->stage >= 2) poll_done(z);
+  poll_done(z);
   if (z->stage == 3) pxz_units_pre_backward(z, m);
   if (z->stage == 2) {
     // Storage for every bucket this module's backward writes: its own
@@ -590,41 +596,61 @@ px_status px_zero_clip_grad_norm(px_zero *z, float max_norm, double *norm) {
   return PX_OK;
 }
 
+/* All-gather group g's pieces back into param_data: straight into the flat
+ * buffer when the bucket divides evenly, else through a padded buffer. */
+static px_status start_param_gather(px_zero *z, int g, float **staged, px_request **req) {
+  zgroup *G = &z->groups[g];
+  const size_t padded = G->piece * (size_t)z->size;
+  float *recv = z->model->param_data + G->ranges[0].flat_off;  // a bucket is one range
+  if (padded != G->count) {
+    recv = *staged = pxz_pool_get(&z->ppool, padded);
+    if (!recv) return PX_ERR_NOMEM;
+  }
+  set_label(z, "all-gather", g);
+  pxz_delay(z);
+  z->n_allgather++;
+  return px_comm_iallgather(z->comm, z->shard_params + G->shard_off, recv, G->piece, PX_F32, req);
+}
+
+static px_status finish_param_gather(px_zero *z, int g, float **staged, px_request **req, px_status st) {
+  if (*req) {
+    px_status w = px_request_wait(*req);
+    *req = NULL;
+    if (w != PX_OK && st == PX_OK) st = w;
+  }
+  if (*staged) {
+    if (st == PX_OK)
+      memcpy(z->model->param_data + z->groups[g].ranges[0].flat_off, *staged, z->groups[g].count * sizeof(float));
+    pxz_pool_put(&z->ppool, *staged);
+    *staged = NULL;
+  }
+  return st;
+}
+
 px_status px_zero_after_step(px_zero *z) {
   if (z->stage == 3) return PX_OK;  // parameters stay sharded
-  // Every bucket's pieces back into param_data: straight into the flat
-  // buffer when the bucket divides evenly, else through a padded buffer.
-  px_model *md = z->model;
+  // A window of PXZ_MAX_RS_IN_FLIGHT all-gathers: overlapped, and padded
+  // buffers bounded whatever the number of buckets.
   px_status st = PX_OK;
-  float **staged = calloc((size_t)z->n_groups + 1, sizeof *staged);
-  px_request **req = calloc((size_t)z->n_groups + 1, sizeof *req);
-  if (!staged || !req) { free(staged); free(req); return px_error(PX_ERR_NOMEM, "ZeRO: out of memory"); }
+  int live[PXZ_MAX_RS_IN_FLIGHT];
+  float *staged[PXZ_MAX_RS_IN_FLIGHT] = {0};
+  px_request *req[PXZ_MAX_RS_IN_FLIGHT] = {0};
+  int head = 0, tail = 0;
   for (int g = 0; g < z->n_groups && st == PX_OK; g++) {
-    zgroup *G = &z->groups[g];
-    if (G->count == 0) continue;
-    const size_t padded = G->piece * (size_t)z->size;
-    float *recv = md->param_data + G->ranges[0].flat_off;
-    if (padded != G->count) {
-      recv = staged[g] = pxz_pool_get(&z->ppool, padded);
-      if (!recv) { st = PX_ERR_NOMEM; break; }
+    if (z->groups[g].count == 0) continue;
+    if (tail - head == PXZ_MAX_RS_IN_FLIGHT) {
+      int k = head++ % PXZ_MAX_RS_IN_FLIGHT;
+      st = finish_param_gather(z, live[k], &staged[k], &req[k], st);
     }
-    set_label(z, "all-gather", g);
-    pxz_delay(z);
-    st = px_comm_iallgather(z->comm, z->shard_params + G->shard_off, recv, G->piece, PX_F32, &req[g]);
-    z->n_allgather++;
+    int k = tail++ % PXZ_MAX_RS_IN_FLIGHT;
+    live[k] = g;
+    px_status s2 = start_param_gather(z, g, &staged[k], &req[k]);
+    if (s2 != PX_OK && st == PX_OK) st = s2;
   }
-  for (int g = 0; g < z->n_groups; g++) {
-    if (req[g]) {
-      px_status w = px_request_wait(req[g]);
-      if (w != PX_OK && st == PX_OK) st = w;
-    }
-    if (staged[g]) {
-      if (st == PX_OK) memcpy(md->param_data + z->groups[g].ranges[0].flat_off, staged[g], z->groups[g].count * sizeof(float));
-      pxz_pool_put(&z->ppool, staged[g]);
-    }
+  while (head < tail) {
+    int k = head++ % PXZ_MAX_RS_IN_FLIGHT;
+    st = finish_param_gather(z, live[k], &staged[k], &req[k], st);
   }
-  free(staged);
-  free(req);
   return st;
 }
 

@@ -15,6 +15,14 @@
 
 #include "parallel/internal.h"
 
+/* Collectives that hold a temporary buffer, allowed in flight at once.
+ * Stages 2-3: new gradient storage first finishes the oldest reduce-scatter
+ * beyond this, so a rank holds its shard plus at most this many groups in
+ * flight and the one being written (plus a tied embedding's, written early
+ * by the head).  Stage 1's padded copies and stages 1-2's padded all-gather
+ * buffers obey the same bound. */
+#define PXZ_MAX_RS_IN_FLIGHT 2
+
 typedef struct zrange {
   size_t flat_off, count;  /* flat[flat_off, +count) */
   size_t packed_off;       /* its place in the packed group */
