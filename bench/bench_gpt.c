@@ -33,15 +33,22 @@
  * line then says zero=S (prefetch and reshard too for stage 3).  Under
  * mpirun/srun the ranks are the launcher's processes (--ranks is ignored).
  *
+ * Stage 3's units are the transformer blocks h.0 ... h.{L-1} (as FSDP
+ * wraps each block); wte, wpe and ln_f form the root unit.
+ *
  * --memory STEPS: no timing; STEPS training steps, then one line per run
- * with the library's memory account per rank (rank 0's, and the maximum
- * over ranks) and VmHWM, the process's peak resident memory, minus its
- * value before the model was built (the baseline: the program, MPI, BLAS;
- * max over ranks).  Meaningful per rank under mpirun (threads ranks share
- * one process):
+ * with the library's memory account per rank (the maximum over ranks) and
+ * the process's peak resident memory (VmHWM) minus its value before the
+ * model was built (the baseline: the program, MPI, BLAS), twice:
+ * vmhwm_setup_delta is the peak up to the end of setup (plexus builds
+ * every model whole, then a ZeRO wrap shards it and frees what the stage
+ * does not keep: that peak is the whole model's), vmhwm_train_delta the
+ * peak during the STEPS steps, the high-water mark having been reset after
+ * setup (echo 5 > /proc/self/clear_refs).  Meaningful per rank under
+ * mpirun (threads ranks share one process):
  *
  *   plexus memory zero=S ranks=N params=Ψ acct_params=.. acct_grads=.. acct_optim=.. acct_gathered=..
- *          acct_arena=.. acct_total=.. vmhwm_delta=.. vmhwm_baseline=..
+ *          acct_arena=.. acct_total=.. vmhwm_setup_delta=.. vmhwm_train_delta=.. vmhwm_baseline=..
  *
  * best_tokens_per_s is the same from the fastest single step: on a shared
  * machine the figure least disturbed by other work, for comparing variants.
@@ -191,9 +198,18 @@ static size_t vm_hwm(void) {
   return kib * 1024;
 }
 
+// Resets VmHWM to the current resident size (Linux >= 4.0); false if it
+// cannot.
+static bool reset_hwm(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  bool ok = fputs("5", f) >= 0;
+  return fclose(f) == 0 && ok;
+}
+
 // The memory report (--memory): the library's account per rank and the
 // growth of the peak resident memory since before the model was built.
-static int report_memory(px_comm *comm, rank_state *s, size_t baseline) {
+static int report_memory(px_comm *comm, rank_state *s, size_t baseline, size_t setup_hwm) {
   px_zero_memory m = {0};
   if (s->zero) {
     px_zero_memory_of(s->zero, &m);
@@ -205,7 +221,8 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline) {
   const size_t hwm = vm_hwm();
   // Max over ranks of each figure, and of VmHWM - baseline.
   int64_t v[8] = {(int64_t)m.params, (int64_t)m.grads, (int64_t)m.optim_state, (int64_t)m.gathered,
-                  (int64_t)m.arena_peak, (int64_t)(hwm - baseline), (int64_t)baseline, 0};
+                  (int64_t)m.arena_peak, (int64_t)(hwm - baseline), (int64_t)baseline,
+                  (int64_t)(setup_hwm - baseline)};
   int64_t mx[8];
   memcpy(mx, v, sizeof v);
   if (comm && px_comm_size(comm) > 1 && px_comm_allreduce(comm, mx, 8, PX_I64, PX_MAX) != PX_OK) {
@@ -215,11 +232,11 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline) {
   if (!comm || px_comm_rank(comm) == 0) {
     const int N = comm ? px_comm_size(comm) : 1;
     printf("plexus memory zero=%d ranks=%d params=%zu acct_params=%lld acct_grads=%lld acct_optim=%lld "
-           "acct_gathered=%lld acct_arena=%lld acct_total=%lld vmhwm_delta=%lld vmhwm_baseline=%lld "
-           "rank0_total=%lld rank0_vmhwm_delta=%lld\n",
+           "acct_gathered=%lld acct_arena=%lld acct_total=%lld vmhwm_setup_delta=%lld vmhwm_train_delta=%lld "
+           "vmhwm_baseline=%lld\n",
            s->o->zero, N, s->model->n_param_elems, (long long)mx[0], (long long)mx[1], (long long)mx[2],
            (long long)mx[3], (long long)mx[4], (long long)(mx[0] + mx[1] + mx[2] + mx[3] + mx[4]),
-           (long long)mx[5], (long long)mx[6], (long long)(v[0] + v[1] + v[2] + v[3] + v[4]), (long long)v[5]);
+           (long long)mx[7], (long long)mx[5], (long long)mx[6]);
     fflush(stdout);
   }
   return 0;
@@ -252,6 +269,18 @@ static int bench_rank(px_comm *comm, void *arg) {
     zo.stage = o->zero;
     zo.prefetch = o->prefetch;
     zo.reshard_after_forward = o->reshard;
+    // Stage 3: one unit per transformer block.
+    char names[64][16];
+    const char *units[64];
+    const int L = o->cfg.n_layer < 64 ? o->cfg.n_layer : 64;
+    for (int l = 0; l < L; l++) {
+      snprintf(names[l], sizeof names[l], "h.%d", l);
+      units[l] = names[l];
+    }
+    if (o->zero == 3) {
+      zo.units = units;
+      zo.n_units = L;
+    }
     if (px_zero_wrap(&s.zero, s.model, comm, &zo) != PX_OK) {
       fprintf(stderr, "bench_gpt: ZeRO: %s\n", px_last_error());
       return 1;
@@ -274,9 +303,11 @@ static int bench_rank(px_comm *comm, void *arg) {
     s.y[i] = (int32_t)px_rng_below(&r, (uint64_t)o->cfg.vocab_size);
   }
   if (o->memory_steps > 0) {
+    const size_t setup_hwm = vm_hwm();
+    if (!reset_hwm()) fprintf(stderr, "bench_gpt: cannot reset VmHWM (/proc/self/clear_refs): train_delta is the run's\n");
     for (int k = 0; st == PX_OK && k < o->memory_steps; k++) st = train_step(&s, k % N_BATCHES);
     if (st != PX_OK) { fprintf(stderr, "bench_gpt: rank %d: training step: %s\n", rank, px_last_error()); return 1; }
-    int rc = report_memory(comm, &s, baseline);
+    int rc = report_memory(comm, &s, baseline, setup_hwm);
     free(s.x);
     free(s.y);
     px_optim_free(s.optim);

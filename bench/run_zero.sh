@@ -27,7 +27,10 @@
 # formulas for Adam in f32 with Ψ parameters on N ranks: DDP 16Ψ, stage 1
 # 8Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N.  "acct/formula" compares
 # parameters + gradients + optimizer state with the formula; "VmHWM/expect"
-# compares VmHWM's growth with the formula + activations + gathered units.
+# compares VmHWM's growth during the training steps (reset after setup:
+# bench_gpt.c says why) with the formula + activations + gathered units;
+# "setup" is VmHWM's growth up to the end of setup, where every stage holds
+# the whole model once (plexus builds it whole, then shards it).
 #
 # Settings (environment):
 #   BUILD_DIR        build folder                 (default: <repo>/build)
@@ -150,8 +153,8 @@ memory() {
     lines+=("$line")
   done
   echo
-  printf '%-6s %10s %10s %10s %10s %10s %10s %11s %8s %11s %12s %8s\n' stage params grads optim gathered \
-    arena "acct MiB" "formula MiB" "acct/f" "VmHWM+ MiB" "expect MiB" "VmHWM/e"
+  printf '%-6s %9s %9s %9s %9s %9s %9s %9s %8s %9s %9s %8s %9s\n' stage params grads optim gathered \
+    arena "acct" "formula" "acct/f" "VmHWM+" "expect" "VmHWM/e" "setup"
   for line in "${lines[@]}"; do
     "$PYTHON" - "$line" <<'EOF'
 import sys
@@ -160,16 +163,17 @@ s, N, P = int(f["zero"]), int(f["ranks"]), int(f["params"])
 formula = {0: 16 * P, 1: 8 * P + 8 * P / N, 2: 4 * P + 12 * P / N, 3: 16 * P / N}[s]
 acct = int(f["acct_params"]) + int(f["acct_grads"]) + int(f["acct_optim"])
 extra = int(f["acct_gathered"]) + int(f["acct_arena"])
-hwm = int(f["vmhwm_delta"])
+hwm, setup = int(f["vmhwm_train_delta"]), int(f["vmhwm_setup_delta"])
 M = 1024.0 * 1024.0
-print("%-6s %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %11.1f %7.3fx %11.1f %12.1f %7.3fx" % (
+print("%-6s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.3fx %9.1f %9.1f %7.3fx %9.1f" % (
     "ddp" if s == 0 else str(s), int(f["acct_params"]) / M, int(f["acct_grads"]) / M, int(f["acct_optim"]) / M,
     int(f["acct_gathered"]) / M, int(f["acct_arena"]) / M, acct / M, formula / M, acct / formula, hwm / M,
-    (formula + extra) / M, hwm / (formula + extra)))
+    (formula + extra) / M, hwm / (formula + extra), setup / M))
 EOF
   done
-  echo "(MiB per rank, max over ranks; params Ψ = $(field params <<<"${lines[0]}"); VmHWM+ = VmHWM after 2 steps minus"
-  echo " VmHWM before the model was built; expect = formula + gathered + arena)"
+  echo "(MiB per rank, max over ranks; Ψ = $(field params <<<"${lines[0]}") parameters; acct = params + grads + optim;"
+  echo " VmHWM+ = peak resident memory during the 2 steps (VmHWM reset after setup) minus VmHWM before the model was"
+  echo " built; expect = formula + gathered + arena; setup = VmHWM at the end of setup minus the same baseline)"
 }
 
 for t in $TABLES; do "$t"; done
