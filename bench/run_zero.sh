@@ -41,6 +41,8 @@
 #   TORCH            0: no PyTorch rows           (default 1)
 #   MEM_RANKS        ranks of the memory table    (default 4)
 #   MEM_ARGS         bench_gpt model options of the memory table
+#   MEM_BACKENDS     memory tables: "mpi threads" (default); threads ranks share a process, so
+#                    its VmHWM is divided by the ranks (no MPI library buffers in it)
 #   BENCH            a bench_gpt binary to use instead of building one
 set -euo pipefail
 
@@ -54,6 +56,7 @@ TORCH=${TORCH:-1}
 TABLES=${TABLES:-"speed memory"}
 MEM_RANKS=${MEM_RANKS:-4}
 MEM_ARGS=${MEM_ARGS:-"--vocab 8192 --context 64 --layers 8 --heads 12 --embd 768 --batch 1"}
+MEM_BACKENDS=${MEM_BACKENDS:-"mpi threads"}
 
 if [[ -z ${BENCH:-} ]]; then
   log=$(mktemp)
@@ -134,19 +137,30 @@ EOF
 
 # ---- memory ------------------------------------------------------------------
 memory() {
-  if [[ -z $MPIRUN ]]; then
-    echo "bench/run_zero.sh: the memory table needs mpirun (one process per rank, for VmHWM)" >&2
+  for backend in $MEM_BACKENDS; do memory_table "$backend"; done
+}
+
+memory_table() {  # mpi | threads
+  local backend=$1 div=1
+  if [[ $backend == mpi && -z $MPIRUN ]]; then
+    echo "bench/run_zero.sh: the mpi memory table needs mpirun (MEM_BACKENDS=threads for the other)" >&2
     exit 1
   fi
   echo
-  echo "# memory: mpirun -n $MEM_RANKS --oversubscribe bench_gpt --memory 2 $MEM_ARGS --zero S"
+  if [[ $backend == mpi ]]; then
+    echo "# memory: mpirun -n $MEM_RANKS --oversubscribe bench_gpt --memory 2 $MEM_ARGS --zero S"
+  else
+    # The ranks are threads of one process: its VmHWM counts all of them.
+    div=$MEM_RANKS
+    echo "# memory: bench_gpt --ranks $MEM_RANKS --memory 2 $MEM_ARGS --zero S (threads backend: VmHWM / $MEM_RANKS)"
+  fi
   local lines=()
   for s in 0 1 2 3; do
-    local line
-    # shellcheck disable=SC2086
-    if ! line=$(PX_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 900 "$MPIRUN" -n "$MEM_RANKS" --oversubscribe \
-                "$BENCH" --threads 1 --memory 2 $MEM_ARGS --zero "$s" | grep '^plexus memory'); then
-      echo "bench/run_zero.sh: the memory run of stage $s failed" >&2
+    local line cmd=("$BENCH" --threads 1 --memory 2 $MEM_ARGS --zero "$s")
+    if [[ $backend == mpi ]]; then cmd=("$MPIRUN" -n "$MEM_RANKS" --oversubscribe "${cmd[@]}")
+    else cmd+=(--ranks "$MEM_RANKS"); fi
+    if ! line=$(PX_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 900 "${cmd[@]}" | grep '^plexus memory'); then
+      echo "bench/run_zero.sh: the $backend memory run of stage $s failed" >&2
       exit 1
     fi
     echo "  $line"
@@ -156,14 +170,15 @@ memory() {
   printf '%-6s %9s %9s %9s %9s %9s %9s %9s %8s %9s %9s %8s %9s\n' stage params grads optim gathered \
     arena "acct" "formula" "acct/f" "VmHWM+" "expect" "VmHWM/e" "setup"
   for line in "${lines[@]}"; do
-    "$PYTHON" - "$line" <<'EOF'
+    "$PYTHON" - "$line" "$div" <<'EOF'
 import sys
 f = dict(kv.split("=") for kv in sys.argv[1].split()[2:])
+div = int(sys.argv[2])
 s, N, P = int(f["zero"]), int(f["ranks"]), int(f["params"])
 formula = {0: 16 * P, 1: 8 * P + 8 * P / N, 2: 4 * P + 12 * P / N, 3: 16 * P / N}[s]
 acct = int(f["acct_params"]) + int(f["acct_grads"]) + int(f["acct_optim"])
 extra = int(f["acct_gathered"]) + int(f["acct_arena"])
-hwm, setup = int(f["vmhwm_train_delta"]), int(f["vmhwm_setup_delta"])
+hwm, setup = int(f["vmhwm_train_delta"]) / div, int(f["vmhwm_setup_delta"]) / div
 M = 1024.0 * 1024.0
 print("%-6s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.3fx %9.1f %9.1f %7.3fx %9.1f" % (
     "ddp" if s == 0 else str(s), int(f["acct_params"]) / M, int(f["acct_grads"]) / M, int(f["acct_optim"]) / M,
