@@ -92,6 +92,7 @@ double px_ddp_bucket_start_time(const px_ddp *d, int b);
  *   px_zero_wrap       checks the layout as DDP does, broadcasts the root's
  *                      parameters and buffers, keeps this rank's shard and
  *                      listens to the model's hooks (px_model_attach_hooks).
+ *   px_zero_zero_grad  zero the shard (and stage 1's full gradients)
  *   backward           stage 1/2: buckets of gradients are reduce-scattered
  *                      as backward fills them (overlapped, like DDP);
  *                      stage 3: each unit all-gathers its parameters in
@@ -181,8 +182,14 @@ px_status px_zero_sync(px_zero *z);
  * norm.  Collective. */
 px_status px_zero_clip_grad_norm(px_zero *z, float max_norm, double *norm);
 px_status px_zero_after_step(px_zero *z);
-/* Zero this rank's gradient storage (the shard, and any full buffer). */
+/* Zero this rank's gradient storage (the shard, and any full buffer).  Call
+ * it, not px_model_zero_grad, before each step: in stages 2-3 the shard is
+ * where gradients accumulate and px_model_zero_grad does not reach it. */
 void      px_zero_zero_grad(px_zero *z);
+/* Replace the parameters with flat (n_param_elems floats, the same on every
+ * rank, e.g. a checkpoint read after wrap): each rank keeps its pieces, and
+ * stages 1-2 also copy flat into model->param_data.  No communication. */
+px_status px_zero_set_params(px_zero *z, const float *flat);
 
 /* Gather the whole flat parameter buffer (n_param_elems floats) onto every
  * rank into `out`.  Stage 3: one all-gather per unit (collective); stages
