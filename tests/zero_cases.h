@@ -216,7 +216,7 @@ static void zcase(px_comm *c, const zrun *r, const px_model *ddp, const px_zero_
     CHECK(d.bitwise == d.tensors, "rank %d/%d %s %s stage %d %s: only %d of %d tensors equal DDP's to the bit "
           "(worst \"%s\" %.3g)", rank, world, model_name[r->kind], opt_name[r->opt], zo->stage, what, d.bitwise,
           d.tensors, d.name, d.worst);
-  if (d.worst > zworst_seen) zworst_seen = d.worst;
+  if (rank == 0 && d.worst > zworst_seen) zworst_seen = d.worst;  // one writer: rank 0's thread
   if (rank == 0)
     printf("  %d ranks %s %-5s clip %-3g micro %d stage %d %-22s bitwise %2d/%2d tensors, worst %.2e%s%s\n", world,
            model_name[r->kind], opt_name[r->opt], (double)r->clip, r->micro, zo->stage, what, d.bitwise, d.tensors,
