@@ -89,7 +89,7 @@ static int mismatches(px_comm *c, void *arg) {
   return px_test_failures ? 1 : 0;
 }
 
-/* Rank 1 gives up after its forward; rank 0's reduce-scatters in backward
+/* Rank 1 gives up after rank 0's forward; rank 0's collectives in backward
  * fail inside the hooks, and px_zero_sync reports it. */
 static int peer_fails(px_comm *c, void *arg) {
   const int stage = *(const int *)arg, rank = px_comm_rank(c);
@@ -103,9 +103,14 @@ static int peer_fails(px_comm *c, void *arg) {
   float x[2 * 4] = {0.1f, 0.2f, 0.3f, 0.4f, -0.1f, -0.2f, 0.5f, 0.6f};
   px_tensor X = px_tensor_f32(x, 2, 2, 4, 0, 0), Y;
   CHECK_OK(px_model_forward(md, &X, &Y));
+  // Rank 1 gives up only once rank 0 is past its forward (a message says
+  // so), so what fails is rank 0's backward, inside the hooks.
+  int32_t token = 1;
   if (rank == 1) {
+    CHECK_OK(px_comm_recv(c, &token, 1, PX_I32, 0, 7));
     px_comm_abort(c, "rank 1 gives up (planted by the test)");
   } else {
+    CHECK_OK(px_comm_send(c, &token, 1, PX_I32, 1, 7));
     px_tensor dY = Y;
     dY.data = px_model_scratch(md, 4);
     px_fill(px_f32(&dY), 4, 1.0f);

@@ -1,4 +1,5 @@
-/* Claim: px_zero_segments describes the shards exactly, as a checkpoint
+/* Claim: px_zero_segments describes the shards exactly (and
+ * px_zero_set_params writes where it says), as a checkpoint
  * will record them (boxes of the flat layout): over all ranks the segments
  * cover every parameter element exactly once and no padding, each segment
  * lies inside the shard, and the shard holds the model's values there —
@@ -50,6 +51,20 @@ static int run_all(px_comm *c, void *arg) {
       }
     }
     CHECK_OK(px_comm_allreduce(c, cover, n, PX_I32, PX_SUM));
+    // px_zero_set_params: new values land where the segments say, and
+    // gathering gives them back whole.
+    float *fresh = malloc(n * sizeof *fresh), *back = malloc(n * sizeof *back);
+    for (size_t i = 0; i < n; i++) fresh[i] = (float)i * 0.25f - 3.0f;
+    CHECK_OK(px_zero_set_params(z, fresh));
+    for (int s = 0; s < k; s++)
+      for (size_t i = 0; i < cnt[s] && fo[s] + i < n && so[s] + i < sn; i++)
+        CHECK(shard[so[s] + i] == fresh[fo[s] + i], "set_params: shard[%zu] is not the new flat[%zu]", so[s] + i,
+              fo[s] + i);
+    CHECK_OK(px_zero_gather_params(z, back));
+    CHECK(memcmp(back, fresh, n * sizeof *back) == 0, "stage %d: set_params then gather_params differ", stage);
+    CHECK_OK(px_zero_set_params(z, want));  // back to the model's values for the checks below
+    free(fresh);
+    free(back);
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += cover[i] != 1;
     CHECK(wrong == 0, "variant %d (stage %d): %zu of %zu elements are not covered exactly once", variant, stage,

@@ -92,6 +92,7 @@ double px_ddp_bucket_start_time(const px_ddp *d, int b);
  *   px_zero_wrap       checks the layout as DDP does, broadcasts the root's
  *                      parameters and buffers, keeps this rank's shard and
  *                      listens to the model's hooks (px_model_attach_hooks).
+ *   px_zero_zero_grad  zero the shard (and stage 1's full gradients)
  *   backward           stage 1/2: buckets of gradients are reduce-scattered
  *                      as backward fills them (overlapped, like DDP);
  *                      stage 3: each unit all-gathers its parameters in
@@ -121,10 +122,14 @@ typedef struct px_zero_opts {
    * Parameters outside every named unit belong to the root unit, gathered
    * for the whole step. */
   const char *const *units;
-  int    n_units;
+  int    n_units;             /* A unit read by a module outside it (the embedding a tied head
+                                 reads: px_module.foreign) stays gathered from its forward to
+                                 its backward. */
   bool   reshard_after_forward; /* stage 3: free a unit's gathered parameters after its forward
                                    (true, ZeRO-3) or keep them until its backward (FSDP's false) */
-  bool   prefetch;            /* stage 3: start the next unit's all-gather while this one computes */
+  bool   prefetch;            /* stage 3: start the next unit's all-gather while this one computes
+                                 (in the order the first training step ran them, forward and
+                                 backward, as FSDP records it) */
   double test_delay_s;        /* tests only: sleep this long before every all-gather and
                                  reduce-scatter, so a missing wait shows */
 } px_zero_opts;
@@ -136,12 +141,23 @@ typedef struct px_zero_opts {
 
 typedef struct px_zero px_zero;
 
-/* Collective over comm.  Errors: a stage outside 1..3, a unit name that
- * names no module (the message lists the model's top-level modules), a
- * layout that differs between ranks. */
+/* Collective over comm.  Errors (PX_ERR_INVALID on every rank, the model
+ * left as it was): a stage outside 1..3; a unit name that names no module
+ * (the message lists the model's top-level modules); units that nest,
+ * repeat, hold no parameters or are empty ("": the root is the root unit
+ * already); a layout that differs between ranks (the first differing
+ * parameter named, as DDP does); options that differ between ranks;
+ * test_delay_s outside [0, 10].  opts.units is ignored in stages 1-2.
+ * While wrapped, stages 2-3 free model->grad_data (NULL; each p->grad
+ * points into a gradient bucket or unit during backward, NULL otherwise)
+ * and stage 3 frees model->param_data (NULL; each p->data points into its
+ * gathered unit while gathered, NULL otherwise). */
 px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_zero_opts *opts);
-/* Detaches from the model.  Stage 3 first gathers the whole model back into
- * model->param_data (collective), so the model is usable alone again. */
+/* Removes the listener (the slot is reused) and gives the model back whole:
+ * stage 3 gathers every unit into a newly allocated model->param_data
+ * (collective); stages 2-3 allocate a zeroed model->grad_data; every view
+ * points into them again.  Frees z even when that fails (the status says
+ * why). */
 px_status px_zero_free(px_zero *z);
 
 /* This rank's shard: params[0..n) and grads[0..n), what the optimizer
@@ -153,6 +169,12 @@ void px_zero_shard(const px_zero *z, float **params, float **grads, size_t *n);
 int px_zero_segments(const px_zero *z, size_t *flat_off, size_t *shard_off, size_t *count, int max);
 
 void      px_zero_set_sync(px_zero *z, bool sync);
+/* Waits for every reduce-scatter and multiplies the shard by 1/N.  With sync
+ * off, returns at once (stages 2-3 have already added the micro-step into
+ * the shard at the end of its backward).  Errors: a parameter that got no
+ * gradient (without find_unused_parameters), or a failure inside a hook
+ * (a collective that failed); either ends the job (px_comm_abort) so no
+ * peer waits forever. */
 px_status px_zero_sync(px_zero *z);
 /* Global L2 norm of the gradient over all shards (sum of squares of each
  * shard, all-reduced once; padding is zero), then clip the shard as
@@ -160,27 +182,45 @@ px_status px_zero_sync(px_zero *z);
  * norm.  Collective. */
 px_status px_zero_clip_grad_norm(px_zero *z, float max_norm, double *norm);
 px_status px_zero_after_step(px_zero *z);
-/* Zero this rank's gradient storage (the shard, and any full buffer). */
+/* Zero this rank's gradient storage (the shard, and any full buffer).  Call
+ * it, not px_model_zero_grad, before each step: in stages 2-3 the shard is
+ * where gradients accumulate and px_model_zero_grad does not reach it. */
 void      px_zero_zero_grad(px_zero *z);
+/* Replace the parameters with flat (n_param_elems floats, the same on every
+ * rank, e.g. a checkpoint read after wrap): each rank keeps its pieces, and
+ * stages 1-2 also copy flat into model->param_data.  No communication. */
+px_status px_zero_set_params(px_zero *z, const float *flat);
 
 /* Gather the whole flat parameter buffer (n_param_elems floats) onto every
- * rank into `out` (stage 1/2: a copy of model->param_data).  Collective. */
+ * rank into `out`.  Stage 3: one all-gather per unit (collective); stages
+ * 1-2: a copy of model->param_data (no communication; call it on every rank
+ * all the same). */
 px_status px_zero_gather_params(px_zero *z, float *out);
 
-/* Memory this rank holds, in bytes (the library's own accounting). */
+/* Memory this rank holds, in bytes, exactly (the library's own accounting;
+ * temporary buffers are pooled and reused, so theirs are high-water marks).
+ * Shard = the padded pieces px_zero_shard returns.  At most 2 reduce-scatters
+ * (or padded all-gathers) hold a temporary buffer at once. */
 typedef struct px_zero_memory {
-  size_t params;          /* full parameters (stages 1-2) or the shard (stage 3) */
-  size_t grads;           /* full gradients (stage 1) or the shard + buckets in flight (2-3) */
-  size_t optim_state;     /* filled in by the caller's optimizer: n_state × shard × 4 */
-  size_t gathered;        /* stage 3: high-water mark of gathered unit parameters and gradients */
-  size_t arena_peak;      /* the activation arena's high-water mark */
+  size_t params;          /* full parameters + the shard (stages 1-2); the shard (stage 3) */
+  size_t grads;           /* stage 1: full gradients + the shard + padded copies in flight;
+                             stages 2-3: the shard + gradient buckets / units in flight */
+  size_t optim_state;     /* 0 here: the caller fills in its optimizer's n_state × shard × 4 */
+  size_t gathered;        /* stage 3: gathered units (the one computing, the one prefetched,
+                             a tied embedding's, the root unit); stages 1-2: padded buffers of
+                             the after-step all-gathers */
+  size_t arena_peak;      /* the activation arena's high-water mark (px_arena_high_water) */
 } px_zero_memory;
 void px_zero_memory_of(const px_zero *z, px_zero_memory *m);
 
 /* ---- Introspection (tests, logs) ------------------------------------------ */
 int px_zero_stage(const px_zero *z);
+/* Stage 3: units holding parameters, the root unit included when it holds
+ * any; 0 in stages 1-2. */
 int px_zero_unit_count(const px_zero *z);
-/* Collectives started since wrap (tests assert per-step counts). */
+/* Collectives started since wrap (tests assert per-step counts): every
+ * all-gather (stage 3 units, after-step buckets, px_zero_gather_params) and
+ * every reduce-scatter. */
 void px_zero_counts(const px_zero *z, int64_t *allgathers, int64_t *reduce_scatters);
 
 #ifdef __cplusplus

@@ -659,6 +659,17 @@ void px_zero_zero_grad(px_zero *z) {
   if (z->model->grad_data) px_fill(z->model->grad_data, z->model->n_param_elems, 0.0f);
 }
 
+px_status px_zero_set_params(px_zero *z, const float *flat) {
+  if (!flat) return px_error(PX_ERR_INVALID, "ZeRO set_params: no parameters given");
+  for (int g = 0; g < z->n_groups; g++) {
+    const zgroup *G = &z->groups[g];
+    size_t lo = (size_t)z->rank * G->piece;
+    piece_copy(G, lo, lo + G->piece, z->shard_params + G->shard_off, (float *)flat, false);
+  }
+  if (z->stage < 3) memcpy(z->model->param_data, flat, z->model->n_param_elems * sizeof(float));
+  return PX_OK;
+}
+
 px_status px_zero_gather_params(px_zero *z, float *out) {
   if (z->stage < 3) {
     memcpy(out, z->model->param_data, z->model->n_param_elems * sizeof(float));
