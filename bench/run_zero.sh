@@ -108,7 +108,10 @@ speed() {
         cmd=("$BENCH" --threads 1 --ranks 2 --seconds "$SECONDS_PER_RUN" --zero $spec)
       fi
       if ! line=$(timeout $((SECONDS_PER_RUN * 20 + 120)) "${cmd[@]}" | grep ' gpt '); then
+        # PyTorch's DDP over gloo has been seen to hang here: its row
+        # misses a round; a plexus run that fails ends the script.
         echo "bench/run_zero.sh: failed or timed out: ${cmd[*]}" >&2
+        [[ $spec == T* ]] && continue
         exit 1
       fi
       echo "  $name: $line"
@@ -121,11 +124,13 @@ speed() {
   printf '%-18s %12s %9s %12s %9s  %s\n' row "tokens/s" "vs DDP" "best step" "vs DDP" aim
   for row in "${rows[@]}"; do
     local name=${row%%:*}
+    if [[ -z ${tps[$name]:-} ]]; then printf '%-18s %12s\n' "$name" "(no run finished)"; continue; fi
     "$PYTHON" - "$name" "${tps[$name]}" "${tps[ddp]}" "${best[$name]}" "${best[ddp]}" <<'EOF'
 import statistics, sys
 name, p, d, bp, bd = sys.argv[1:]
 num = lambda s: [float(v) for v in s.split()]
 p, d, bp, bd = num(p), num(d), num(bp), num(bd)
+# Per-round ratios (a row that missed a round pairs with the first rounds).
 ratio = statistics.median(a / b for a, b in zip(p, d))
 aim = {"zero1": 0.95, "zero2": 0.95, "zero3": 0.85}.get(name)
 verdict = "" if aim is None else ("aim %.2fx met" % aim if ratio >= aim else "aim %.2fx MISSED" % aim)
