@@ -1,4 +1,6 @@
-"""Claim: for each ZeRO stage (1, 2, 3) on 2 ranks (threads backend), a run
+"""Claim: for each ZeRO stage (1, 2, 3) on 2 ranks (threads backend; stage 3
+also under mpiexec -n 2, where each rank is a process that writes and reads
+its own files), a run
 stopped at step k (--stop-at-step) and resumed with --resume auto ends with
 the same bytes in every file of its final checkpoint -- the model (whole, or
 each rank's slice for stage 3) and each rank's slice of the optimizer
@@ -24,6 +26,7 @@ COMMON = ["train", "--model", "cnn", "--channels", "4", "--data", "mnist", "--da
           "--optim", "adam", "--lr", "0.003", "--schedule", "cosine", "--warmup-steps", "3",
           "--clip-grad", "0.5", "--eval-every", "6", "--log-every", "4", "--seed", "9", "--workers", "1",
           "--steps", "12", "--ckpt-every", "6", "--progress", "lines", "--quiet", "--threads", "2"]
+assert COMMON[-2:] == ["--threads", "2"]
 # 512 samples / 2 ranks / batch 16 = 16 batches per rank = 8 steps per epoch: the stop at 5 is mid-epoch,
 # the end in the second epoch.
 
@@ -35,32 +38,39 @@ def final_sums(out):
 
 tmp = tempfile.mkdtemp(prefix="px_cli_zero_resume_")
 try:
-    for stage in (1, 2, 3):
+    cases = [(1, 0), (2, 0), (3, 0)]
+    if cu.mpiexec():
+        cases.append((3, 2))
+    else:
+        print("(plexus was built without MPI: the mpiexec case is skipped)")
+    for stage, mpi_ranks in cases:
         z = ["--zero", str(stage)]
-        straight = os.path.join(tmp, "z%d_straight" % stage)
-        stopped = os.path.join(tmp, "z%d_stopped" % stage)
-        p = cu.run(COMMON + z + ["--out", straight])
-        cu.check(p.returncode == 0, "--zero %d: the straight run failed" % stage)
-        p = cu.run(COMMON + z + ["--stop-at-step", "5", "--out", stopped])
-        cu.check(p.returncode == 0, "--zero %d: the first half failed" % stage)
-        p = cu.run(COMMON + z + ["--resume", "auto", "--out", stopped])
-        cu.check(p.returncode == 0, "--zero %d: the resumed half failed" % stage)
+        args = COMMON if not mpi_ranks else COMMON[:-2]  # without the trailing --threads 2
+        tag = "z%d%s" % (stage, "_mpi" if mpi_ranks else "")
+        straight = os.path.join(tmp, tag + "_straight")
+        stopped = os.path.join(tmp, tag + "_stopped")
+        p = cu.run(args + z + ["--out", straight], mpi_ranks=mpi_ranks)
+        cu.check(p.returncode == 0, "%s: the straight run failed" % tag)
+        p = cu.run(args + z + ["--stop-at-step", "5", "--out", stopped], mpi_ranks=mpi_ranks)
+        cu.check(p.returncode == 0, "%s: the first half failed" % tag)
+        p = cu.run(args + z + ["--resume", "auto", "--out", stopped], mpi_ranks=mpi_ranks)
+        cu.check(p.returncode == 0, "%s: the resumed half failed" % tag)
         a_name, a = final_sums(straight)
         b_name, b = final_sums(stopped)
         cu.check(a_name == "step_00000012" and b_name == "step_00000012",
-                 "--zero %d: final checkpoints %s and %s, expected step_00000012" % (stage, a_name, b_name))
+                 "%s: final checkpoints %s and %s, expected step_00000012" % (tag, a_name, b_name))
         if a and b:
-            cu.check(set(a) == set(b), "--zero %d: files differ: %s vs %s" % (stage, sorted(a), sorted(b)))
+            cu.check(set(a) == set(b), "%s: files differ: %s vs %s" % (tag, sorted(a), sorted(b)))
             for f in sorted(set(a) & set(b)):
                 if f == "state.json":
                     continue  # holds the config, which names the output directory
-                cu.check(a[f] == b[f], "--zero %d: %s differs after resume" % (stage, f))
+                cu.check(a[f] == b[f], "%s: %s differs after resume" % (tag, f))
             shards = [f for f in a if ".rank0000" in f]
-            cu.check(len(shards) == (4 if stage == 3 else 2), "--zero %d: rank files %s" % (stage, shards))
+            cu.check(len(shards) == (4 if stage == 3 else 2), "%s: rank files %s" % (tag, shards))
             mid = cu.sha256sums(os.path.join(straight, "checkpoints", "step_00000006"))
             moved = [f for f in shards if mid.get(f) != a.get(f)]
-            cu.check(len(moved) == len(shards), "--zero %d: training did not change %s" %
-                     (stage, sorted(set(shards) - set(moved))))
+            cu.check(len(moved) == len(shards), "%s: training did not change %s" %
+                     (tag, sorted(set(shards) - set(moved))))
 
     # Another layout: refused, both layouts named, nothing trained.
     ck = os.path.join(tmp, "z2_straight", "checkpoints", "step_00000006")
