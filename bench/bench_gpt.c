@@ -248,6 +248,7 @@ typedef struct shared {
   long   steps;
   size_t params;
   int    world;
+  bool   root;    /* this process ran rank 0 (under MPI every process reaches main's end) */
 } shared;
 
 static int bench_rank(px_comm *comm, void *arg) {
@@ -345,6 +346,7 @@ static int bench_rank(px_comm *comm, void *arg) {
     sh->loss = s.last_loss;
     sh->params = s.model->n_param_elems;
     sh->world = comm ? px_comm_size(comm) : 1;
+    sh->root = true;
   }
   free(s.x);
   free(s.y);
@@ -383,7 +385,7 @@ int main(int argc, char **argv) {
     code = bench_rank(NULL, &sh);
   }
   if (code) return 1;
-  if (o.memory_steps > 0) return 0;
+  if (o.memory_steps > 0 || !sh.root) return 0;
   o.ranks = sh.world;
   const px_gpt_config *c = &o.cfg;
   const double tokens = (double)sh.steps * o.batch * c->context * o.ranks;
