@@ -1,13 +1,25 @@
 // The MPI backend (MPI-3: Open MPI, MPICH), compiled when CMake finds MPI.
 //
 // Every operation, blocking or not, is a non-blocking MPI call; a blocking
-// one then waits on it right away.  The wait is a loop of MPI_Test with a
-// short sleep that grows from 10 µs to 1 ms, checked against the
-// communicator's deadline: MPI's own blocking calls cannot time out, and a
-// watchdog is the difference between a job that hangs until its allocation
-// runs out and one that says where it stopped.  MPI cannot tell which peers
-// are missing, so the watchdog says so, then ends the job with MPI_Abort:
-// the peers are stuck in the collective and no return value can reach them.
+// one then waits on it right away.  MPI's own blocking calls cannot time
+// out, and a watchdog is the difference between a job that hangs until its
+// allocation runs out and one that says where it stopped.
+//
+// The wait (wait_req) polls MPI_Test back to back, with the deadline checked
+// at every poll: Open MPI moves a non-blocking collective only inside MPI
+// calls, so a rank that slept between polls held its collective still (the
+// old 10 µs-1 ms naps made a 4 KiB all-reduce 200 µs instead of 2).  When
+// ranks outnumber the node's cores each poll yields the core.  After
+// SPIN_SECONDS without completion the operation has stalled, and the wait
+// naps between polls (growing to 2 ms), so a rank waiting for a late peer
+// costs a few % of a core, not all of it.  Requests handed out (DDP's
+// buckets) move when their owner tests them: DDP does so at every module's
+// grads_ready during backward.
+//
+// MPI cannot tell which peers are missing, so the watchdog says so, then
+// ends the job with MPI_Abort from the waiting thread (no second thread
+// calls MPI: MPI_THREAD_SERIALIZED is enough): the peers are stuck in the
+// collective and no return value can reach them.
 //
 // Errors: our communicators use MPI_ERRORS_RETURN, and a failed MPI call
 // becomes PX_ERR_COMM with MPI_Error_string's text.
@@ -18,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Started by a launcher?  Each launcher leaves its mark in the environment:
  *   Open MPI's mpirun/mpiexec  OMPI_COMM_WORLD_SIZE (and PMIX_RANK);
@@ -67,6 +81,7 @@ static const px_comm_ops px_comm_mpi_ops_table;
 typedef struct mcomm {
   MPI_Comm comm;
   int world_rank;
+  bool crowded;   /* more ranks on this node than cores: waits yield */
 } mcomm;
 
 static MPI_Comm comm_of(const px_comm *c) { return ((const mcomm *)c->impl)->comm; }
@@ -190,10 +205,29 @@ static px_status watchdog_abort(mreq *r) {
                   r->timeout);
 }
 
+/* Seconds a wait polls without sleeping before it takes its collective for
+ * stalled (a peer is late, or gone) and starts to nap between polls. */
+#define SPIN_SECONDS 0.25
+/* Naps of a stalled wait: from NAP_MIN_NS doubling to NAP_MAX_NS. */
+#define NAP_MIN_NS 20000L
+#define NAP_MAX_NS 2000000L
+
+/* Open MPI moves a non-blocking operation only inside MPI calls (it has no
+ * progress thread): a rank that sleeps between polls holds its collective
+ * still, and its peers with it.  So a wait polls MPI_Test back to back while
+ * the operation can be moving: the first SPIN_SECONDS.  When ranks outnumber
+ * the node's cores, each poll is followed by sched_yield, so a peer that
+ * shares the core gets it.  After SPIN_SECONDS the operation has stalled
+ * (no healthy collective of this job takes that long unless it moves
+ * hundreds of MiB, which then costs at most NAP_MAX_NS a poll): naps grow
+ * from 20 µs to 2 ms, and a rank waiting for a stalled peer uses a few % of
+ * a core instead of all of it.  The watchdog's deadline is checked at every
+ * poll either way. */
 static px_status wait_req(mreq *r) {
-  double start = px_time_now();
-  long nap_ns = 10000;
-  for (int spins = 0;; spins++) {
+  const double start = px_time_now();
+  const bool crowded = ((const mcomm *)r->c->impl)->crowded;
+  long nap_ns = NAP_MIN_NS;
+  for (;;) {
     int flag = 0;
     int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
@@ -204,15 +238,15 @@ static px_status wait_req(mreq *r) {
       finish(r);
       return PX_OK;
     }
-    if (r->timeout > 0 && px_time_now() - start > r->timeout) return watchdog_abort(r);
-    // A few quick polls catch short operations without a sleep; after that,
-    // sleeping leaves the core to the peers, which matters when ranks
-    // outnumber cores.
-    if (spins < 16) continue;
+    const double waited = px_time_now() - start;
+    if (r->timeout > 0 && waited > r->timeout) return watchdog_abort(r);
+    if (waited < SPIN_SECONDS) {
+      if (crowded) sched_yield();
+      continue;
+    }
     struct timespec ts = {0, nap_ns};
     nanosleep(&ts, NULL);
-    if (nap_ns < 1000000) nap_ns *= 2;
-    if (nap_ns > 1000000) nap_ns = 1000000;
+    nap_ns = nap_ns * 2 > NAP_MAX_NS ? NAP_MAX_NS : nap_ns * 2;
   }
 }
 
@@ -484,6 +518,8 @@ static px_status mcomm_wrap(MPI_Comm comm, px_comm **out) {
   }
   m->comm = comm;
   m->world_rank = wrank;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  m->crowded = cores > 0 && lsize > cores;
   c->impl = m;
   c->local_rank = lrank;
   c->local_size = lsize;
@@ -501,6 +537,15 @@ px_status px_comm_init_mpi(px_comm **out) {
   if (!inited) {
     // SERIALIZED: plexus calls MPI from whichever thread calls it, never
     // from two at once (no progress thread under MPI).
+    //
+    // Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial
+    // tree (reduce to rank 0, then broadcast: twice the data through one
+    // rank) for fewer than 4 ranks or an in-place buffer, which is every
+    // call of ours: measured at 2 ranks it ran at half the speed of
+    // MPI_Allreduce from 1 MiB up, and 3 µs against 2 at 4 KiB.  Its ring
+    // matched MPI_Allreduce at every size (docs/PERFORMANCE.md).  Unless
+    // the user chose an algorithm, ask for the ring; other MPIs ignore it.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_Init_thread", "px_comm_init_mpi", __FILE__, __LINE__);
