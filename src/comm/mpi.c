@@ -9,10 +9,10 @@
 // at every poll: Open MPI moves a non-blocking collective only inside MPI
 // calls, so a rank that slept between polls held its collective still (the
 // old 10 µs-1 ms naps made a 4 KiB all-reduce 200 µs instead of 2).  When
-// ranks outnumber the node's cores each poll yields the core.  After
-// SPIN_SECONDS without completion the operation has stalled, and the wait
-// naps between polls (growing to 2 ms), so a rank waiting for a late peer
-// costs a few % of a core, not all of it.  Requests handed out (DDP's
+// ranks outnumber the node's cores each poll yields the core.  After 0.25 s
+// without completion (plus 4 ns a byte: a 256 MiB one gets 1.3 s) the
+// operation has stalled, and the wait naps between polls (growing to 2 ms),
+// so a rank waiting for a late peer costs a few % of a core, not all of it.  Requests handed out (DDP's
 // buckets) move when their owner tests them: DDP does so at every module's
 // grads_ready during backward.
 //
@@ -97,6 +97,7 @@ typedef struct mreq {
   int peer;                 /* point-to-point: the other rank; else -1 */
   char label[PX_COMM_LABEL_MAX];
   double timeout;
+  double spin;              /* seconds to poll without a nap (wait_req) */
   bool finished;            /* post-processing done */
   void *avg_buf;            /* divide avg_count elements by the size */
   size_t avg_count;
@@ -157,8 +158,16 @@ static px_status fits_int(const char *what, size_t count) {
   return PX_OK;
 }
 
-static void req_init(mreq *r, px_comm *c, const char *what, int peer) {
+/* Seconds a wait polls without sleeping before it takes its operation for
+ * stalled (a peer is late, or gone) and starts to nap between polls:
+ * SPIN_SECONDS, plus 4 ns a byte (250 MB/s, far below any transport) for
+ * operations big enough to take that long when healthy. */
+#define SPIN_SECONDS 0.25
+static double spin_seconds(size_t bytes) { return SPIN_SECONDS + 4e-9 * (double)bytes; }
+
+static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t bytes) {
   memset(r, 0, sizeof *r);
+  r->spin = spin_seconds(bytes);
   r->base.ops = &px_comm_mpi_ops_table;
   r->c = c;
   r->req = MPI_REQUEST_NULL;
@@ -205,9 +214,6 @@ static px_status watchdog_abort(mreq *r) {
                   r->timeout);
 }
 
-/* Seconds a wait polls without sleeping before it takes its collective for
- * stalled (a peer is late, or gone) and starts to nap between polls. */
-#define SPIN_SECONDS 0.25
 /* Naps of a stalled wait: from NAP_MIN_NS doubling to NAP_MAX_NS. */
 #define NAP_MIN_NS 20000L
 #define NAP_MAX_NS 2000000L
@@ -215,14 +221,12 @@ static px_status watchdog_abort(mreq *r) {
 /* Open MPI moves a non-blocking operation only inside MPI calls (it has no
  * progress thread): a rank that sleeps between polls holds its collective
  * still, and its peers with it.  So a wait polls MPI_Test back to back while
- * the operation can be moving: the first SPIN_SECONDS.  When ranks outnumber
- * the node's cores, each poll is followed by sched_yield, so a peer that
- * shares the core gets it.  After SPIN_SECONDS the operation has stalled
- * (no healthy collective of this job takes that long unless it moves
- * hundreds of MiB, which then costs at most NAP_MAX_NS a poll): naps grow
- * from 20 µs to 2 ms, and a rank waiting for a stalled peer uses a few % of
- * a core instead of all of it.  The watchdog's deadline is checked at every
- * poll either way. */
+ * the operation can be moving: the first r->spin seconds (spin_seconds:
+ * 0.25 s, more for big messages).  When ranks outnumber the node's cores,
+ * each poll is followed by sched_yield, so a peer that shares the core gets
+ * it.  After that the operation has stalled: naps grow from 20 µs to 2 ms,
+ * and a rank waiting for a stalled peer uses a few % of a core instead of
+ * all of it.  The watchdog's deadline is checked at every poll either way. */
 static px_status wait_req(mreq *r) {
   const double start = px_time_now();
   const bool crowded = ((const mcomm *)r->c->impl)->crowded;
@@ -240,7 +244,7 @@ static px_status wait_req(mreq *r) {
     }
     const double waited = px_time_now() - start;
     if (r->timeout > 0 && waited > r->timeout) return watchdog_abort(r);
-    if (waited < SPIN_SECONDS) {
+    if (waited < r->spin) {
       if (crowded) sched_yield();
       continue;
     }
@@ -276,7 +280,7 @@ static px_status hand_out(px_status started, const mreq *r, px_request **req) {
 /* ---- Starting operations --------------------------------------------------------- */
 
 static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, mreq *r) {
-  req_init(r, c, "allreduce", -1);
+  req_init(r, c, "allreduce", -1, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   if (op == PX_AVG) {
@@ -289,7 +293,7 @@ static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype d
 }
 
 static px_status start_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, mreq *r) {
-  req_init(r, c, "broadcast", -1);
+  req_init(r, c, "broadcast", -1, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Ibcast(buf, (int)count, move_type(dtype), root, comm_of(c), &r->req));
@@ -297,7 +301,7 @@ static px_status start_broadcast(px_comm *c, void *buf, size_t count, px_dtype d
 }
 
 static px_status start_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, mreq *r) {
-  req_init(r, c, "allgather", -1);
+  req_init(r, c, "allgather", -1, (size_t)c->size * count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   size_t bytes = count * px_dtype_size(dtype);
@@ -310,7 +314,7 @@ static px_status start_allgather(px_comm *c, const void *send, void *recv, size_
 
 static px_status start_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
                                       px_reduce_op op, mreq *r) {
-  req_init(r, c, "reduce_scatter", -1);
+  req_init(r, c, "reduce_scatter", -1, (size_t)c->size * count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   size_t bytes = count * px_dtype_size(dtype);
@@ -339,13 +343,13 @@ static px_status start_reduce_scatter(px_comm *c, const void *send, void *recv, 
 }
 
 static px_status start_barrier(px_comm *c, mreq *r, const char *what) {
-  req_init(r, c, what, -1);
+  req_init(r, c, what, -1, 0);
   MPI_TRY(r->what, MPI_Ibarrier(comm_of(c), &r->req));
   return PX_OK;
 }
 
 static px_status start_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, mreq *r) {
-  req_init(r, c, "send", dst);
+  req_init(r, c, "send", dst, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Isend(buf, (int)count, move_type(dtype), dst, tag, comm_of(c), &r->req));
@@ -353,7 +357,7 @@ static px_status start_send(px_comm *c, const void *buf, size_t count, px_dtype 
 }
 
 static px_status start_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, mreq *r) {
-  req_init(r, c, "recv", src);
+  req_init(r, c, "recv", src, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Irecv(buf, (int)count, move_type(dtype), src, tag, comm_of(c), &r->req));
