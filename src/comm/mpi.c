@@ -15,9 +15,9 @@
 // 2-rank DDP of the MLP 1.5-2x faster than polling without it).  After 0.25 s
 // without completion (plus 4 ns a byte: a 256 MiB one gets 1.3 s) the
 // operation has stalled, and the wait naps between polls (growing to 2 ms),
-// so a rank waiting for a late peer costs a few % of a core, not all of it.  Requests handed out (DDP's
-// buckets) move when their owner tests them: DDP does so at every module's
-// grads_ready during backward.
+// so a rank waiting for a late peer costs a few % of a core, not all of it.
+// Requests handed out (DDP's buckets) move when their owner tests them: DDP
+// does so at every module's grads_ready during backward.
 //
 // MPI cannot tell which peers are missing, so the watchdog says so, then
 // ends the job with MPI_Abort from the waiting thread (no second thread
