@@ -66,6 +66,8 @@ else
   ROUNDS=${ROUNDS:-2}
 fi
 PARTS=${PARTS:-"comm scaling"}
+# Before OMP_NUM_THREADS is set below: GNU nproc honours it.
+CORES=$(nproc)
 # As root, Open MPI wants these; --oversubscribe where ranks outnumber cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 PX_NUM_THREADS=1
@@ -74,7 +76,7 @@ export OMP_NUM_THREADS=1 PX_NUM_THREADS=1
 log=$(mktemp)
 if ! { [[ -f $BUILD_DIR/CMakeCache.txt ]] ||
        cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release; } >"$log" 2>&1 ||
-   ! cmake --build "$BUILD_DIR" --target bench_comm bench_train -j "$(nproc)" >>"$log" 2>&1; then
+   ! cmake --build "$BUILD_DIR" --target bench_comm bench_train -j "$CORES" >>"$log" 2>&1; then
   cat "$log" >&2
   echo "bench/run_comm.sh: building bench_comm and bench_train in $BUILD_DIR failed (log above)" >&2
   exit 1
@@ -94,7 +96,7 @@ fi
 echo "# px_comm vs raw MPI, gloo and memcpy; DDP scaling (bench/run_comm.sh$( ((QUICK)) && echo ' --quick'))"
 echo "# date:     $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# commit:   $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-echo "# cpu:      $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+echo "# cpu:      $(lscpu | sed -n 's/^Model name: *//p' | head -1), $CORES cores"
 echo "# build:    $(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt") in $BUILD_DIR"
 echo "# mpi:      $("$MPIEXEC" --version 2>/dev/null | head -1)"
 echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} (left as found); $("$TRAIN" --info)"
