@@ -4,6 +4,7 @@
 #
 #   bench/run_comm.sh            (about 8 minutes on 2 cores)
 #   bench/run_comm.sh --quick    (about 2 minutes: up to 16 MiB, shorter runs, fewer cases)
+#   bench/run_comm.sh --table F  (only the tables, from F: the saved output of a run)
 #
 # Part 1, collectives (bench_comm, bench_comm_torch.py): for allreduce,
 # allgather, reduce_scatter, broadcast and send/recv (ping-pong), from 4 KiB
@@ -42,12 +43,15 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 QUICK=0
-for a in "$@"; do
-  case $a in
+TABLE_FROM=
+while (($#)); do
+  case $1 in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,45p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "bench/run_comm.sh: unknown option $a (--quick, --help)" >&2; exit 2 ;;
+    --table) TABLE_FROM=${2:?--table needs a file}; shift ;;
+    -h|--help) sed -n '2,46p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "bench/run_comm.sh: unknown option $1 (--quick, --table FILE, --help)" >&2; exit 2 ;;
   esac
+  shift
 done
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -71,6 +75,74 @@ CORES=$(nproc)
 # As root, Open MPI wants these; --oversubscribe where ranks outnumber cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 PX_NUM_THREADS=1
+
+# ---- Tables ----------------------------------------------------------------------
+tables() {  # the saved output of a run
+"$PYTHON" - "$1" <<'EOF_PY'
+import re, statistics, sys
+lines = open(sys.argv[1]).read().splitlines()
+kv = lambda s: dict(re.findall(r"(\w+)=(\S+)", s))
+comm = {}
+for l in lines:
+    if l.startswith("comm ") and "unsupported" not in l:
+        d = kv(l)
+        comm[(d["impl"], d["op"], int(d["bytes"]))] = (float(d["us"]), float(d["busbw"]))
+def size(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+for op in ["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"]:
+    sizes = sorted({b for (i, o, b) in comm if o == op})
+    if not sizes:
+        continue
+    print(f"\n{op}: latency µs / busbw GB/s")
+    print(f"{'bytes':>8} {'px-threads':>17} {'px-mpi':>17} {'raw-mpi':>17} {'gloo':>17} {'memcpy':>7} "
+          f"{'px/raw':>7} {'px-raw µs':>9} {'px/gloo':>8}")
+    for b in sizes:
+        cell = lambda impl: comm.get((impl, op, b))
+        fmt = lambda v: f"{v[0]:9.1f} {v[1]:7.3f}" if v else f"{'-':>9} {'-':>7}"
+        mem = comm.get(("memcpy", "memcpy", b))
+        px, raw, gl = cell("px-mpi"), cell("raw-mpi"), cell("gloo")
+        ratio = f"{px[1] / raw[1]:7.2f}" if px and raw and raw[1] > 0 else f"{'-':>7}"
+        diff = f"{px[0] - raw[0]:9.1f}" if px and raw else f"{'-':>9}"
+        rg = f"{px[1] / gl[1]:8.2f}" if px and gl and gl[1] > 0 else f"{'-':>8}"
+        memcell = f"{mem[1]:7.2f}" if mem else f"{'-':>7}"
+        print(f"{size(b):>8} {fmt(cell('px-threads'))} {fmt(px)} {fmt(raw)} {fmt(gl)} {memcell} {ratio} {diff} {rg}")
+
+runs = {}
+for l in lines:
+    # The scaling runs' own lines, as printed: the side is in the line.
+    m = re.match(r"\s+(plexus|torch) (\w+) batch=(\d+) ", l)
+    if not m:
+        continue
+    d = kv(l)
+    side = {"mpi": "pxmpi" if d.get("overlap") == "on" else "pxmpioff", "threads": "pxthreads",
+            "gloo": "torch2"}.get(d.get("backend"), "px1" if m.group(1) == "plexus" else "torch1")
+    runs.setdefault((f"{m.group(2)}:{m.group(3)}", side), []).append(float(d["samples_per_s"]))
+cases = []
+for (c, s) in runs:
+    if c not in cases:
+        cases.append(c)
+if cases:
+    print("\nDDP scaling, samples/s (medians), 2 ranks x 1 thread against 1 x 1 at the same per-rank batch;")
+    print("efficiency = samples/s of 2 / (2 x samples/s of 1); hidden = share of MPI communication hidden behind backward")
+    print(f"{'case':>18} {'px 1':>9} {'px mpi 2':>9} {'eff':>5} {'mpi off':>9} {'hidden':>7} {'px thr 2':>9} {'eff':>5} "
+          f"{'torch 1':>9} {'torch 2':>9} {'eff':>5}")
+    med = lambda c, s: statistics.median(runs[(c, s)]) if (c, s) in runs else float("nan")
+    for c in cases:
+        p1, pm, po, pt = med(c, "px1"), med(c, "pxmpi"), med(c, "pxmpioff"), med(c, "pxthreads")
+        t1, t2 = med(c, "torch1"), med(c, "torch2")
+        b = int(c.split(":")[1])
+        # step times of one rank: per-rank batch / per-rank samples/s
+        s1, s2, so = b / p1, 2 * b / pm, 2 * b / po
+        hidden = 1 - (s2 - s1) / (so - s1) if so - s1 > 0 else float("nan")
+        print(f"{c:>18} {p1:9.0f} {pm:9.0f} {pm / (2 * p1):5.2f} {po:9.0f} {hidden:7.2f} {pt:9.0f} {pt / (2 * p1):5.2f} "
+              f"{t1:9.0f} {t2:9.0f} {t2 / (2 * t1):5.2f}")
+EOF_PY
+}
+
+if [[ -n $TABLE_FROM ]]; then
+  tables "$TABLE_FROM"
+  exit 0
+fi
 
 # ---- Build -----------------------------------------------------------------
 log=$(mktemp)
@@ -141,66 +213,11 @@ if [[ " $PARTS " == *" scaling "* ]]; then
           echo "bench/run_comm.sh: failed or timed out, left out: ${cmd[*]}" >&2
           continue
         fi
-        echo "  $line"
-        echo "scale side=$side case=$c $line" >>"$out"
+        echo "  $line" | tee -a "$out"
       done
     done
   done
 fi
 echo "# load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# ---- Tables ----------------------------------------------------------------------
-"$PYTHON" - "$out" <<'EOF_PY'
-import re, statistics, sys
-lines = open(sys.argv[1]).read().splitlines()
-kv = lambda s: dict(re.findall(r"(\w+)=(\S+)", s))
-comm = {}
-for l in lines:
-    if l.startswith("comm ") and "unsupported" not in l:
-        d = kv(l)
-        comm[(d["impl"], d["op"], int(d["bytes"]))] = (float(d["us"]), float(d["busbw"]))
-def size(b):
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-for op in ["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"]:
-    sizes = sorted({b for (i, o, b) in comm if o == op})
-    if not sizes:
-        continue
-    print(f"\n{op}: latency µs / busbw GB/s")
-    print(f"{'bytes':>8} {'px-threads':>17} {'px-mpi':>17} {'raw-mpi':>17} {'gloo':>17} {'memcpy':>7} "
-          f"{'px/raw':>7} {'px-raw µs':>9} {'px/gloo':>8}")
-    for b in sizes:
-        cell = lambda impl: comm.get((impl, op, b))
-        fmt = lambda v: f"{v[0]:9.1f} {v[1]:7.3f}" if v else f"{'-':>9} {'-':>7}"
-        mem = comm.get(("memcpy", "memcpy", b))
-        px, raw, gl = cell("px-mpi"), cell("raw-mpi"), cell("gloo")
-        ratio = f"{px[1] / raw[1]:7.2f}" if px and raw and raw[1] > 0 else f"{'-':>7}"
-        diff = f"{px[0] - raw[0]:9.1f}" if px and raw else f"{'-':>9}"
-        rg = f"{px[1] / gl[1]:8.2f}" if px and gl and gl[1] > 0 else f"{'-':>8}"
-        print(f"{size(b):>8} {fmt(cell('px-threads'))} {fmt(px)} {fmt(raw)} {fmt(gl)} "
-              f"{(f'{mem[1]:7.2f}' if mem else '-':>7)} {ratio} {diff} {rg}")
-
-runs = {}
-for l in lines:
-    if l.startswith("scale "):
-        d = kv(l)
-        runs.setdefault((d["case"], d["side"]), []).append(float(d["samples_per_s"]))
-cases = []
-for (c, s) in runs:
-    if c not in cases:
-        cases.append(c)
-if cases:
-    print("\nDDP scaling, samples/s (medians), 2 ranks x 1 thread against 1 x 1 at the same per-rank batch;")
-    print("efficiency = samples/s of 2 / (2 x samples/s of 1); hidden = share of MPI communication hidden behind backward")
-    print(f"{'case':>18} {'px 1':>9} {'px mpi 2':>9} {'eff':>5} {'mpi off':>9} {'hidden':>7} {'px thr 2':>9} {'eff':>5} "
-          f"{'torch 1':>9} {'torch 2':>9} {'eff':>5}")
-    med = lambda c, s: statistics.median(runs[(c, s)]) if (c, s) in runs else float("nan")
-    for c in cases:
-        p1, pm, po, pt = med(c, "px1"), med(c, "pxmpi"), med(c, "pxmpioff"), med(c, "pxthreads")
-        t1, t2 = med(c, "torch1"), med(c, "torch2")
-        b = int(c.split(":")[1])
-        # step times of one rank: per-rank batch / per-rank samples/s
-        s1, s2, so = b / p1, 2 * b / pm, 2 * b / po
-        hidden = 1 - (s2 - s1) / (so - s1) if so - s1 > 0 else float("nan")
-        print(f"{c:>18} {p1:9.0f} {pm:9.0f} {pm / (2 * p1):5.2f} {po:9.0f} {hidden:7.2f} {pt:9.0f} {pt / (2 * p1):5.2f} "
-              f"{t1:9.0f} {t2:9.0f} {t2 / (2 * t1):5.2f}")
-EOF_PY
+tables "$out"
