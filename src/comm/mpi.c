@@ -12,7 +12,7 @@
 // ranks outnumber the node's cores, or once the wait passes 50 µs (it is
 // then waiting for a peer, not for the transport), each poll yields the
 // core to whatever else is runnable (on a loaded 2-core machine this made
-// 2-rank DDP of the MLP 1.5-2x faster than polling without it).  After 0.25 s
+// 2-rank DDP of the MLP 1.4-2x faster than polling without it).  After 0.25 s
 // without completion (plus 4 ns a byte: a 256 MiB one gets 1.3 s) the
 // operation has stalled, and the wait naps between polls (growing to 2 ms),
 // so a rank waiting for a late peer costs a few % of a core, not all of it.
@@ -232,9 +232,10 @@ static px_status watchdog_abort(mreq *r) {
  * 0.25 s, more for big messages).  When ranks outnumber the node's cores,
  * or after YIELD_AFTER_SECONDS, each poll is followed by sched_yield, so a
  * peer (or whatever it waits for) that shares the core gets it; a call
- * that no one else wants costs well under a microsecond.  After that the operation has stalled: naps grow from 20 µs to 2 ms,
- * and a rank waiting for a stalled peer uses a few % of a core instead of
- * all of it.  The watchdog's deadline is checked at every poll either way. */
+ * that no one else wants costs well under a microsecond.  After r->spin
+ * the operation has stalled: naps grow from 20 µs to 2 ms, and a rank
+ * waiting for a stalled peer uses a few % of a core instead of all of it.
+ * The watchdog's deadline is checked at every poll either way. */
 static px_status wait_req(mreq *r) {
   const double start = px_time_now();
   const bool crowded = ((const mcomm *)r->c->impl)->crowded;
