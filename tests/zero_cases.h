@@ -211,7 +211,15 @@ static void zcase(px_comm *c, const zrun *r, const px_model *ddp, const px_zero_
   px_model *md = train_zero(c, r, zo, NULL);
   zdiff d = zcompare(md, ddp);
   const int rank = px_comm_rank(c), world = px_comm_size(c);
-  CHECK(d.worst <= 1e-6, "rank %d/%d %s %s clip %g, stage %d %s: \"%s\" differs from DDP by %.3g relative", rank,
+  // Under MPI with 3 or more ranks DDP's all-reduce is Open MPI's ring
+  // (plexus asks for it: twice the tree's bandwidth), which adds each chunk
+  // in a rotated rank order, while MPI_Reduce_scatter_block adds in its
+  // own: the two sums differ in the last bit, and 20 Adam steps grow that
+  // to a few 1e-6 (worst seen 4.4e-6, h.1.attn.c_attn.weight, np4).  Every
+  // ZeRO stage still equals every other to the bit there; with rank-order
+  // sums (threads, MPI at 2 ranks) the bound is 1e-6 and mostly bitwise.
+  const double tol = px_comm_backend_of(c) == PX_COMM_MPI && world >= 3 ? 1e-5 : 1e-6;
+  CHECK(d.worst <= tol, "rank %d/%d %s %s clip %g, stage %d %s: \"%s\" differs from DDP by %.3g relative", rank,
         world, model_name[r->kind], opt_name[r->opt], (double)r->clip, zo->stage, what, d.name, d.worst);
   if (bitwise)
     CHECK(d.bitwise == d.tensors, "rank %d/%d %s %s stage %d %s: only %d of %d tensors equal DDP's to the bit "
