@@ -52,9 +52,18 @@
 #include <errno.h>
 #include <omp.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* All-reduces up to this many bytes take the two-rendezvous path (each rank
+ * reduces the whole buffer into this scratch); larger ones split the work. */
+#define SMALL_BYTES (16u << 10)
+/* Spin budgets before a wait blocks: cores to spare, and oversubscribed. */
+#define SPIN_NS 100000
+#define SPIN_NS_OVERSUBSCRIBED 20000
 
 static const char *kind_name(tkind k) {
   static const char *names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
@@ -83,14 +92,86 @@ int pxt_job_wait(tjob *j, const deadline *d) {
   return pthread_cond_timedwait(&j->cv, &j->mu, &d->at);
 }
 
+/* ---- Spinning, then blocking ---------------------------------------------------
+ * A wait first polls its condition (an atomic) for the job's spin budget,
+ * so a peer that arrives within it costs a cache-line transfer instead of
+ * a futex wake-up; then it blocks on the job's condition variable, so a
+ * rank waiting for a stalled peer sleeps.  A blocked waiter counts itself
+ * in j->sleepers before its last check; a publisher stores (seq_cst), then
+ * reads j->sleepers and broadcasts only if someone may sleep. */
+
+void pxt_wake(tjob *j) {
+  if (atomic_load(&j->sleepers) == 0) return;
+  pthread_mutex_lock(&j->mu);
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+void pxt_spin_pause(const tjob *j) {
+  // Oversubscribed, the peer we wait for may need this very core.
+  if (j->spin_yield) sched_yield();
+  else cpu_relax();
+}
+
+typedef struct spinner {
+  int polls;
+  struct timespec t0;
+} spinner;
+
+/* One more poll within the budget (after a pause), or false: block now. */
+static bool spin_more(const tjob *j, spinner *s) {
+  if (s->polls++ == 0) {
+    clock_gettime(CLOCK_MONOTONIC, &s->t0);
+  } else if ((s->polls & 15) == 0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    long long ns = (long long)(t.tv_sec - s->t0.tv_sec) * 1000000000LL + (t.tv_nsec - s->t0.tv_nsec);
+    if (ns >= j->spin_ns) return false;
+  }
+  pxt_spin_pause(j);
+  return true;
+}
+
+bool pxt_spin_flag(tjob *j, atomic_bool *flag) {
+  spinner sp = {0};
+  do {
+    if (atomic_load_explicit(flag, memory_order_acquire)) return true;
+    if (atomic_load_explicit(&j->failed, memory_order_relaxed)) return false;
+  } while (spin_more(j, &sp));
+  return false;
+}
+
+/* Waits (spin, then block) until `flag` is set by a publisher that calls
+ * pxt_wake after setting it, or by one holding j->mu that broadcasts. */
+static void wait_flag(tjob *j, atomic_bool *flag) {
+  spinner sp = {0};
+  do {
+    if (atomic_load_explicit(flag, memory_order_acquire)) return;
+  } while (spin_more(j, &sp));
+  pthread_mutex_lock(&j->mu);
+  atomic_fetch_add(&j->sleepers, 1);
+  while (!atomic_load(flag)) pthread_cond_wait(&j->cv, &j->mu);
+  atomic_fetch_sub(&j->sleepers, 1);
+  pthread_mutex_unlock(&j->mu);
+}
+
 /* ---- Failure ------------------------------------------------------------------ */
 
 /* Under j->mu.  The first failure wins; later ones are consequences. */
 void pxt_job_fail_locked(tjob *j, px_status st, const char *msg) {
   if (j->failed) return;
-  j->failed = true;
   j->fail_status = st;
   snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg);
+  // Spinners see this store; sleepers get the broadcast.
+  atomic_store(&j->failed, true);
   pthread_cond_broadcast(&j->cv);
 }
 
@@ -185,6 +266,8 @@ static tjob *job_new(void) {
   pthread_mutex_init(&j->mu, NULL);
   pthread_cond_init(&j->cv, &ca);
   pthread_condattr_destroy(&ca);
+  atomic_init(&j->sleepers, 0);
+  atomic_init(&j->failed, false);
   j->refs = 1;
   return j;
 }
@@ -210,9 +293,11 @@ static void group_free(tgroup *g) {
         free(m);
       }
   free(g->world_rank);
-  free(g->here);
-  free(g->post);
-  free(g->busy_rank);
+  free(g->slot);
+  free(g->post[0]);
+  free(g->post[1]);
+  free(g->split_group);
+  free(g->split_rank);
   free(g->inbox);
   free(g->posted);
   free(g);
@@ -228,14 +313,22 @@ static tgroup *group_new_locked(tjob *j, int size) {
   g->refs = size;
   size_t n = (size_t)size;
   g->world_rank = calloc(n, sizeof *g->world_rank);
-  g->here = calloc(n, sizeof *g->here);
-  g->post = calloc(n, sizeof *g->post);
-  g->busy_rank = calloc(n, sizeof *g->busy_rank);
+  // Whole cache lines, so no slot shares one with other data.
+  g->slot = aligned_alloc(_Alignof(tslot), n * sizeof *g->slot);
+  g->post[0] = calloc(n, sizeof *g->post[0]);
+  g->post[1] = calloc(n, sizeof *g->post[1]);
+  g->split_group = calloc(n, sizeof *g->split_group);
+  g->split_rank = calloc(n, sizeof *g->split_rank);
   g->inbox = calloc(n, sizeof *g->inbox);
   g->posted = calloc(n, sizeof *g->posted);
-  if (!g->world_rank || !g->here || !g->post || !g->busy_rank || !g->inbox || !g->posted) {
+  if (!g->world_rank || !g->slot || !g->post[0] || !g->post[1] || !g->split_group || !g->split_rank ||
+      !g->inbox || !g->posted) {
     group_free(g);
     return NULL;
+  }
+  for (size_t r = 0; r < n; r++) {
+    atomic_init(&g->slot[r].seq, 0);
+    atomic_init(&g->slot[r].busy, false);
   }
   j->refs++;
   return g;
@@ -288,45 +381,56 @@ static bool same_call(const tpost *a, const tpost *b) {
   }
 }
 
-/* Under j->mu, by the last rank to arrive: all posts are in.  A mismatch
- * would make ranks read past each other's buffers, so it ends the job. */
-static void check_calls_locked(tgroup *g) {
+/* After the first rendezvous of a collective, on every rank: all posts are
+ * in, and every rank compares the same posts, so all see a mismatch (and
+ * the same first one).  A mismatch would make ranks read past each other's
+ * buffers, so it ends the job.  False: the job failed. */
+static bool check_calls(tcomm *tc) {
+  tgroup *g = tc->g;
+  const tpost *post = g->post[tc->ncoll & 1];
   for (int r = 1; r < g->size; r++) {
-    if (same_call(&g->post[0], &g->post[r])) continue;
+    if (same_call(&post[0], &post[r])) continue;
     char a[160], b[160], msg[MSG_MAX];
-    describe(a, sizeof a, &g->post[0]);
-    describe(b, sizeof b, &g->post[r]);
+    describe(a, sizeof a, &post[0]);
+    describe(b, sizeof b, &post[r]);
     snprintf(msg, sizeof msg,
              "collective mismatch: rank %d called %s but rank %d called %s; every rank must call the "
              "same collectives in the same order", g->world_rank[0], a, g->world_rank[r], b);
-    fprintf(stderr, "plexus: %s\n", msg);
-    pxt_job_fail_locked(g->job, PX_ERR_COMM, msg);
-    return;
+    pthread_mutex_lock(&g->job->mu);
+    if (!g->job->failed) {
+      fprintf(stderr, "plexus: %s\n", msg);
+      pxt_job_fail_locked(g->job, PX_ERR_COMM, msg);
+    }
+    pthread_mutex_unlock(&g->job->mu);
+    return false;
   }
+  return true;
 }
 
-/* Under j->mu, by the last rank to arrive at a split: builds one group per
- * color, members ordered by (key, old rank), and tells each rank its new
- * group and rank through its post. */
-static void build_split_locked(tgroup *g) {
+/* Under j->mu, by group rank 0 after the first rendezvous of a split (number
+ * k): builds one group per color, members ordered by (key, old rank), and
+ * publishes each rank's new group and rank in g->split_*, marked with k so
+ * that no rank mistakes an older split's result for this one's. */
+static void build_split_locked(tgroup *g, const tpost *post, uint64_t k) {
   tjob *j = g->job;
   int n = g->size;
   int *members = malloc((size_t)n * sizeof *members);
   bool *done = calloc((size_t)n, sizeof *done);
-  if (!members || !done) goto nomem;
+  g->split_seq = k;
   for (int r = 0; r < n; r++) {
-    g->post[r].new_group = NULL;
-    g->post[r].new_rank = -1;
+    g->split_group[r] = NULL;
+    g->split_rank[r] = -1;
   }
+  if (!members || !done) goto nomem;
   for (int first = 0; first < n; first++) {
-    if (done[first] || g->post[first].color < 0) continue;
-    int color = g->post[first].color, m = 0;
+    if (done[first] || post[first].color < 0) continue;
+    int color = post[first].color, m = 0;
     for (int r = first; r < n; r++) {
-      if (done[r] || g->post[r].color != color) continue;
+      if (done[r] || post[r].color != color) continue;
       done[r] = true;
       // Insertion sort by (key, old rank); old ranks arrive increasing.
       int at = m++;
-      while (at > 0 && g->post[members[at - 1]].key > g->post[r].key) {
+      while (at > 0 && post[members[at - 1]].key > post[r].key) {
         members[at] = members[at - 1];
         at--;
       }
@@ -335,10 +439,10 @@ static void build_split_locked(tgroup *g) {
     tgroup *sub = group_new_locked(j, m);
     if (!sub) goto nomem;
     sub->is_world = false;
-    for (int k = 0; k < m; k++) {
-      sub->world_rank[k] = g->world_rank[members[k]];
-      g->post[members[k]].new_group = sub;
-      g->post[members[k]].new_rank = k;
+    for (int q = 0; q < m; q++) {
+      sub->world_rank[q] = g->world_rank[members[q]];
+      g->split_group[members[q]] = sub;
+      g->split_rank[members[q]] = q;
     }
   }
   free(members);
@@ -347,74 +451,151 @@ static void build_split_locked(tgroup *g) {
 nomem:
   free(members);
   free(done);
-  // Groups already built stay referenced by posts; each rank frees its own
+  // Groups already built are published; each member frees its share
   // after seeing the failure.
   fprintf(stderr, "plexus: split: out of memory building sub-groups\n");
   pxt_job_fail_locked(j, PX_ERR_NOMEM, "split: out of memory building sub-groups");
 }
 
+/* True once every rank of g has reached rendezvous k; *from is the first
+ * rank not seen there yet (ranks before it need no second look). */
+static bool all_reached(const tgroup *g, uint64_t k, int *from) {
+  for (int r = *from; r < g->size; r++)
+    if (atomic_load_explicit(&g->slot[r].seq, memory_order_acquire) < k) {
+      *from = r;
+      return false;
+    }
+  *from = g->size;
+  return true;
+}
+
+/* Under j->mu: missing[r] = group rank r has not reached rendezvous k. */
+static void list_missing_locked(tcomm *tc, uint64_t k) {
+  for (int r = 0; r < tc->g->size; r++) tc->missing[r] = atomic_load(&tc->g->slot[r].seq) < k;
+}
+
+/* The blocking half of a rendezvous wait, after the spin: sleeps on the
+ * job's condition variable under the watchdog.  True once all reached k;
+ * false when the job failed (*fired: this rank's watchdog or gone-rank
+ * verdict failed it, and op holds the message). */
+static bool block_until_reached(top *op, const deadline *d, uint64_t k, bool *fired) {
+  tcomm *tc = op->tc;
+  tgroup *g = tc->g;
+  tjob *j = tc->job;
+  bool ok = false;
+  pthread_mutex_lock(&j->mu);
+  atomic_fetch_add(&j->sleepers, 1);
+  for (;;) {
+    int from = 0;
+    if (all_reached(g, k, &from)) {
+      ok = true;
+      break;
+    }
+    if (j->failed) break;
+    list_missing_locked(tc, k);
+    int gone = gone_rank_locked(tc, tc->missing);
+    if (gone >= 0) {
+      pxt_gone_locked(op, gone);
+      *fired = true;
+      break;
+    }
+    if (pxt_job_wait(j, d) == ETIMEDOUT) {
+      from = 0;
+      if (all_reached(g, k, &from)) {
+        ok = true;
+        break;
+      }
+      if (!j->failed) {
+        list_missing_locked(tc, k);
+        pxt_watchdog_locked(op, tc->missing);
+        *fired = true;
+      }
+      break;
+    }
+  }
+  atomic_fetch_sub(&j->sleepers, 1);
+  pthread_mutex_unlock(&j->mu);
+  return ok;
+}
+
+/* Waits (spin, then block) until no rank of g is in a data phase. */
+static void wait_not_busy(tjob *j, tgroup *g) {
+  spinner sp = {0};
+  int r = 0;
+  do {
+    // seq_cst: the other half of the Dekker pair in rendezvous.
+    while (r < g->size && !atomic_load(&g->slot[r].busy)) r++;
+    if (r == g->size) return;
+  } while (spin_more(j, &sp));
+  pthread_mutex_lock(&j->mu);
+  atomic_fetch_add(&j->sleepers, 1);
+  for (r = 0; r < g->size; r++)
+    while (atomic_load(&g->slot[r].busy)) pthread_cond_wait(&j->cv, &j->mu);
+  atomic_fetch_sub(&j->sleepers, 1);
+  pthread_mutex_unlock(&j->mu);
+}
+
 /* Waits until every rank of the group has arrived.  `post` (at the first
  * rendezvous of an operation) is what this rank brings; `enter_data` says
- * the rank will read peers' buffers before its next rendezvous. */
+ * the rank will read peers' buffers before its next rendezvous.
+ *
+ * Rendezvous are numbered per rank and group (tc->seq); arriving at number
+ * k is one seq_cst store of k into the rank's own slot, and the wait polls
+ * the others' slots until each holds >= k: no lock, no shared counter that
+ * all ranks write.  Posts are written before that store, so a rank that
+ * sees k in a peer's slot sees its post.  Posts alternate between two
+ * arrays by the parity of the collective: a rank may start collective m+1
+ * (and post) while a peer still reads collective m's posts, but not m+2,
+ * which needs that peer at m+1's first rendezvous. */
 static px_status rendezvous(top *op, const deadline *d, const tpost *post, bool enter_data) {
   tcomm *tc = op->tc;
   tgroup *g = tc->g;
   tjob *j = tc->job;
-  int me = tc->rank;
+  tslot *mine = &g->slot[tc->rank];
   bool fired = false;
-  pthread_mutex_lock(&j->mu);
-  if (g->busy_rank[me]) {
-    g->busy_rank[me] = false;
-    if (--g->busy == 0) pthread_cond_broadcast(&j->cv);
+  uint64_t k = ++tc->seq;
+  // Done reading peers' buffers: a failing peer waits for this (and may
+  // then return and free them).
+  if (atomic_load_explicit(&mine->busy, memory_order_relaxed)) {
+    atomic_store(&mine->busy, false);
+    pxt_wake(j);
   }
-  // Posted even when failing, so nothing stale (a previous split's new
-  // group) is read back from this slot; no peer reads it now: they all
-  // passed the end of my previous collective.
-  if (post) g->post[me] = *post;
-  if (j->failed) goto failed;
-  g->here[me] = true;
-  if (++g->arrived == g->size) {
-    if (post) {
-      check_calls_locked(g);
-      if (!j->failed && post->kind == K_SPLIT) build_split_locked(g);
-    }
-    g->arrived = 0;
-    memset(g->here, 0, (size_t)g->size * sizeof *g->here);
-    g->gen++;
-    pthread_cond_broadcast(&j->cv);
-  } else {
-    uint64_t gen = g->gen;
-    bool *missing = tc->missing;
-    while (g->gen == gen && !j->failed) {
-      for (int r = 0; r < g->size; r++) missing[r] = !g->here[r];
-      int gone = gone_rank_locked(tc, missing);
-      if (gone >= 0) {
-        pxt_gone_locked(op, gone);
-        fired = true;
-        break;
-      }
-      if (pxt_job_wait(j, d) == ETIMEDOUT && g->gen == gen && !j->failed) {
-        for (int r = 0; r < g->size; r++) missing[r] = !g->here[r];
-        pxt_watchdog_locked(op, missing);
-        fired = true;
-      }
+  if (atomic_load(&j->failed)) goto failed;
+  if (post) g->post[tc->ncoll & 1][tc->rank] = *post;
+  atomic_store(&mine->seq, k);
+  pxt_wake(j);
+  spinner sp = {0};
+  for (int from = 0; !all_reached(g, k, &from);) {
+    if (atomic_load_explicit(&j->failed, memory_order_relaxed)) goto failed;
+    if (!spin_more(j, &sp)) {
+      if (!block_until_reached(op, d, k, &fired)) goto failed;
+      break;
     }
   }
-  if (j->failed) goto failed;
+  if (post && !check_calls(tc)) goto failed;
   if (enter_data) {
-    g->busy_rank[me] = true;
-    g->busy++;
+    // Dekker with a failing peer (it stores `failed`, then reads `busy`):
+    // either it waits for this data phase, or this rank sees the failure.
+    atomic_store(&mine->busy, true);
+    if (atomic_load(&j->failed)) {
+      atomic_store(&mine->busy, false);
+      pxt_wake(j);
+      goto failed;
+    }
   }
-  pthread_mutex_unlock(&j->mu);
   return PX_OK;
 
 failed:
-  while (g->busy > 0) pthread_cond_wait(&j->cv, &j->mu);
-  if (!fired) pxt_op_fail_from_job(op);
-  pthread_mutex_unlock(&j->mu);
+  // A peer may still be reading this rank's buffers: let it finish first.
+  (void)atomic_load(&j->failed); // seq_cst, ordered before the loads of `busy`
+  wait_not_busy(j, g);
+  if (!fired) {
+    pthread_mutex_lock(&j->mu);
+    pxt_op_fail_from_job(op);
+    pthread_mutex_unlock(&j->mu);
+  }
   return op->status;
 }
-
 
 /* Rank r's slice [lo, hi) of count elements, in whole 64-byte lines so
  * that no two ranks write one cache line. */
@@ -433,21 +614,32 @@ static px_status run_allreduce(top *op, const deadline *d) {
   tcomm *tc = op->tc;
   tgroup *g = tc->g;
   int n = g->size, me = tc->rank;
-  size_t es = px_dtype_size(op->dtype);
+  size_t es = px_dtype_size(op->dtype), bytes = op->count * es;
   tpost p = {.kind = K_ALLREDUCE, .recv = op->recv, .count = op->count, .dtype = op->dtype, .op = op->op};
   px_status st = rendezvous(op, d, &p, true);
   if (st) return st;
-  // Reduce-scatter: my slice of every rank's buffer, summed into mine.
+  const tpost *post = g->post[tc->ncoll & 1];
+  for (int k = 0; k < n; k++) tc->srcs[k] = post[k].recv;
+  if (bytes <= SMALL_BYTES) {
+    // Small: every rank reduces the whole buffer itself, in rank order, so
+    // the bits are those of the split path below with one rendezvous fewer
+    // (the reduction is cheaper than a round trip between cores).
+    pxt_reduce(tc->small, tc->srcs, n, op->count, op->dtype, op->op);
+    if ((st = rendezvous(op, d, NULL, false))) return st;
+    if (bytes) memcpy(op->recv, tc->small, bytes);
+    return PX_OK;
+  }
+  // Reduce-scatter: my slice of every rank's buffer, reduced into mine.
   size_t lo, hi;
   slice_of(op->count, es, n, me, &lo, &hi);
-  for (int k = 0; k < n; k++) tc->srcs[k] = (const char *)g->post[k].recv + lo * es;
-  if (hi > lo) px_comm_reduce((char *)op->recv + lo * es, tc->srcs, n, hi - lo, op->dtype, op->op);
+  for (int k = 0; k < n; k++) tc->srcs[k] = (const char *)post[k].recv + lo * es;
+  if (hi > lo) pxt_reduce((char *)op->recv + lo * es, tc->srcs, n, hi - lo, op->dtype, op->op);
   if ((st = rendezvous(op, d, NULL, true))) return st;
   // All-gather: every other slice from the rank that reduced it.
   for (int k = 0; k < n; k++) {
     if (k == me) continue;
     slice_of(op->count, es, n, k, &lo, &hi);
-    if (hi > lo) memcpy((char *)op->recv + lo * es, (const char *)g->post[k].recv + lo * es, (hi - lo) * es);
+    if (hi > lo) memcpy((char *)op->recv + lo * es, (const char *)post[k].recv + lo * es, (hi - lo) * es);
   }
   return rendezvous(op, d, NULL, false);
 }
@@ -458,7 +650,8 @@ static px_status run_broadcast(top *op, const deadline *d) {
   px_status st = rendezvous(op, d, &p, true);
   if (st) return st;
   size_t bytes = op->count * px_dtype_size(op->dtype);
-  if (tc->rank != op->root && bytes) memcpy(op->recv, tc->g->post[op->root].recv, bytes);
+  const tpost *post = tc->g->post[tc->ncoll & 1];
+  if (tc->rank != op->root && bytes) memcpy(op->recv, post[op->root].recv, bytes);
   return rendezvous(op, d, NULL, false);
 }
 
@@ -469,10 +662,11 @@ static px_status run_allgather(top *op, const deadline *d) {
   px_status st = rendezvous(op, d, &p, true);
   if (st) return st;
   size_t bytes = op->count * px_dtype_size(op->dtype);
+  const tpost *post = g->post[tc->ncoll & 1];
   for (int k = 0; k < g->size && bytes; k++) {
     char *to = (char *)op->recv + (size_t)k * bytes;
     // In place (send is my own block of recv): nothing to move.
-    if (to != g->post[k].send) memcpy(to, g->post[k].send, bytes);
+    if (to != post[k].send) memcpy(to, post[k].send, bytes);
   }
   return rendezvous(op, d, NULL, false);
 }
@@ -485,20 +679,41 @@ static px_status run_reduce_scatter(top *op, const deadline *d) {
   px_status st = rendezvous(op, d, &p, true);
   if (st) return st;
   size_t block = op->count * px_dtype_size(op->dtype) * (size_t)tc->rank;
-  for (int k = 0; k < g->size; k++) tc->srcs[k] = (const char *)g->post[k].send + block;
-  if (op->count) px_comm_reduce(op->recv, tc->srcs, g->size, op->count, op->dtype, op->op);
+  const tpost *post = g->post[tc->ncoll & 1];
+  for (int k = 0; k < g->size; k++) tc->srcs[k] = (const char *)post[k].send + block;
+  if (op->count) pxt_reduce(op->recv, tc->srcs, g->size, op->count, op->dtype, op->op);
   return rendezvous(op, d, NULL, false);
 }
 
 static px_comm *tcomm_new(tjob *j, tgroup *g, int rank, double timeout);
 
+/* Two rendezvous: after the first, group rank 0 builds the sub-groups from
+ * the posts (under the job mutex); after the second every rank takes its
+ * own.  Every rank reads the result under the mutex, also when failing, so
+ * that a group built before the failure is never leaked. */
 static px_status run_split(top *op, const deadline *d) {
   tcomm *tc = op->tc;
+  tgroup *g = tc->g;
+  tjob *j = tc->job;
   tpost p = {.kind = K_SPLIT, .color = op->color, .key = op->key};
+  uint64_t first = tc->seq + 1;
   px_status st = rendezvous(op, d, &p, false);
-  // My post is mine alone until my next collective, so it is safe to read.
-  tgroup *sub = tc->g->post[tc->rank].new_group;
-  int new_rank = tc->g->post[tc->rank].new_rank;
+  if (!st && tc->rank == 0) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->failed) build_split_locked(g, g->post[tc->ncoll & 1], first);
+    pthread_mutex_unlock(&j->mu);
+  }
+  if (!st) st = rendezvous(op, d, NULL, false);
+  pthread_mutex_lock(&j->mu);
+  bool mine = g->split_seq == first;
+  tgroup *sub = mine ? g->split_group[tc->rank] : NULL;
+  int new_rank = mine ? g->split_rank[tc->rank] : -1;
+  if (!st && !mine && j->failed) {
+    // Rank 0 found the job failed before it could build.
+    pxt_op_fail_from_job(op);
+    st = op->status;
+  }
+  pthread_mutex_unlock(&j->mu);
   if (st) {
     // The job failed after the groups were built: drop my share of mine.
     if (sub) group_unref(sub);
@@ -521,6 +736,7 @@ static px_status run_split(top *op, const deadline *d) {
 static void execute(top *op) {
   deadline d = pxt_deadline_in(op->timeout);
   op->status = PX_OK;
+  op->tc->ncoll++; // every collective, so its posts go to the other array than the last one's
   switch (op->kind) {
   case K_ALLREDUCE: run_allreduce(op, &d); break;
   case K_BROADCAST: run_broadcast(op, &d); break;
@@ -550,7 +766,7 @@ static void *progress_main(void *arg) {
     pthread_mutex_lock(&j->mu);
     tc->head = op->next;
     if (!tc->head) tc->tail = NULL;
-    op->done = true; // op may be freed by its waiter from here on
+    atomic_store(&op->done, true); // op may be freed by its waiter from here on
     pthread_cond_broadcast(&j->cv);
   }
   pthread_mutex_unlock(&j->mu);
@@ -592,14 +808,13 @@ static px_status run_blocking(top *op) {
   bool idle = tc->head == NULL;
   if (!idle) {
     px_status st = enqueue_locked(tc, op);
-    if (st) {
-      pthread_mutex_unlock(&j->mu);
-      return st;
-    }
-    while (!op->done) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+    if (st) return st;
+    wait_flag(j, &op->done);
+  } else {
+    pthread_mutex_unlock(&j->mu);
+    execute(op);
   }
-  pthread_mutex_unlock(&j->mu);
-  if (idle) execute(op);
   if (op->status) px_error(op->status, "%s", op->msg);
   return op->status;
 }
@@ -692,9 +907,8 @@ static px_status t_ireduce_scatter(px_comm *c, const void *send, void *recv, siz
 static px_status t_request_test(px_request *base, bool *done) {
   top *op = (top *)base;
   tjob *j = op->tc->job;
-  pthread_mutex_lock(&j->mu);
-  *done = op->done;
-  pthread_mutex_unlock(&j->mu);
+  (void)j;
+  *done = atomic_load_explicit(&op->done, memory_order_acquire);
   return PX_OK;
 }
 
@@ -706,9 +920,7 @@ static px_status t_request_wait(px_request *base) {
   } else {
     // Collectives: the progress thread runs them under their own deadline
     // and always completes them, so this wait needs no clock.
-    pthread_mutex_lock(&j->mu);
-    while (!op->done) pthread_cond_wait(&j->cv, &j->mu);
-    pthread_mutex_unlock(&j->mu);
+    wait_flag(j, &op->done);
   }
   px_status st = op->status;
   if (st) px_error(st, "%s", op->msg);
@@ -759,12 +971,14 @@ static void t_free(px_comm *c) {
     g->posted[tc->rank] = r->next;
     r->posted = false;
     pxt_op_set_error(r, PX_ERR_COMM, "recv: the communicator was freed before the message arrived");
-    r->done = true;
+    atomic_store(&r->done, true);
   }
+  pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&j->mu);
   pthread_cond_destroy(&tc->qcv);
   free(tc->srcs);
   free(tc->missing);
+  free(tc->small);
   free(tc);
   free(c);
   group_unref(g);
@@ -798,13 +1012,16 @@ static px_comm *tcomm_new(tjob *j, tgroup *g, int rank, double timeout) {
   tcomm *tc = calloc(1, sizeof *tc);
   const void **srcs = malloc((size_t)g->size * sizeof *srcs);
   bool *missing = malloc((size_t)g->size * sizeof *missing);
-  if (!c || !tc || !srcs || !missing) {
+  void *small = malloc(SMALL_BYTES);
+  if (!c || !tc || !srcs || !missing || !small) {
     free(c);
     free(tc);
     free(srcs);
     free(missing);
+    free(small);
     return NULL;
   }
+  tc->small = small;
   tc->missing = missing;
   tc->c = c;
   tc->job = j;
@@ -878,6 +1095,11 @@ px_status px_comm_threads_run(int n, px_rank_fn fn, void *arg, int *exit_code) {
   }
   g->is_world = true;
   for (int r = 0; r < n; r++) g->world_rank[r] = r;
+  // More ranks than cores: a spinning rank may hold the core its peer
+  // needs, so spins yield and give up sooner.
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  j->spin_yield = cores > 0 && n > cores;
+  j->spin_ns = j->spin_yield ? SPIN_NS_OVERSUBSCRIBED : SPIN_NS;
   int made = 0;
   for (; made < n; made++) {
     ranks[made].c = tcomm_new(j, g, made, PX_COMM_DEFAULT_TIMEOUT);

@@ -57,10 +57,9 @@ static px_status t_deliver(top *op) {
       if (bytes > room) truncation(r, bytes);
       else if (bytes) memcpy(r->recv, m ? (const void *)m->data : op->send, bytes);
       free(m);
-      pthread_mutex_lock(&j->mu);
-      r->done = true;
-      pthread_cond_broadcast(&j->cv);
-      pthread_mutex_unlock(&j->mu);
+      // Last touch of r: its waiter may free it once it sees this.
+      atomic_store(&r->done, true);
+      pxt_wake(j);
       return PX_OK;
     }
     if (m) {
@@ -106,7 +105,7 @@ static px_status t_post_recv(top *op) {
     if (m->bytes > room) truncation(op, m->bytes);
     else if (m->bytes) memcpy(op->recv, m->data, m->bytes);
     free(m);
-    op->done = true; // nobody else knows this op yet
+    atomic_store(&op->done, true); // nobody else knows this op yet
     return op->status;
   }
   op->posted = true;
@@ -128,13 +127,18 @@ static void unlink_posted_locked(tgroup *g, int dst, top *op) {
     }
 }
 
-/* Waits for a posted receive under the watchdog. */
+/* Waits for a posted receive under the watchdog: spins for the job's
+ * budget (a ping-pong's reply usually arrives within it), then blocks. */
 void pxt_wait_recv(top *op) {
   tcomm *tc = op->tc;
   tgroup *g = tc->g;
   tjob *j = tc->job;
+  if (pxt_spin_flag(j, &op->done)) return;
   deadline d = pxt_deadline_in(op->timeout);
   pthread_mutex_lock(&j->mu);
+  // Counted before the first look at `done`: the sender stores it, then
+  // wakes us only if it sees a sleeper (pxt_wake).
+  atomic_fetch_add(&j->sleepers, 1);
   while (!op->done) {
     // Once a sender has taken it (posted == false) it completes shortly.
     if (op->posted && j->failed) {
@@ -162,7 +166,8 @@ void pxt_wait_recv(top *op) {
       break;
     }
   }
-  op->done = true;
+  atomic_fetch_sub(&j->sleepers, 1);
+  atomic_store(&op->done, true);
   pthread_mutex_unlock(&j->mu);
 }
 
@@ -196,7 +201,7 @@ px_status pxt_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, i
     free(o);
     return st;
   }
-  o->done = true;
+  atomic_store(&o->done, true);
   *req = &o->base;
   return PX_OK;
 }
