@@ -1,51 +1,93 @@
 // The threads backend: N ranks as threads of one process, talking through
 // shared memory.
 //
-// Objects.  A *job* is everything one px_comm_run started: one mutex and
-// one condition variable that every wait of every communicator uses, and
-// the failure state, so a failure anywhere wakes and fails every waiter at
-// once.  A *group* is one communicator as all its ranks see it (the world,
-// or a piece of a split): the rendezvous where ranks post their buffers,
-// and the mailboxes of point-to-point.  Each rank holds a px_comm whose
-// impl is its *tcomm*: its rank in the group and its queue of started
-// operations.
+// Objects.  A *job* is everything one px_comm_run started: the failure
+// state, and one mutex and condition variable that every *blocked* wait of
+// every communicator uses, so a failure anywhere wakes and fails every
+// waiter at once.  A *group* is one communicator as all its ranks see it
+// (the world, or a piece of a split): one slot per rank (a rendezvous
+// counter and a busy flag, each slot on its own cache line), the posts
+// where ranks publish their buffers, and the mailboxes of point-to-point.
+// Each rank holds a px_comm whose impl is its *tcomm*: its rank in the
+// group and its queue of started operations.
 //
-// Collectives.  Every rank posts (kind, buffers, count, ...) at a
-// generation-counted rendezvous; the last to arrive checks that all ranks
-// called the same collective.  Then the ranks work directly on each other's
-// buffers: an all-reduce is a reduce-scatter (rank r reduces slice r of all
-// N buffers, in rank order 0, 1, ..., N-1, into its own buffer) and an
-// all-gather (each rank copies the other slices from their owners), with a
-// rendezvous between phases.  Every rank reads and writes 1/N of the data in
-// the reduction, so bandwidth scales with the ranks; and since one rank
-// computes each element, always summing in rank order, the result is
-// bitwise the same on every rank and in every run, and equal to the serial
-// sum x0 + x1 + ... + x(N-1).
+// Rendezvous.  A rank's rendezvous on a group are numbered 1, 2, 3, ...;
+// arriving at number k is writing the post (at a collective's first
+// rendezvous) and then storing k into the rank's own slot; waiting is
+// polling the other slots until each holds at least k.  No lock and no
+// counter that all ranks write: a small collective costs a few cache-line
+// transfers, not condition-variable wake-ups.  Every rank then compares
+// the posts (all see the same ones), so a mismatch of collectives fails
+// every rank with one message.  Posts alternate between two arrays by the
+// parity of the collective: a rank may start collective m+1 while a peer
+// still reads m's posts, never m+2.
+//
+// Waiting: spin, then block.  A wait polls for SPIN_PAUSE_NS with a cpu
+// pause, then with sched_yield until SPIN_NS (the peer may need this core:
+// other load, or ranks outnumbering cores, where the spin yields from the
+// start and gives up after SPIN_NS_OVERSUBSCRIBED), then blocks on the
+// job's condition variable.  So a peer that arrives within ~100 us is seen
+// within a cache-line transfer, and a rank waiting for a stalled peer
+// sleeps (test_comm_threads_waiting_rank_sleeps).  No wake-up is lost: a
+// blocking waiter counts itself in job->sleepers and then checks again;
+// a publisher stores (seq_cst), then reads sleepers and broadcasts under
+// the mutex only if someone may sleep (pxt_wake).
+//
+// Collectives.  After the first rendezvous the ranks work directly on each
+// other's buffers.  An all-reduce is a reduce-scatter (rank r reduces
+// slice r of all N buffers, in rank order 0, 1, ..., N-1, into its own
+// buffer) and an all-gather (each rank copies the other slices from their
+// owners), with a rendezvous between phases; up to SMALL_BYTES each rank
+// instead reduces the whole buffer into a scratch, in the same order, and
+// copies it home after a second rendezvous (one round trip fewer).  So
+// the result is bitwise the same on every rank and in every run, and
+// equal to the serial x0 ∘ x1 ∘ ... ∘ x(N-1).  The reductions are one
+// fused pass (threads_reduce.c); copies are memcpy, which streams large
+// copies past the cache by itself.
+//
+// The copy bound.  A large collective can be no faster than the memory
+// traffic it needs.  Per rank, with S = bytes / N (a slice):
+//   all-reduce      reads N·S (reduce) + (N-1)·S (gather), writes S + (N-1)·S
+//   reduce-scatter  reads N·S, writes S
+//   all-gather      reads and writes N·S (in place: (N-1)·S)
+//   broadcast       non-roots read and write N·S
+// and the bound is the time N threads take to memcpy, all at once, as many
+// bytes each (a memcpy of X reads X and writes X, so X = (reads+writes)/2;
+// for the all-reduce X = (3N-1)·S/2).  The time of a collective against
+// that memcpy time, measured in the same run, is its fraction of the bound.
 //
 // Asynchronous operations.  i* operations go into the tcomm's FIFO queue,
 // served by a progress thread that the first one starts; so operations of
 // one communicator run in the order they started.  A blocking collective
 // runs on the caller's thread when the queue is empty (no hand-off), else
-// it queues behind the others and waits.  Each communicator has its own
-// queue: one queue per rank would deadlock a program that starts
-// collectives on two communicators in different orders on different ranks,
-// which MPI allows.
+// it queues behind the others.  A rank waiting for a queued operation
+// (px_request_wait, or a blocking call behind the queue) runs the queue's
+// head itself when the progress thread is not running one, so a wait never
+// idles until the progress thread wakes up; one runner at a time keeps the
+// order.  Each communicator has its own queue: one queue per rank would
+// deadlock a program that starts collectives on two communicators in
+// different orders on different ranks, which MPI allows.
 //
 // Point-to-point (threads_p2p.c) is eager and never queued: a send copies
-// the message into the receiver's posted buffer or inbox and returns.
+// the message into the receiver's posted buffer or inbox and returns; a
+// posted receive spins, then blocks, on its `done` flag.
 //
-// Watchdog and failure.  Every wait is a timed wait against the
-// operation's deadline.  The first rank whose deadline passes prints which
-// operation, label and ranks it was waiting on, and fails the job; a rank
-// whose function returns non-zero, or that calls px_comm_abort, fails it
-// too.  A failed job stays failed: every pending and later operation
-// returns the error (PX_ERR_TIMEOUT or PX_ERR_COMM) with the reason.
+// Watchdog and failure.  Every wait that can block for a peer has the
+// operation's deadline: once the spin is over it is a timed wait.  The
+// first rank whose deadline passes prints which operation, label and ranks
+// it was waiting on, and fails the job; a rank whose function returns
+// non-zero, or that calls px_comm_abort, fails it too.  Spinning waits
+// also watch the job's `failed` flag.  A failed job stays failed: every
+// pending and later operation returns the error (PX_ERR_TIMEOUT or
+// PX_ERR_COMM) with the reason.
 //
 // Buffer lifetime under failure.  Between rendezvous a rank may be reading
 // a peer's buffer; a peer must not return (and perhaps free that buffer)
-// meanwhile.  Ranks in such a data phase count as `busy`, and a rank leaving
-// a collective with an error first waits until no rank of the group is busy.
-// Data phases are pure copies and arithmetic, so that wait is short.
+// meanwhile.  A rank in such a data phase sets its slot's `busy` flag, then
+// checks `failed`; a failing rank has stored `failed`, and waits until no
+// slot is busy before it returns (the two seq_cst store-then-load pairs
+// make sure one of them sees the other).  Data phases are pure copies and
+// arithmetic, so that wait is short.
 #define _POSIX_C_SOURCE 200809L
 #include "comm/threads.h"
 
@@ -61,7 +103,12 @@
 /* All-reduces up to this many bytes take the two-rendezvous path (each rank
  * reduces the whole buffer into this scratch); larger ones split the work. */
 #define SMALL_BYTES (16u << 10)
-/* Spin budgets before a wait blocks: cores to spare, and oversubscribed. */
+/* A wait polls with a cpu pause for SPIN_PAUSE_NS, then with sched_yield
+ * until its budget is spent (SPIN_NS; fewer when ranks outnumber cores,
+ * which yield from the start), then blocks.  Yielding lets a peer that
+ * shares this core (other programs' load, or our own progress threads)
+ * run, where a pure spin would hold the core the peer needs. */
+#define SPIN_PAUSE_NS 4000
 #define SPIN_NS 100000
 #define SPIN_NS_OVERSUBSCRIBED 20000
 
@@ -115,30 +162,31 @@ static void cpu_relax(void) {
 #endif
 }
 
-void pxt_spin_pause(const tjob *j) {
-  // Oversubscribed, the peer we wait for may need this very core.
-  if (j->spin_yield) sched_yield();
-  else cpu_relax();
-}
-
 typedef struct spinner {
   int polls;
+  bool yield;  /* past the pause phase */
   struct timespec t0;
 } spinner;
 
-/* One more poll within the budget (after a pause), or false: block now. */
-static bool spin_more(const tjob *j, spinner *s) {
+/* One more poll within the budget (after a pause or a yield), or false:
+ * block now.  `yield_now`: the thread waited for may need this core. */
+static bool spin_more_as(const tjob *j, spinner *s, bool yield_now) {
   if (s->polls++ == 0) {
     clock_gettime(CLOCK_MONOTONIC, &s->t0);
-  } else if ((s->polls & 15) == 0) {
+    s->yield = yield_now || j->spin_yield;
+  } else if (s->yield || (s->polls & 15) == 0) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     long long ns = (long long)(t.tv_sec - s->t0.tv_sec) * 1000000000LL + (t.tv_nsec - s->t0.tv_nsec);
     if (ns >= j->spin_ns) return false;
+    if (ns >= SPIN_PAUSE_NS) s->yield = true;
   }
-  pxt_spin_pause(j);
+  if (s->yield) sched_yield();
+  else cpu_relax();
   return true;
 }
+
+static bool spin_more(const tjob *j, spinner *s) { return spin_more_as(j, s, false); }
 
 bool pxt_spin_flag(tjob *j, atomic_bool *flag) {
   spinner sp = {0};
@@ -150,12 +198,14 @@ bool pxt_spin_flag(tjob *j, atomic_bool *flag) {
 }
 
 /* Waits (spin, then block) until `flag` is set by a publisher that calls
- * pxt_wake after setting it, or by one holding j->mu that broadcasts. */
+ * pxt_wake after setting it, or by one holding j->mu that broadcasts.
+ * Used for the progress thread's operations: this rank's own progress
+ * thread does the work, maybe on this very core, so the spin yields. */
 static void wait_flag(tjob *j, atomic_bool *flag) {
   spinner sp = {0};
   do {
     if (atomic_load_explicit(flag, memory_order_acquire)) return;
-  } while (spin_more(j, &sp));
+  } while (spin_more_as(j, &sp, true));
   pthread_mutex_lock(&j->mu);
   atomic_fetch_add(&j->sleepers, 1);
   while (!atomic_load(flag)) pthread_cond_wait(&j->cv, &j->mu);
@@ -753,24 +803,53 @@ static void execute(top *op) {
 
 /* ---- Queue and progress thread ----------------------------------------------------- */
 
+/* Under j->mu: if no thread is running this communicator's oldest queued
+ * operation, runs it on this thread (releasing the mutex meanwhile) and
+ * returns true.  One runner at a time keeps the queue's order.  Both the
+ * progress thread and a rank waiting for a queued operation call this, so
+ * a wait never idles while the operations ahead of it (and its own) sit
+ * in the queue for the progress thread to wake up. */
+static bool run_head_locked(tcomm *tc) {
+  tjob *j = tc->job;
+  if (tc->running || !tc->head) return false;
+  top *op = tc->head;
+  tc->running = true;
+  pthread_mutex_unlock(&j->mu);
+  execute(op);
+  pthread_mutex_lock(&j->mu);
+  tc->head = op->next;
+  if (!tc->head) tc->tail = NULL;
+  tc->running = false;
+  atomic_store(&op->done, true); // op may be freed by its waiter from here on
+  pthread_cond_broadcast(&j->cv);
+  // The progress thread may have gone to sleep while this thread ran.
+  if (tc->head || tc->stop) pthread_cond_signal(&tc->qcv);
+  return true;
+}
+
 static void *progress_main(void *arg) {
   tcomm *tc = arg;
   tjob *j = tc->job;
   pthread_mutex_lock(&j->mu);
   for (;;) {
-    while (!tc->head && !tc->stop) pthread_cond_wait(&tc->qcv, &j->mu);
-    if (!tc->head) break;
-    top *op = tc->head;
-    pthread_mutex_unlock(&j->mu);
-    execute(op);
-    pthread_mutex_lock(&j->mu);
-    tc->head = op->next;
-    if (!tc->head) tc->tail = NULL;
-    atomic_store(&op->done, true); // op may be freed by its waiter from here on
-    pthread_cond_broadcast(&j->cv);
+    if (run_head_locked(tc)) continue;
+    if (tc->stop && !tc->head) break;
+    pthread_cond_wait(&tc->qcv, &j->mu);
   }
   pthread_mutex_unlock(&j->mu);
   return NULL;
+}
+
+/* Waits for a queued collective: runs the queue's operations up to it on
+ * this thread when no one else is running them, else waits for the
+ * progress thread (spin, then block). */
+static void wait_queued(top *op) {
+  tcomm *tc = op->tc;
+  tjob *j = tc->job;
+  pthread_mutex_lock(&j->mu);
+  while (!atomic_load(&op->done) && run_head_locked(tc)) {}
+  pthread_mutex_unlock(&j->mu);
+  wait_flag(j, &op->done);
 }
 
 /* Under j->mu. */
@@ -810,7 +889,7 @@ static px_status run_blocking(top *op) {
     px_status st = enqueue_locked(tc, op);
     pthread_mutex_unlock(&j->mu);
     if (st) return st;
-    wait_flag(j, &op->done);
+    wait_queued(op);
   } else {
     pthread_mutex_unlock(&j->mu);
     execute(op);
@@ -918,9 +997,10 @@ static px_status t_request_wait(px_request *base) {
   if (op->kind == K_RECV) {
     pxt_wait_recv(op);
   } else {
-    // Collectives: the progress thread runs them under their own deadline
-    // and always completes them, so this wait needs no clock.
-    wait_flag(j, &op->done);
+    // Collectives run under their own deadline (on the progress thread
+    // or this one) and always complete, so this wait needs no clock.
+    (void)j;
+    wait_queued(op);
   }
   px_status st = op->status;
   if (st) px_error(st, "%s", op->msg);

@@ -26,7 +26,7 @@ typedef struct tjob {
    * and no wake-up is lost (the waiter counts itself, then re-checks). */
   atomic_int sleepers;
   int spin_ns;       /* how long a wait spins before it blocks */
-  bool spin_yield;   /* more ranks than cores: yield the core while spinning */
+  bool spin_yield;   /* more ranks than cores: yield from a spin's start */
   int refs;          /* px_comm_run's, and one per group */
   atomic_bool failed; /* written under mu; read anywhere */
   px_status fail_status;
@@ -103,6 +103,7 @@ typedef struct tcomm {
   top *head, *tail;
   pthread_cond_t qcv;
   bool started, stop;
+  bool running;      /* a thread is running the head of the queue */
   pthread_t thread;
 } tcomm;
 
@@ -149,8 +150,7 @@ void pxt_wake(tjob *j);
  * the budget ran out or the job failed: then block (under j->mu, with
  * j->sleepers counted) and check again. */
 bool pxt_spin_flag(tjob *j, atomic_bool *flag);
-/* One pause of a spin: a cpu pause, or a sched_yield when oversubscribed. */
-void pxt_spin_pause(const tjob *j);
+
 /* Under j->mu.  The first failure wins; later ones are consequences. */
 void pxt_job_fail_locked(tjob *j, px_status st, const char *msg);
 void pxt_op_set_error(top *op, px_status st, const char *msg);
