@@ -8,6 +8,7 @@
  * variants, started interleaved with blocking calls and with each other
  * and waited in another order, give the same bits; so do thousands of
  * back-to-back tiny all-reduces (each reusing the rendezvous slots).
+ * Point-to-point messages, small and large, arrive whole and in order.
  * If it failed, ranks would drift apart in training, DDP on N threads
  * would not equal one process on the N-fold batch bit for bit, or a fast
  * path would have changed the numbers. */
@@ -251,6 +252,51 @@ static void check_back_to_back(px_comm *c) {
   }
 }
 
+/* Point-to-point moves every byte, small and large (a large send with no
+ * receive posted yet waits briefly, then buffers): a ping-pong between
+ * neighbours, then a ring where every rank sends two large messages on one
+ * tag before it receives, which must arrive in order. */
+static void check_point_to_point(px_comm *c) {
+  int n = px_comm_size(c), r = px_comm_rank(c);
+  int right = (r + 1) % n, left = (r + n - 1) % n;
+  for (size_t ci = 0; ci < NCOUNTS; ci++) {
+    size_t count = counts[ci];
+    float *x = malloc(count * 4), *want = malloc(count * 4);
+    // Pairs (0,1), (2,3): the even rank starts; 3 ranks: rank 2 sits out.
+    int peer = r % 2 == 0 ? r + 1 : r - 1;
+    if (peer < n) {
+      for (int round = 0; round < 4; round++) {
+        int sender = round % 2 == 0 ? (r % 2 == 0 ? r : peer) : (r % 2 == 0 ? peer : r);
+        fill(want, PX_F32, sender, 0, count, (uint32_t)(9000 + round));
+        if (sender == r) {
+          memcpy(x, want, count * 4);
+          CHECK_OK(px_comm_send(c, x, count, PX_F32, peer, round));
+        } else {
+          memset(x, 0xEE, count * 4);
+          CHECK_OK(px_comm_recv(c, x, count, PX_F32, peer, round));
+          expect_bits(x, want, count, PX_F32, "ping-pong", r, n);
+        }
+      }
+    }
+    free(x);
+    free(want);
+  }
+  size_t count = 262147;
+  float *a = malloc(count * 4), *b = malloc(count * 4), *in = malloc(count * 4), *want = malloc(count * 4);
+  fill(a, PX_F32, r, 0, count, 31);
+  fill(b, PX_F32, r, 0, count, 32);
+  CHECK_OK(px_comm_send(c, a, count, PX_F32, right, 8));
+  CHECK_OK(px_comm_send(c, b, count, PX_F32, right, 8));
+  memset(a, 0, count * 4), memset(b, 0, count * 4); // sent means copied
+  for (uint32_t salt = 31; salt <= 32; salt++) {
+    fill(want, PX_F32, left, 0, count, salt);
+    CHECK_OK(px_comm_recv(c, in, count, PX_F32, left, 8));
+    expect_bits(in, want, count, PX_F32, salt == 31 ? "ring, first message" : "ring, second message", r, n);
+  }
+  free(a), free(b), free(in), free(want);
+  CHECK_OK(px_comm_barrier(c));
+}
+
 static int rank_main(px_comm *c, void *arg) {
   (void)arg;
   check_allreduce(c);
@@ -258,6 +304,7 @@ static int rank_main(px_comm *c, void *arg) {
   check_allgather_broadcast(c);
   check_async_interleaved(c);
   check_back_to_back(c);
+  check_point_to_point(c);
   return 0;
 }
 

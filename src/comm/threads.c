@@ -197,6 +197,15 @@ bool pxt_spin_flag(tjob *j, atomic_bool *flag) {
   return false;
 }
 
+bool pxt_spin_change(tjob *j, atomic_uint *p, unsigned was) {
+  spinner sp = {0};
+  do {
+    if (atomic_load_explicit(p, memory_order_relaxed) != was) return true;
+    if (atomic_load_explicit(&j->failed, memory_order_relaxed)) return false;
+  } while (spin_more(j, &sp));
+  return false;
+}
+
 /* Waits (spin, then block) until `flag` is set by a publisher that calls
  * pxt_wake after setting it, or by one holding j->mu that broadcasts.
  * Used for the progress thread's operations: this rank's own progress
@@ -350,6 +359,7 @@ static void group_free(tgroup *g) {
   free(g->split_rank);
   free(g->inbox);
   free(g->posted);
+  free(g->nposted);
   free(g);
 }
 
@@ -371,7 +381,8 @@ static tgroup *group_new_locked(tjob *j, int size) {
   g->split_rank = calloc(n, sizeof *g->split_rank);
   g->inbox = calloc(n, sizeof *g->inbox);
   g->posted = calloc(n, sizeof *g->posted);
-  if (!g->world_rank || !g->slot || !g->post[0] || !g->post[1] || !g->split_group || !g->split_rank ||
+  g->nposted = calloc(n, sizeof *g->nposted);
+  if (!g->nposted ||!g->world_rank || !g->slot || !g->post[0] || !g->post[1] || !g->split_group || !g->split_rank ||
       !g->inbox || !g->posted) {
     group_free(g);
     return NULL;
@@ -379,6 +390,7 @@ static tgroup *group_new_locked(tjob *j, int size) {
   for (size_t r = 0; r < n; r++) {
     atomic_init(&g->slot[r].seq, 0);
     atomic_init(&g->slot[r].busy, false);
+    atomic_init(&g->nposted[r], 0);
   }
   j->refs++;
   return g;

@@ -84,6 +84,8 @@ typedef struct tgroup {
   /* Point-to-point, per destination rank, oldest first. */
   tmsg **inbox;      /* (size) */
   top **posted;      /* (size) receives waiting for their send */
+  atomic_uint *nposted; /* (size) receives ever posted at each rank, for a
+                          * large send to watch without the mutex */
 } tgroup;
 
 typedef struct tcomm {
@@ -150,6 +152,8 @@ void pxt_wake(tjob *j);
  * the budget ran out or the job failed: then block (under j->mu, with
  * j->sleepers counted) and check again. */
 bool pxt_spin_flag(tjob *j, atomic_bool *flag);
+/* Polls *p for the job's spin budget; true once it differs from `was`. */
+bool pxt_spin_change(tjob *j, atomic_uint *p, unsigned was);
 
 /* Under j->mu.  The first failure wins; later ones are consequences. */
 void pxt_job_fail_locked(tjob *j, px_status st, const char *msg);

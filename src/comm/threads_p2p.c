@@ -4,6 +4,15 @@
 // waits for its receive, and every rank may send before it receives.
 // Receives match by (source, tag), oldest message first (MPI's
 // non-overtaking rule).  Large copies happen outside the job mutex.
+//
+// A large message (EAGER_WAIT_BYTES and up) with no receive posted yet
+// first waits, for one spin budget, for a receive to be posted: copying
+// straight into the receive buffer is one copy, where buffering is an
+// allocation (page faults, for a large one) and two copies.  A ping-pong
+// often sends just before its peer posts.  The wait is bounded, so a send
+// still never waits for its receive for long.
+//
+// A posted receive waits for its `done` flag: spin, then block.
 #define _POSIX_C_SOURCE 200809L
 #include "comm/threads.h"
 
@@ -11,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define EAGER_WAIT_BYTES (64u << 10)
 
 static px_status truncation(top *r, size_t got) {
   char msg[MSG_MAX];
@@ -42,6 +53,7 @@ static px_status t_deliver(top *op) {
   tjob *j = tc->job;
   size_t bytes = op->count * px_dtype_size(op->dtype);
   tmsg *m = NULL;
+  bool waited = bytes < EAGER_WAIT_BYTES;
   for (;;) {
     pthread_mutex_lock(&j->mu);
     if (j->failed) {
@@ -70,7 +82,16 @@ static px_status t_deliver(top *op) {
       pthread_mutex_unlock(&j->mu);
       return PX_OK;
     }
-    pthread_mutex_unlock(&j->mu);
+    if (!waited) {
+      // Large: give the receiver a moment to post (see the top).
+      unsigned was = atomic_load(&g->nposted[op->peer]);
+      pthread_mutex_unlock(&j->mu);
+      waited = true;
+      if (pxt_spin_change(j, &g->nposted[op->peer], was)) continue;
+      // None came: buffer (one posted meanwhile is found below).
+    } else {
+      pthread_mutex_unlock(&j->mu);
+    }
     // No receive yet: copy the message, then look again (one may have been
     // posted meanwhile, and it would not look in the inbox).
     m = malloc(sizeof *m + bytes);
@@ -113,6 +134,7 @@ static px_status t_post_recv(top *op) {
   top **tail = &g->posted[tc->rank];
   while (*tail) tail = &(*tail)->next;
   *tail = op;
+  atomic_fetch_add(&g->nposted[tc->rank], 1);
   pthread_mutex_unlock(&j->mu);
   return PX_OK;
 }
