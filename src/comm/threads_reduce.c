@@ -13,14 +13,60 @@
 // every source's elements before dst's are written.  No partial overlaps
 // occur, so `omp simd` (no loop-carried dependence) is correct and lets the
 // compiler vectorise despite the possible aliasing, which its runtime
-// overlap checks would otherwise send to the scalar loop.  Stores are
-// ordinary: dst was just read as a source, so its lines are already in the
-// cache and non-temporal stores would only evict them (measured no gain).
+// overlap checks would otherwise send to the scalar loop.
+//
+// Non-temporal stores.  When dst is none of the sources (a reduce-scatter
+// into its own recv buffer) and at least STREAM_BYTES long, every block is
+// finished in L1 and streamed to dst with non-temporal stores: an ordinary
+// store first reads each line of dst from memory (write-allocate), a
+// quarter of the traffic of a 2-rank reduction.  Measured on the 2-core
+// Zen 4 guest, 8-128 MiB: 1.15-1.6x faster.  In place (dst is a source,
+// as in the all-reduce) its lines are already in the cache, and streaming
+// them out measured 1.2-1.5x slower, so those stores stay ordinary; so do
+// small outputs, which the caller will likely read from the cache.
 #include "comm/threads.h"
 
 #include <string.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #define BLOCK 1024 /* elements of the running value: 4-8 KiB, in L1 */
+#define STREAM_BYTES (4u << 20) /* twice this machine's L2 per core */
+
+/* dst[0 .. bytes) = src with non-temporal stores where the ISA has them;
+ * the caller fences once at the end (stream_fence). */
+static void stream_copy(void *dst, const void *src, size_t bytes) {
+#if defined(__AVX__) || defined(__SSE2__)
+#if defined(__AVX__)
+  enum { W = 32 };
+#else
+  enum { W = 16 };
+#endif
+  char *d = dst;
+  const char *s = src;
+  size_t head = (W - ((uintptr_t)d & (W - 1))) & (W - 1);
+  if (head > bytes) head = bytes;
+  memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= W; d += W, s += W, bytes -= W)
+#if defined(__AVX__)
+    _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+#else
+    _mm_stream_si128((__m128i *)(void *)d, _mm_loadu_si128((const __m128i *)(const void *)s));
+#endif
+  memcpy(d, s, bytes);
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+
+/* Orders the streamed stores before whatever tells the peers we are done. */
+static void stream_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
 
 /* Integers wrap as MPI's do, without signed-overflow UB. */
 #define ADD_F(a, b) ((a) + (b))
@@ -35,10 +81,26 @@
  * value in; FIN(x) finishes: (x), or AVG's division by nn = n, fused with
  * the store so that AVG makes no second pass. */
 #define DEF_KERNEL(NAME, T, COMB, FIN)                                                   \
-  static void NAME(T *dst, const void *const *srcs, int n, size_t count) {              \
+  static void NAME(T *dst, const void *const *srcs, int n, size_t count, bool stream) {  \
     const T nn = (T)n;                                                                   \
     (void)nn;                                                                            \
     const T *s0 = srcs[0];                                                               \
+    if (stream) {                                                                        \
+      T acc[BLOCK];                                                                      \
+      for (size_t base = 0; base < count; base += BLOCK) {                               \
+        size_t m = count - base < BLOCK ? count - base : BLOCK;                          \
+        const T *a = (const T *)srcs[0] + base;                                          \
+        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = a[i];                \
+        for (int k = 1; k < n; k++) {                                                    \
+          const T *s = (const T *)srcs[k] + base;                                        \
+          _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(acc[i], s[i]); \
+        }                                                                                \
+        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(acc[i]);         \
+        stream_copy(dst + base, acc, m * sizeof(T));                                     \
+      }                                                                                  \
+      stream_fence();                                                                    \
+      return;                                                                            \
+    }                                                                                    \
     if (n == 1) {                                                                        \
       _Pragma("omp simd") for (size_t i = 0; i < count; i++) dst[i] = FIN(s0[i]);        \
       return;                                                                            \
@@ -78,15 +140,17 @@ DEF_TYPE(f64, double, ADD_F)
 DEF_TYPE(i32, int32_t, ADD_I32)
 DEF_TYPE(i64, int64_t, ADD_I64)
 
-#define DISPATCH(SUF, T)                                       \
-  switch (op) {                                                \
-  case PX_SUM: sum_##SUF((T *)dst, srcs, n, count); break;     \
-  case PX_AVG: avg_##SUF((T *)dst, srcs, n, count); break;     \
-  case PX_MIN: min_##SUF((T *)dst, srcs, n, count); break;     \
-  case PX_MAX: max_##SUF((T *)dst, srcs, n, count); break;     \
+#define DISPATCH(SUF, T)                                               \
+  switch (op) {                                                        \
+  case PX_SUM: sum_##SUF((T *)dst, srcs, n, count, stream); break;     \
+  case PX_AVG: avg_##SUF((T *)dst, srcs, n, count, stream); break;     \
+  case PX_MIN: min_##SUF((T *)dst, srcs, n, count, stream); break;     \
+  case PX_MAX: max_##SUF((T *)dst, srcs, n, count, stream); break;     \
   }
 
 void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op) {
+  bool stream = count * px_dtype_size(dt) >= STREAM_BYTES;
+  for (int k = 0; k < n && stream; k++) stream = srcs[k] != dst;
   switch (dt) {
   case PX_F32: DISPATCH(f32, float) break;
   case PX_F64: DISPATCH(f64, double) break;
