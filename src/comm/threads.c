@@ -102,7 +102,9 @@
 
 /* All-reduces up to this many bytes take the two-rendezvous path (each rank
  * reduces the whole buffer into this scratch); larger ones split the work. */
+#ifndef SMALL_BYTES
 #define SMALL_BYTES (16u << 10)
+#endif
 /* A wait polls with a cpu pause for SPIN_PAUSE_NS, then with sched_yield
  * until its budget is spent (SPIN_NS; fewer when ranks outnumber cores,
  * which yield from the start), then blocks.  Yielding lets a peer that
