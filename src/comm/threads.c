@@ -550,6 +550,10 @@ static bool block_until_reached(top *op, const deadline *d, uint64_t k, bool *fi
   pthread_mutex_lock(&j->mu);
   atomic_fetch_add(&j->sleepers, 1);
   for (;;) {
+    // Orders the count above (and each wake-up) before the loads of the
+    // slots, which are only acquire: with the publisher's seq_cst store and
+    // load of `sleepers`, one of the two sees the other.
+    atomic_thread_fence(memory_order_seq_cst);
     int from = 0;
     if (all_reached(g, k, &from)) {
       ok = true;
@@ -619,12 +623,13 @@ static px_status rendezvous(top *op, const deadline *d, const tpost *post, bool 
   bool fired = false;
   uint64_t k = ++tc->seq;
   // Done reading peers' buffers: a failing peer waits for this (and may
-  // then return and free them).
-  if (atomic_load_explicit(&mine->busy, memory_order_relaxed)) {
-    atomic_store(&mine->busy, false);
-    pxt_wake(j);
+  // then return and free them); the wake below covers it.
+  bool was_busy = atomic_load_explicit(&mine->busy, memory_order_relaxed);
+  if (was_busy) atomic_store(&mine->busy, false);
+  if (atomic_load(&j->failed)) {
+    if (was_busy) pxt_wake(j);
+    goto failed;
   }
-  if (atomic_load(&j->failed)) goto failed;
   if (post) g->post[tc->ncoll & 1][tc->rank] = *post;
   atomic_store(&mine->seq, k);
   pxt_wake(j);
