@@ -1,10 +1,10 @@
 /* Claim: on 2, 3 and 4 threads, every collective of the threads backend
  * gives, on every rank, exactly the bits of the serial reduction in rank
  * order, x0 ∘ x1 ∘ ... ∘ x(N-1) (AVG: that sum ÷ N), for every dtype and
- * op, for odd counts on both sides of the small/large all-reduce switch
- * (16 KiB) and slices that end mid cache line; NaN and signed zeros
- * included, where MIN and MAX must keep the same operand as the serial
- * code.  All-gather and broadcast move every byte.  The asynchronous
+ * op, for odd counts on both sides of the all-reduce's switches (whole
+ * below 16 KiB, claimed chunks, fixed slices past 32 MiB), with pieces that
+ * end mid cache line; NaN and signed zeros included, where MIN and MAX must
+ * keep the same operand as the serial code.  All-gather and broadcast move every byte.  The asynchronous
  * variants, started interleaved with blocking calls and with each other
  * and waited in another order, give the same bits; so do thousands of
  * back-to-back tiny all-reduces (each reusing the rendezvous slots).
@@ -150,6 +150,19 @@ static void check_reduce_scatter(px_comm *c) {
         free(recv);
         free(want);
       }
+}
+
+/* All-reduces past 32 MiB take another path (fixed slices, then copies):
+ * the same bits. */
+static void check_allreduce_huge(px_comm *c) {
+  int n = px_comm_size(c), r = px_comm_rank(c);
+  const size_t count = 8388613; // F32: 32 MiB + 20 B
+  float *buf = malloc(count * 4), *want = malloc(count * 4);
+  fill(buf, PX_F32, r, 0, count, 4242);
+  serial(want, PX_F32, PX_SUM, n, 0, count, 4242);
+  CHECK_OK(px_comm_allreduce(c, buf, count, PX_F32, PX_SUM));
+  expect_bits(buf, want, count, PX_F32, "allreduce SUM of 32 MiB", r, n);
+  free(buf), free(want);
 }
 
 /* Outputs of 4 MiB and more are written with non-temporal stores: the same
@@ -321,6 +334,7 @@ static void check_point_to_point(px_comm *c) {
 static int rank_main(px_comm *c, void *arg) {
   (void)arg;
   check_allreduce(c);
+  check_allreduce_huge(c);
   check_reduce_scatter(c);
   check_reduce_scatter_streamed(c);
   check_allgather_broadcast(c);

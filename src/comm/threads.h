@@ -75,6 +75,10 @@ typedef struct tgroup {
   bool is_world;
   /* Rendezvous. */
   tslot *slot;       /* (size) */
+  /* Chunks of a large all-reduce claimed so far, by collective parity;
+   * group rank 0 zeroes the next collective's at each first rendezvous.
+   * One cache line of its own (every rank claims from it). */
+  atomic_size_t *claim;
   tpost *post[2];    /* (size) each: posts of even and odd collectives */
   /* Split results, under job->mu: written by group rank 0 for the split
    * whose first rendezvous was number split_seq. */
@@ -95,6 +99,7 @@ typedef struct tcomm {
   int rank;
   int world_rank;
   const void **srcs; /* (size) scratch for reductions */
+  const void **blk;  /* (size) scratch for pxt_reduce_to_all */
   bool *missing;     /* (size) scratch for the watchdog: ranks not arrived */
   /* Used by one thread at a time (the caller or the progress thread,
    * handed over under job->mu). */
@@ -182,5 +187,9 @@ void pxt_wait_recv(top *op);
  * serial rank-order reduction.  dst may be one of the sources exactly,
  * never a partial overlap. */
 void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op);
+/* The same reduction of bufs[0..n) (count elements each), written back
+ * into every one of them: block by block, each block's sources are read
+ * before its destinations are written.  blk: scratch of n pointers. */
+void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count, px_dtype dt, px_reduce_op op);
 
 #endif

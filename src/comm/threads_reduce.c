@@ -148,6 +148,18 @@ DEF_TYPE(i64, int64_t, ADD_I64)
   case PX_MAX: max_##SUF((T *)dst, srcs, n, count, stream); break;     \
   }
 
+void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count, px_dtype dt, px_reduce_op op) {
+  size_t es = px_dtype_size(dt);
+  _Alignas(64) unsigned char acc[BLOCK * 8]; // in L1; reduced once, stored n times
+  size_t per = sizeof acc / es;
+  for (size_t base = 0; base < count; base += per) {
+    size_t m = count - base < per ? count - base : per;
+    for (int k = 0; k < n; k++) blk[k] = (const char *)bufs[k] + base * es;
+    pxt_reduce(acc, blk, n, m, dt, op);
+    for (int k = 0; k < n; k++) memcpy((char *)bufs[k] + base * es, acc, m * es);
+  }
+}
+
 void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op) {
   bool stream = count * px_dtype_size(dt) >= STREAM_BYTES;
   for (int k = 0; k < n && stream; k++) stream = srcs[k] != dst;
