@@ -8,6 +8,7 @@
 #include "comm/internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #define MSG_MAX 512
@@ -18,9 +19,16 @@ typedef enum tkind {
 
 typedef struct tjob {
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* broadcast on every change a waiter may wait for */
+  pthread_cond_t cv; /* broadcast on every change a blocked waiter may wait for */
+  /* Threads blocked (or about to block) on cv.  A change that a waiter may
+   * wait for is published with a seq_cst store and then, only if this is
+   * non-zero, broadcast under mu (pxt_wake): so the fast path takes no lock
+   * and no wake-up is lost (the waiter counts itself, then re-checks). */
+  atomic_int sleepers;
+  int spin_ns;       /* how long a wait spins before it blocks */
+  bool spin_yield;   /* more ranks than cores: yield from a spin's start */
   int refs;          /* px_comm_run's, and one per group */
-  bool failed;
+  atomic_bool failed; /* written under mu; read anywhere */
   px_status fail_status;
   char fail_msg[MSG_MAX];
   bool have_exit;
@@ -30,8 +38,7 @@ typedef struct tjob {
 
 struct tgroup;
 
-/* What a rank brings to a collective; the last arriver of a split writes
- * the rank's new group into its post. */
+/* What a rank brings to a collective. */
 typedef struct tpost {
   tkind kind;
   const void *send;
@@ -41,8 +48,6 @@ typedef struct tpost {
   px_reduce_op op;
   int root;
   int color, key;
-  struct tgroup *new_group;
-  int new_rank;
 } tpost;
 
 /* A message sent before its receive was posted. */
@@ -55,6 +60,13 @@ typedef struct tmsg {
 
 typedef struct top top;
 
+/* One rank's side of a group's rendezvous, alone on its cache line(s) so
+ * that ranks polling each other's slots share no line they write. */
+typedef struct tslot {
+  _Alignas(64) atomic_uint_least64_t seq; /* rendezvous this rank has reached */
+  atomic_bool busy;  /* between rendezvous, reading peers' buffers */
+} tslot;
+
 typedef struct tgroup {
   tjob *job;
   int size;
@@ -62,15 +74,22 @@ typedef struct tgroup {
   int *world_rank;   /* (size) rank in the px_comm_run world, for messages */
   bool is_world;
   /* Rendezvous. */
-  uint64_t gen;
-  int arrived;
-  bool *here;        /* (size) arrived at the current rendezvous */
-  tpost *post;       /* (size) */
-  int busy;          /* ranks between rendezvous, reading peers' buffers */
-  bool *busy_rank;   /* (size) */
+  tslot *slot;       /* (size) */
+  /* Chunks of a large all-reduce claimed so far, by collective parity;
+   * group rank 0 zeroes the next collective's at each first rendezvous.
+   * One cache line of its own (every rank claims from it). */
+  atomic_size_t *claim;
+  tpost *post[2];    /* (size) each: posts of even and odd collectives */
+  /* Split results, under job->mu: written by group rank 0 for the split
+   * whose first rendezvous was number split_seq. */
+  uint64_t split_seq;
+  struct tgroup **split_group; /* (size) */
+  int *split_rank;             /* (size) */
   /* Point-to-point, per destination rank, oldest first. */
   tmsg **inbox;      /* (size) */
   top **posted;      /* (size) receives waiting for their send */
+  atomic_uint *nposted; /* (size) receives ever posted at each rank, for a
+                          * large send to watch without the mutex */
 } tgroup;
 
 typedef struct tcomm {
@@ -80,11 +99,18 @@ typedef struct tcomm {
   int rank;
   int world_rank;
   const void **srcs; /* (size) scratch for reductions */
+  const void **blk;  /* (size) scratch for pxt_reduce_to_all */
   bool *missing;     /* (size) scratch for the watchdog: ranks not arrived */
+  /* Used by one thread at a time (the caller or the progress thread,
+   * handed over under job->mu). */
+  uint64_t seq;      /* rendezvous this rank has reached on g */
+  uint64_t ncoll;    /* collectives started on g: parity picks g->post[] */
+  void *small;       /* scratch of SMALL_BYTES for small all-reduces, lazily */
   /* Started operations, oldest first; the head stays until it completes. */
   top *head, *tail;
   pthread_cond_t qcv;
   bool started, stop;
+  bool running;      /* a thread is running the head of the queue */
   pthread_t thread;
 } tcomm;
 
@@ -105,7 +131,7 @@ struct top {
   char label[PX_COMM_LABEL_MAX];
   double timeout;
   bool posted;  /* a receive in its group's posted list */
-  bool done;    /* set under the job mutex; the waiter may then free it */
+  atomic_bool done; /* set last (release); the waiter may then free it */
   px_status status;
   char msg[2 * MSG_MAX]; /* room for the job's reason and what was given up */
   top *next;
@@ -121,8 +147,19 @@ typedef struct deadline {
 /* ---- Shared by threads.c and threads_p2p.c -------------------------------- */
 
 deadline pxt_deadline_in(double seconds);
-/* Waits on the job's condition variable: 0, or ETIMEDOUT once d passed. */
+/* Waits on the job's condition variable: 0, or ETIMEDOUT once d passed.
+ * Under j->mu, counted in j->sleepers. */
 int pxt_job_wait(tjob *j, const deadline *d);
+/* After a seq_cst store that a waiter may wait for: wakes blocked waiters
+ * (takes j->mu only when some are blocked).  Not under j->mu. */
+void pxt_wake(tjob *j);
+/* Polls `flag` for the job's spin budget; true once it is set.  False when
+ * the budget ran out or the job failed: then block (under j->mu, with
+ * j->sleepers counted) and check again. */
+bool pxt_spin_flag(tjob *j, atomic_bool *flag);
+/* Polls *p for the job's spin budget; true once it differs from `was`. */
+bool pxt_spin_change(tjob *j, atomic_uint *p, unsigned was);
+
 /* Under j->mu.  The first failure wins; later ones are consequences. */
 void pxt_job_fail_locked(tjob *j, px_status st, const char *msg);
 void pxt_op_set_error(top *op, px_status st, const char *msg);
@@ -144,5 +181,15 @@ px_status pxt_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src
                     px_request **req);
 /* Waits for a receive (under the watchdog) until it is done. */
 void pxt_wait_recv(top *op);
+
+/* threads_reduce.c: dst[i] = srcs[0][i] ∘ srcs[1][i] ∘ ... ∘ srcs[n-1][i]
+ * (AVG: the sum, then divided by n), left to right, so the bits equal the
+ * serial rank-order reduction.  dst may be one of the sources exactly,
+ * never a partial overlap. */
+void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op);
+/* The same reduction of bufs[0..n) (count elements each), written back
+ * into every one of them: block by block, each block's sources are read
+ * before its destinations are written.  blk: scratch of n pointers. */
+void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count, px_dtype dt, px_reduce_op op);
 
 #endif

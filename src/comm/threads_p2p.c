@@ -4,6 +4,15 @@
 // waits for its receive, and every rank may send before it receives.
 // Receives match by (source, tag), oldest message first (MPI's
 // non-overtaking rule).  Large copies happen outside the job mutex.
+//
+// A large message (EAGER_WAIT_BYTES and up) with no receive posted yet
+// first waits, for one spin budget, for a receive to be posted: copying
+// straight into the receive buffer is one copy, where buffering is an
+// allocation (page faults, for a large one) and two copies.  A ping-pong
+// often sends just before its peer posts.  The wait is bounded, so a send
+// still never waits for its receive for long.
+//
+// A posted receive waits for its `done` flag: spin, then block.
 #define _POSIX_C_SOURCE 200809L
 #include "comm/threads.h"
 
@@ -11,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define EAGER_WAIT_BYTES (64u << 10)
 
 static px_status truncation(top *r, size_t got) {
   char msg[MSG_MAX];
@@ -42,6 +53,7 @@ static px_status t_deliver(top *op) {
   tjob *j = tc->job;
   size_t bytes = op->count * px_dtype_size(op->dtype);
   tmsg *m = NULL;
+  bool waited = bytes < EAGER_WAIT_BYTES;
   for (;;) {
     pthread_mutex_lock(&j->mu);
     if (j->failed) {
@@ -57,10 +69,9 @@ static px_status t_deliver(top *op) {
       if (bytes > room) truncation(r, bytes);
       else if (bytes) memcpy(r->recv, m ? (const void *)m->data : op->send, bytes);
       free(m);
-      pthread_mutex_lock(&j->mu);
-      r->done = true;
-      pthread_cond_broadcast(&j->cv);
-      pthread_mutex_unlock(&j->mu);
+      // Last touch of r: its waiter may free it once it sees this.
+      atomic_store(&r->done, true);
+      pxt_wake(j);
       return PX_OK;
     }
     if (m) {
@@ -71,7 +82,16 @@ static px_status t_deliver(top *op) {
       pthread_mutex_unlock(&j->mu);
       return PX_OK;
     }
-    pthread_mutex_unlock(&j->mu);
+    if (!waited) {
+      // Large: give the receiver a moment to post (see the top).
+      unsigned was = atomic_load(&g->nposted[op->peer]);
+      pthread_mutex_unlock(&j->mu);
+      waited = true;
+      if (pxt_spin_change(j, &g->nposted[op->peer], was)) continue;
+      // None came: buffer (one posted meanwhile is found below).
+    } else {
+      pthread_mutex_unlock(&j->mu);
+    }
     // No receive yet: copy the message, then look again (one may have been
     // posted meanwhile, and it would not look in the inbox).
     m = malloc(sizeof *m + bytes);
@@ -106,7 +126,7 @@ static px_status t_post_recv(top *op) {
     if (m->bytes > room) truncation(op, m->bytes);
     else if (m->bytes) memcpy(op->recv, m->data, m->bytes);
     free(m);
-    op->done = true; // nobody else knows this op yet
+    atomic_store(&op->done, true); // nobody else knows this op yet
     return op->status;
   }
   op->posted = true;
@@ -114,6 +134,7 @@ static px_status t_post_recv(top *op) {
   top **tail = &g->posted[tc->rank];
   while (*tail) tail = &(*tail)->next;
   *tail = op;
+  atomic_fetch_add(&g->nposted[tc->rank], 1);
   pthread_mutex_unlock(&j->mu);
   return PX_OK;
 }
@@ -128,13 +149,18 @@ static void unlink_posted_locked(tgroup *g, int dst, top *op) {
     }
 }
 
-/* Waits for a posted receive under the watchdog. */
+/* Waits for a posted receive under the watchdog: spins for the job's
+ * budget (a ping-pong's reply usually arrives within it), then blocks. */
 void pxt_wait_recv(top *op) {
   tcomm *tc = op->tc;
   tgroup *g = tc->g;
   tjob *j = tc->job;
+  if (pxt_spin_flag(j, &op->done)) return;
   deadline d = pxt_deadline_in(op->timeout);
   pthread_mutex_lock(&j->mu);
+  // Counted before the first look at `done`: the sender stores it, then
+  // wakes us only if it sees a sleeper (pxt_wake).
+  atomic_fetch_add(&j->sleepers, 1);
   while (!op->done) {
     // Once a sender has taken it (posted == false) it completes shortly.
     if (op->posted && j->failed) {
@@ -162,7 +188,8 @@ void pxt_wait_recv(top *op) {
       break;
     }
   }
-  op->done = true;
+  atomic_fetch_sub(&j->sleepers, 1);
+  atomic_store(&op->done, true);
   pthread_mutex_unlock(&j->mu);
 }
 
@@ -196,7 +223,7 @@ px_status pxt_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, i
     free(o);
     return st;
   }
-  o->done = true;
+  atomic_store(&o->done, true);
   *req = &o->base;
   return PX_OK;
 }
