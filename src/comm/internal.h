@@ -69,11 +69,6 @@ px_comm *px_comm_alloc(const px_comm_ops *ops, px_comm_backend backend, int rank
  * element type (integers truncate toward zero). */
 void px_comm_divide(void *buf, size_t count, px_dtype dtype, int n);
 
-/* dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i] for i < count,
- * in that order (AVG: the sum, then divided by n).  dst may be one of the
- * sources.  dt is one of the four reducible dtypes (reduce.c). */
-void px_comm_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op);
-
 /* True for the dtypes reductions accept: F32, F64, I32, I64. */
 bool px_comm_reducible(px_dtype dtype);
 
