@@ -1,6 +1,6 @@
 /* Claim: the GPT in tensor-parallel form trains as the single-process GPT:
  * under the threads backend with tp = 2 and tp = 4 (vocabulary 37: split
- * unevenly by both), and with dp 2 × tp 2 (DDP over the dp group), 20 AdamW
+ * unevenly by both), and with dp 2 × tp 2 (DDP, ZeRO-1 or ZeRO-2 over the dp group), 20 AdamW
  * steps with dropout 0.1 and gradient-norm clipping give every step's loss,
  * every gradient norm and every parameter box of the single process to
  * 1e-5 relative (tests/tp_gpt_cases.h).  And a tp that does not divide the
@@ -14,7 +14,12 @@
 
 static int run(px_comm *c, void *arg) {
   px_comm_set_timeout(c, 120);
-  tpg_case(c, *(const int *)arg, true);
+  const int tp = *(const int *)arg;
+  tpg_case(c, tp, 0, true);
+  if (px_comm_size(c) > tp) {  // dp > 1: ZeRO stages 1 and 2 over dp instead of DDP
+    tpg_case(c, tp, 1, true);
+    tpg_case(c, tp, 2, true);
+  }
   return px_test_failures ? 1 : 0;
 }
 

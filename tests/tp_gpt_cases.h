@@ -7,7 +7,9 @@
  * every step and, at the end, every parameter box must agree to 1e-5
  * relative (max |a - b| / max(|a|, |b|, rms of the tensor)).  With dp > 1
  * (a dp × tp mesh) DDP averages the gradients over the dp group, each dp
- * rank on its share of the batch; the reference sees the whole batch. */
+ * rank on its share of the batch; the reference sees the whole batch; or
+ * ZeRO stage 1 or 2 over the dp group instead (zero_stage > 0), clipped
+ * with px_tp_zero_clip_grad_norm. */
 #ifndef PX_TP_GPT_CASES_H
 #define PX_TP_GPT_CASES_H
 
@@ -79,7 +81,7 @@ static double tpg_compare(const px_model *tp, const px_model *ref, const char **
 
 /* Trains the tp model over `mesh` (dp × tp; DDP over dp when dp > 1) and the
  * reference; checks losses and parameters. */
-static void tpg_case(px_comm *world, int tp, bool verbose) {
+static void tpg_case(px_comm *world, int tp, int zero_stage, bool verbose) {
   px_mesh *mesh;
   CHECK_OK(px_mesh_create(&mesh, world, 0, tp, 1));
   const int dp = mesh->dp, dp_rank = mesh->dp_rank;
@@ -90,12 +92,26 @@ static void tpg_case(px_comm *world, int tp, bool verbose) {
   CHECK(md->n_params == ref->n_params && md->n_modules == ref->n_modules,
         "the tp GPT has %d parameters in %d modules, the zoo GPT %d in %d", md->n_params, md->n_modules,
         ref->n_params, ref->n_modules);
-  px_ddp *ddp = NULL;
-  if (dp > 1) CHECK_OK(px_ddp_wrap(&ddp, md, mesh->dp_comm, NULL));
   const char *name = "";
   const double w0 = tpg_compare(md, ref, &name);
   CHECK(w0 == 0, "tp %d: the initial \"%s\" is not the box of the single-process one (%.3g)", tp, name, w0);
-  px_optim *o = tpg_adamw(md), *oref = tpg_adamw(ref);
+  px_ddp *ddp = NULL;
+  px_zero *z = NULL;
+  px_optim *o, *oref = tpg_adamw(ref);
+  if (zero_stage > 0) {
+    px_zero_opts zo = PX_ZERO_DEFAULTS;
+    zo.stage = zero_stage;
+    zo.bucket_bytes = zo.first_bucket_bytes = 1024;  // several buckets
+    CHECK_OK(px_zero_wrap(&z, md, mesh->dp_comm, &zo));
+    float *sp, *sg;
+    size_t sn;
+    px_zero_shard(z, &sp, &sg, &sn);
+    px_optim_opts oo = px_adamw_defaults(3e-3f);
+    CHECK_OK(px_optim_create(&o, sp, sg, sn, &oo));
+  } else {
+    if (dp > 1) CHECK_OK(px_ddp_wrap(&ddp, md, mesh->dp_comm, NULL));
+    o = tpg_adamw(md);
+  }
   const int per = TPG_B, B = per * dp;
   int32_t *x = malloc((size_t)B * TPG_T * sizeof *x), *y = malloc((size_t)B * TPG_T * sizeof *y);
   double worst_loss = 0;
@@ -125,7 +141,8 @@ static void tpg_case(px_comm *world, int tp, bool verbose) {
     CHECK_OK(px_optim_step(oref));
     // Tensor parallel: this dp rank's rows.
     px_tensor xs = px_tensor_view(x + (size_t)dp_rank * per * TPG_T, PX_I32, 2, (int64_t[]){per, TPG_T}), lt;
-    px_model_zero_grad(md);
+    if (z) px_zero_zero_grad(z);
+    else px_model_zero_grad(md);
     CHECK_OK(px_model_forward(md, &xs, &lt));
     px_tensor dlt = lt;
     dlt.data = px_model_scratch(md, (size_t)px_tensor_numel(&lt));
@@ -134,11 +151,14 @@ static void tpg_case(px_comm *world, int tp, bool verbose) {
                                  px_f32(&dlt)));
     CHECK_OK(px_model_backward(md, &dlt, NULL));
     if (ddp) CHECK_OK(px_ddp_sync(ddp));
+    if (z) CHECK_OK(px_zero_sync(z));
     double lmean = l;  // the batch's loss: the mean of the dp ranks' (equal shares)
     if (dp > 1) CHECK_OK(px_comm_allreduce(mesh->dp_comm, &lmean, 1, PX_F64, PX_AVG));
     float norm;
-    CHECK_OK(px_tp_clip_grad_norm(&mesh->tp_group, md, TPG_CLIP, &norm));
+    if (z) CHECK_OK(px_tp_zero_clip_grad_norm(mesh, z, md, TPG_CLIP, &norm));
+    else CHECK_OK(px_tp_clip_grad_norm(&mesh->tp_group, md, TPG_CLIP, &norm));
     CHECK_OK(px_optim_step(o));
+    if (z) CHECK_OK(px_zero_after_step(z));
     const double dl_rel = fabs(lmean - lref) / fabs(lref);
     worst_loss = fmax(worst_loss, dl_rel);
     CHECK(dl_rel <= 1e-5, "dp %d × tp %d rank %d step %d: loss %.8g, one process %.8g", dp, tp, mesh->rank, s, lmean, lref);
@@ -151,13 +171,15 @@ static void tpg_case(px_comm *world, int tp, bool verbose) {
   CHECK(worst <= 1e-5, "dp %d × tp %d rank %d: after %d AdamW steps \"%s\" differs by %.3g relative", dp, tp,
         mesh->rank, TPG_STEPS, name, worst);
   if (verbose && mesh->rank == 0)
-    printf("  dp %d × tp %d (%s): %d steps, clipped in %d; worst loss difference %.1e, worst parameter %.1e (%s)\n",
-           dp, tp, px_comm_backend_name(px_comm_backend_of(world)), TPG_STEPS, clipped, worst_loss, worst, name);
+    printf("  dp %d × tp %d%s (%s): %d steps, clipped in %d; worst loss difference %.1e, worst parameter %.1e (%s)\n",
+           dp, tp, zero_stage == 1 ? ", ZeRO-1" : zero_stage == 2 ? ", ZeRO-2" : dp > 1 ? ", DDP" : "",
+           px_comm_backend_name(px_comm_backend_of(world)), TPG_STEPS, clipped, worst_loss, worst, name);
   free(x);
   free(y);
   px_optim_free(o);
   px_optim_free(oref);
   if (ddp) px_ddp_free(ddp);
+  if (z) CHECK_OK(px_zero_free(z));
   px_model_free(md);
   px_model_free(ref);
   px_mesh_free(mesh);

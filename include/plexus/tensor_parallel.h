@@ -172,6 +172,17 @@ px_module *px_tp_gpt(px_tp_group *g, const px_tp_gpt_config *cfg);
  * gradients as px_clip_grad_norm does; *norm_out (may be NULL) the norm. */
 px_status px_tp_clip_grad_norm(px_tp_group *g, px_model *model, float max_norm, float *norm_out);
 
+/* The same under ZeRO stage 1 or 2 over the mesh's dp group (the tp model
+ * wrapped with px_zero_wrap(&z, model, mesh->dp_comm, …)): each dp rank adds
+ * the squares of its shard's elements (px_zero_segments says which flat
+ * elements those are; a replicated parameter's only on tp rank 0), one f64
+ * all-reduce over dp and one over tp give the global norm, and the shard is
+ * scaled as px_clip_grad_norm would scale the whole.  Call after
+ * px_zero_sync.  Stage 3 is refused (PX_ERR_UNSUPPORTED). */
+struct px_zero;
+px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, struct px_zero *z, px_model *model, float max_norm,
+                                    float *norm_out);
+
 #ifdef __cplusplus
 }
 #endif

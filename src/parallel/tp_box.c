@@ -16,8 +16,10 @@
 // parameters; one all-reduce (f64) sums that.
 #include "parallel/tp_internal.h"
 #include "plexus/optim.h"
+#include "plexus/parallel.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 px_status px_tp_allreduce(px_tp_group *g, float *buf, size_t n, px_reduce_op op, bool backward) {
@@ -156,6 +158,41 @@ px_status px_tp_clip_grad_norm(px_tp_group *g, px_model *model, float max_norm, 
   }
   const float norm = (float)sqrt(ss);
   px_clip_grad_scale(model->grad_data, model->n_param_elems, norm, max_norm);
+  if (norm_out) *norm_out = norm;
+  return PX_OK;
+}
+
+px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, px_zero *z, px_model *model, float max_norm,
+                                    float *norm_out) {
+  if (px_zero_stage(z) == 3)
+    return px_error(PX_ERR_UNSUPPORTED, "tensor parallel: clipping under ZeRO stage 3 is not supported (stages 1-2)");
+  float *shard, *grads;
+  size_t n;
+  px_zero_shard(z, &shard, &grads, &n);
+  const int nseg = px_zero_segments(z, NULL, NULL, NULL, 0);
+  size_t *buf = malloc((size_t)(nseg > 0 ? nseg : 1) * 3 * sizeof *buf);
+  if (!buf) return px_error(PX_ERR_NOMEM, "tensor parallel: out of memory for %d shard segments", nseg);
+  size_t *flat_off = buf, *shard_off = buf + nseg, *count = buf + 2 * nseg;
+  px_zero_segments(z, flat_off, shard_off, count, nseg);
+  const bool first = mesh->tp_rank == 0;
+  double ss = 0;
+  // Parameters are laid out in order (model->params[i]->offset increasing):
+  // walk each segment against them.
+  for (int k = 0; k < nseg; k++) {
+    const size_t a = flat_off[k], b = a + count[k];
+    for (int i = 0; i < model->n_params; i++) {
+      const px_param *p = model->params[i];
+      const size_t lo = p->offset > a ? p->offset : a, hi = p->offset + p->numel < b ? p->offset + p->numel : b;
+      if (lo >= hi || !(first || px_tp_param_box(p).split_dim >= 0)) continue;
+      ss += px_sumsq(grads + shard_off[k] + (lo - a), hi - lo);
+    }
+  }
+  free(buf);
+  px_status st = px_comm_allreduce(mesh->dp_comm, &ss, 1, PX_F64, PX_SUM);
+  if (st == PX_OK && mesh->tp > 1) st = px_comm_allreduce(mesh->tp_comm, &ss, 1, PX_F64, PX_SUM);
+  if (st != PX_OK) return px_error_wrap(st, "tensor parallel: the ZeRO gradient norm's all-reduce");
+  const float norm = (float)sqrt(ss);
+  px_clip_grad_scale(grads, n, norm, max_norm);
   if (norm_out) *norm_out = norm;
   return PX_OK;
 }
