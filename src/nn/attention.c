@@ -257,8 +257,9 @@ px_module *px_attention_with(int in_dim, int dim, int n_head, int head0, int hea
   px_module *kids[3] = {c_attn, c_proj, resid_dropout};
   attention *a = NULL;
   if (in_dim <= 0 || dim <= 0 || n_head <= 0 || dim % n_head != 0 || head0 < 0 || head0 + n_head > heads_total) {
-    px_error(PX_ERR_INVALID, "CausalSelfAttention(%d, heads=%d): the width must be a positive multiple of the "
-             "number of heads", dim, n_head);
+    px_error(PX_ERR_INVALID, "CausalSelfAttention(%d -> %d, heads %d..%d of %d): the width must be a positive "
+             "multiple of the number of heads, and the heads within the model's", in_dim, dim, head0,
+             head0 + n_head - 1, heads_total);
   } else if (!(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
     px_error(PX_ERR_INVALID, "CausalSelfAttention: attention dropout %g outside [0, 1)", (double)attn_dropout);
   } else if (c_attn && c_proj && resid_dropout) {
