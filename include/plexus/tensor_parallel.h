@@ -56,7 +56,8 @@ typedef struct px_tp_group {
   px_tp_counts  counts;
 } px_tp_group;
 
-/* A group over `comm` (NULL: tp = 1), counts zero. */
+/* A group over `comm` (NULL: tp = 1), counts zero.  Layers keep a pointer
+ * to the group: it (and a mesh holding it) must outlive the model. */
 px_tp_group px_tp_group_of(px_comm *comm);
 
 /* ---- The mesh ---------------------------------------------------------------- */
