@@ -47,6 +47,7 @@ extern "C" {
 typedef struct px_tp_counts {
   uint64_t fwd_allreduce, bwd_allreduce;
   uint64_t fwd_allgather, bwd_allgather;
+  uint64_t fwd_reduce_scatter, bwd_reduce_scatter;
   uint64_t elems;  /* elements moved by all of them */
 } px_tp_counts;
 
@@ -122,6 +123,24 @@ px_module *px_tp_column_parallel(px_tp_group *g, px_tp_layout layout, int in_fea
  * and added after the all-reduce.  The input is already split (…, in/P)
  * (a column-parallel layer's output). */
 px_module *px_tp_row_parallel(px_tp_group *g, px_tp_layout layout, int in_features, int out_features, bool bias);
+
+/* ---- Sequence parallelism (Megatron-LM, Korthikanti et al. 2022) ----------
+ * Between the tensor-parallel regions, activations (N, T, C) are split along
+ * the sequence: rank r holds positions [r·T/P, (r+1)·T/P), so layer norms,
+ * dropout and residual adds run on T/P positions.  The all-reduce around a
+ * column → row pair becomes an all-gather before it and a reduce-scatter
+ * after it (the same bytes, in two halves):
+ *   px_tp_sequence_gather   (N, T/P, C) -> (N, T, C): all-gather forward,
+ *                           reduce-scatter of dy backward
+ *   px_tp_sequence_scatter  (N, T, C) partial sums -> (N, T/P, C): reduce-
+ *                           scatter forward, all-gather of dy backward
+ * With sequence_parallel set, a column-parallel layer leaves its dx partial
+ * (the gather's backward sums it) and a row-parallel layer leaves y partial
+ * (the scatter sums it), adding its bias on tp rank 0 only so the sum holds
+ * it once.  T must be a multiple of P.  Not yet wired into px_tp_gpt. */
+px_module *px_tp_sequence_gather(px_tp_group *g);
+px_module *px_tp_sequence_scatter(px_tp_group *g);
+void px_tp_set_sequence_parallel(px_module *tp_linear, bool on);
 
 /* The vocabulary split: rank r holds rows [first, first + count) of a
  * (vocab, dim) table, first = r·vocab/P (integer division), so a vocabulary

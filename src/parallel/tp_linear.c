@@ -34,6 +34,7 @@ typedef struct tp_linear {
   tp_module    tm;
   px_tp_layout layout;
   bool         column, has_bias, gather;
+  bool         seq;          /* sequence parallel: no all-reduce (a gather / scatter does it) */
   int          in, out;      /* global features */
   int          lin, lout;    /* this rank's: column (in, out/P), row (in/P, out) */
   px_tensor    x;            /* saved input (R, lin) */
@@ -75,6 +76,13 @@ static px_status tp_linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x
   if (!l->gather) {
     local_gemm(l, px_f32(x), R, px_f32(y));
     if (l->column) return PX_OK;  // copy to the tp region: identity forward
+    if (l->seq) {
+      // Sequence parallel: y stays partial for px_tp_sequence_scatter; the
+      // bias joins the sum once, from tp rank 0.
+      if (l->has_bias && l->tm.g->rank == 0)
+        for (int r = 0; r < R; r++) px_axpy(px_f32(y) + (size_t)r * l->out, m->params[1].data, (size_t)l->out, 1.0f);
+      return PX_OK;
+    }
     // Reduce from the tp region: y = Σ_r x_r · W_r, then b once.
     if ((st = px_tp_allreduce(l->tm.g, px_f32(y), (size_t)R * l->out, PX_SUM, false)) != PX_OK) return st;
     if (l->has_bias)
@@ -125,7 +133,8 @@ static px_status tp_linear_backward(px_module *m, px_ctx *ctx, const px_tensor *
   else                            // dx = dy · Wᵀ     W stored (lin, lout)
     px_sgemm(false, true, R, lin, lout, 1.0f, DY, lout, m->params[0].data, lout, 0.0f, px_f32(dx), lin);
   // Copy to the tp region, backward: every rank used x, so dx = Σ_r dx_r.
-  if (l->column) return px_tp_allreduce(l->tm.g, px_f32(dx), (size_t)R * lin, PX_SUM, true);
+  // (Sequence parallel: px_tp_sequence_gather's backward sums it instead.)
+  if (l->column && !l->seq) return px_tp_allreduce(l->tm.g, px_f32(dx), (size_t)R * lin, PX_SUM, true);
   return PX_OK;
 }
 
@@ -228,4 +237,9 @@ px_module *px_tp_row_parallel(px_tp_group *g, px_tp_layout layout, int in_featur
                                .size = {out_features}};
   }
   return &l->tm.base;
+}
+
+void px_tp_set_sequence_parallel(px_module *m, bool on) {
+  if (m && (m->ops == &px_tp_column_ops || m->ops == &px_tp_row_ops) && !((tp_linear *)m)->gather)
+    ((tp_linear *)m)->seq = on;
 }
