@@ -36,6 +36,7 @@
 // only above m·n·k = 65536 · GEMM_MULTITHREAD_THRESHOLD(4)), so the bits
 // are the same either way.
 #include "plexus/nn.h"
+#include "nn/internal.h"
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -48,7 +49,9 @@
 
 typedef struct attention {
   px_module base;      /* children: c_attn, c_proj, resid_dropout */
-  int       dim, n_head;
+  int       dim, n_head;  /* this module's width and heads (C and H unless tensor parallel) */
+  int       in_dim;       /* width of the input x and of y */
+  int       head0, heads_total; /* tensor parallel: heads [head0, head0 + n_head) of heads_total */
   float     attn_p;    /* dropout on the attention probabilities */
   // Saved by forward for backward.
   px_tensor qkv;       /* (N, T, 3C) */
@@ -69,7 +72,10 @@ static head_view head_of(const attention *a, const float *qkv, int64_t n, int h)
   const int C = a->dim, T = (int)a->t, d = C / a->n_head;
   const float *q = qkv + (size_t)n * (size_t)T * 3 * (size_t)C + (size_t)h * (size_t)d;
   return (head_view){.q = q, .k = q + C, .v = q + 2 * C, .ld = 3 * C, .T = T, .d = d,
-                     .elem0 = ((uint64_t)n * (uint64_t)a->n_head + (uint64_t)h) * (uint64_t)T * (uint64_t)T};
+                     // The global head's index: a tensor-parallel rank draws the
+                     // masks the single-process model draws for that head.
+                     .elem0 = ((uint64_t)n * (uint64_t)a->heads_total + (uint64_t)(a->head0 + h)) * (uint64_t)T *
+                              (uint64_t)T};
 }
 
 // row[j] *= M_ij/(1-p) for j < n (in place, or into out), element (i, j) of
@@ -177,10 +183,10 @@ static void head_backward(const attention *a, head_view hv, const float *o, cons
 
 static px_status attn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   attention *a = (attention *)m;
-  if (x->dtype != PX_F32 || x->ndim != 3 || x->shape[2] != a->dim) {
+  if (x->dtype != PX_F32 || x->ndim != 3 || x->shape[2] != a->in_dim) {
     char s[PX_SHAPE_STR_MAX];
     return px_error(PX_ERR_SHAPE, "CausalSelfAttention(%d, heads=%d) \"%s\": input must be f32 (N, T, %d), got %s %s",
-                    a->dim, a->n_head, m->children[0]->params[0].name, a->dim, px_dtype_name(x->dtype),
+                    a->in_dim, a->heads_total, m->children[0]->params[0].name, a->in_dim, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
   const int64_t N = x->shape[0], T = x->shape[1];
@@ -246,33 +252,51 @@ static const px_module_ops attention_ops = {
   .type = "CausalSelfAttention", .forward = attn_forward, .backward = attn_backward,
 };
 
+px_module *px_attention_with(int in_dim, int dim, int n_head, int head0, int heads_total, float attn_dropout,
+                             px_module *c_attn, px_module *c_proj, px_module *resid_dropout) {
+  px_module *kids[3] = {c_attn, c_proj, resid_dropout};
+  attention *a = NULL;
+  if (in_dim <= 0 || dim <= 0 || n_head <= 0 || dim % n_head != 0 || head0 < 0 || head0 + n_head > heads_total) {
+    px_error(PX_ERR_INVALID, "CausalSelfAttention(%d -> %d, heads %d..%d of %d): the width must be a positive "
+             "multiple of the number of heads, and the heads within the model's", in_dim, dim, head0,
+             head0 + n_head - 1, heads_total);
+  } else if (!(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
+    px_error(PX_ERR_INVALID, "CausalSelfAttention: attention dropout %g outside [0, 1)", (double)attn_dropout);
+  } else if (c_attn && c_proj && resid_dropout) {
+    a = (attention *)px_module_alloc(sizeof *a, &attention_ops);
+  }
+  if (!a) {
+    for (int i = 0; i < 3; i++)
+      if (kids[i]) px_module_free(kids[i]);
+    return NULL;
+  }
+  a->dim = dim;
+  a->n_head = n_head;
+  a->in_dim = in_dim;
+  a->head0 = head0;
+  a->heads_total = heads_total;
+  a->attn_p = attn_dropout;
+  px_module *m = &a->base;
+  // Hugging Face's names: attn.c_attn, attn.c_proj, attn.resid_dropout.
+  const char *names[3] = {"c_attn", "c_proj", "resid_dropout"};
+  bool ok = true;
+  for (int i = 0; i < 3; i++) ok = ok && px_module_add_child(m, names[i], kids[i]) == PX_OK;
+  if (!ok) {
+    // The first failure's message stays; free whatever was not adopted.
+    for (int i = 0; i < 3; i++)
+      if (!kids[i]->parent) px_module_free(kids[i]);
+    px_module_free(m);
+    return NULL;
+  }
+  return m;
+}
+
 px_module *px_causal_self_attention(int dim, int n_head, float attn_dropout, float resid_dropout) {
   if (dim <= 0 || n_head <= 0 || dim % n_head != 0) {
     px_error(PX_ERR_INVALID, "CausalSelfAttention(%d, heads=%d): the width must be a positive multiple of the "
              "number of heads", dim, n_head);
     return NULL;
   }
-  if (!(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
-    px_error(PX_ERR_INVALID, "CausalSelfAttention: attention dropout %g outside [0, 1)", (double)attn_dropout);
-    return NULL;
-  }
-  attention *a = (attention *)px_module_alloc(sizeof *a, &attention_ops);
-  if (!a) return NULL;
-  a->dim = dim;
-  a->n_head = n_head;
-  a->attn_p = attn_dropout;
-  px_module *m = &a->base;
-  // Hugging Face's names: attn.c_attn, attn.c_proj, attn.resid_dropout.
-  const char *names[3] = {"c_attn", "c_proj", "resid_dropout"};
-  px_module *kids[3] = {px_conv1d(dim, 3 * dim, true), px_conv1d(dim, dim, true), px_dropout(resid_dropout)};
-  bool ok = true;
-  for (int i = 0; i < 3; i++) ok = ok && kids[i] && px_module_add_child(m, names[i], kids[i]) == PX_OK;
-  if (!ok) {
-    // The first failure's message stays; free whatever was not adopted.
-    for (int i = 0; i < 3; i++)
-      if (kids[i] && !kids[i]->parent) px_module_free(kids[i]);
-    px_module_free(m);
-    return NULL;
-  }
-  return m;
+  return px_attention_with(dim, dim, n_head, 0, n_head, attn_dropout, px_conv1d(dim, 3 * dim, true),
+                           px_conv1d(dim, dim, true), px_dropout(resid_dropout));
 }

@@ -11,4 +11,12 @@ bool px_is_embedding(const px_module *m);
 // still to come.  The tied head relies on this (tied_head.c).
 bool px_embedding_pending(const px_module *m);
 
+// Causal self-attention over given children (tensor parallel: attention.c):
+// c_attn maps (N, T, in_dim) to (N, T, 3·dim) packed [q | k | v] of n_head
+// heads of width dim/n_head, which are heads [head0, head0 + n_head) of
+// heads_total (the dropout masks are those of the global heads); c_proj maps
+// (N, T, dim) back to (N, T, in_dim).  Takes the children (freed on failure).
+px_module *px_attention_with(int in_dim, int dim, int n_head, int head0, int heads_total, float attn_dropout,
+                             px_module *c_attn, px_module *c_proj, px_module *resid_dropout);
+
 #endif

@@ -1,0 +1,32 @@
+// Internal contracts of the tensor-parallel modules (src/parallel/tp_*.c).
+#ifndef PX_TP_INTERNAL_H
+#define PX_TP_INTERNAL_H
+
+#include "plexus/tensor_parallel.h"
+
+// Every tensor-parallel module with parameters starts with this, so the box
+// of any of its parameters is found from the parameter alone.
+typedef struct tp_module {
+  px_module    base;
+  px_tp_group *g;                            /* not owned */
+  px_tp_box    box[PX_MODULE_MAX_PARAMS];    /* one per parameter */
+} tp_module;
+
+// True when m is a tensor-parallel module with boxes (a tp_module).
+bool px_tp_is_module(const px_module *m);
+
+// init op of every tp_module: draw each parameter's GLOBAL tensor from the
+// stream the single-process layer at the same place draws from (the model's
+// per-parameter stream (uid << 8) | k, as model.c's default init), then
+// keep this rank's box.  So a tensor-parallel model starts as the boxes of
+// the single-process model of the same seed.
+void px_tp_init_boxes(px_module *m, px_rng *rng);
+
+// The counted collectives of the layers; a group of one sends nothing.
+px_status px_tp_allreduce(px_tp_group *g, float *buf, size_t n, px_reduce_op op, bool backward);
+px_status px_tp_allgather(px_tp_group *g, const float *send, float *recv, size_t n, bool backward);
+
+// Internal constructors of the ops tables (for px_tp_is_module).
+extern const px_module_ops px_tp_column_ops, px_tp_row_ops, px_tp_vocab_embedding_ops;
+
+#endif
