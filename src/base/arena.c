@@ -60,6 +60,22 @@ void px_arena_free(px_arena *a) {
 void *px_arena_alloc(px_arena *a, size_t bytes) {
   size_t need = round_up(bytes ? bytes : 1, ARENA_ALIGN);
   chunk *c = a->head;
+  if (c->used + need > c->size && a->spare) {
+    // A chunk a rewind emptied, if one is big enough: during the first
+    // steps, before the arena is one block, checkpointed units would
+    // otherwise grow a new chunk for every unit.  (rewind_keep's source may
+    // lie in it: the new block starts at the chunk's start, below the
+    // source, and memmove copies down.)
+    chunk **link = &a->spare;
+    while (*link && (*link)->size < need) link = &(*link)->prev;
+    if (*link) {
+      chunk *reuse = *link;
+      *link = reuse->prev;
+      reuse->prev = c;
+      reuse->used = 0;
+      a->head = c = reuse;
+    }
+  }
   if (c->used + need > c->size) {
     size_t size = c->size * 2;
     if (size < need) size = need;
