@@ -10,12 +10,14 @@
  *
  * prints one line that bench/run_recompute.sh parses:
  *
- *   recompute gpt policy=full layers=12 arena_mib=... vmhwm_mib=... step_ms=... best_step_ms=... steps=...
+ *   recompute gpt policy=full layers=12 ... arena_mib=... vmhwm_mib=... step_ms=... best_step_ms=... cpu_ms=... steps=...
  *
  * A step is zero_grad, forward, cross-entropy over the vocabulary,
  * backward, AdamW, on B sequences of T random tokens.  One warm-up step
  * (the arena learns its size), then S timed steps: step_ms is their
- * median, best_step_ms the fastest (least disturbed on a shared machine).
+ * median, best_step_ms the fastest, cpu_ms the median CPU time of the
+ * process per step (with 1 thread: the step's own work, the steadiest
+ * figure on a shared machine).
  * Run one policy per process: VmHWM is the process's peak.
  * This is a benchmark, not a test: it never fails on speed. */
 #define _POSIX_C_SOURCE 199309L
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static double vmhwm_mib(void) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -35,6 +38,14 @@ static double vmhwm_mib(void) {
     if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
   if (f) fclose(f);
   return kb < 0 ? -1.0 : (double)kb / 1024.0;
+}
+
+// CPU seconds of all this process's threads: on a shared machine the time
+// a step took of ours, far steadier than wall time when others hold cores.
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -81,13 +92,13 @@ int main(int argc, char **argv) {
   }
   const int T = cfg.context;
   int32_t *x = malloc((size_t)batch * T * sizeof *x), *y = malloc((size_t)batch * T * sizeof *y);
-  double *ms = malloc((size_t)steps * sizeof *ms);
+  double *ms = malloc((size_t)steps * sizeof *ms), *cpu = malloc((size_t)steps * sizeof *cpu);
   px_rng rng = px_rng_make(3, 0);
   for (int i = 0; i < batch * T; i++) { x[i] = (int32_t)px_rng_below(&rng, (uint64_t)cfg.vocab_size); y[i] = (x[i] + 1) % cfg.vocab_size; }
   px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){batch, T});
   float loss = 0;
   for (int s = -1; s < steps; s++) {
-    double t0 = px_time_now();
+    double t0 = px_time_now(), c0 = cpu_now();
     px_tensor logits;
     px_model_zero_grad(md);
     px_status st = px_model_forward(md, &xt, &logits);
@@ -99,17 +110,22 @@ int main(int argc, char **argv) {
     if (st == PX_OK) st = px_model_backward(md, &dy, NULL);
     if (st == PX_OK) st = px_optim_step(opt);
     if (st != PX_OK) { fprintf(stderr, "bench_recompute: %s\n", px_last_error()); return 1; }
-    if (s >= 0) ms[s] = (px_time_now() - t0) * 1e3;
+    if (s >= 0) {
+      ms[s] = (px_time_now() - t0) * 1e3;
+      cpu[s] = (cpu_now() - c0) * 1e3;
+    }
   }
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+  qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
   char name[32];
   printf("recompute gpt policy=%s layers=%d batch=%d context=%d embd=%d vocab=%d arena_mib=%.2f vmhwm_mib=%.1f "
-         "step_ms=%.1f best_step_ms=%.1f steps=%d loss=%.4f params=%zu\n", px_recompute_name(r, name, sizeof name),
+         "step_ms=%.1f best_step_ms=%.1f cpu_ms=%.1f steps=%d loss=%.4f params=%zu\n", px_recompute_name(r, name, sizeof name),
          cfg.n_layer, batch, T, cfg.n_embd, cfg.vocab_size, (double)px_arena_high_water(md->arena) / 1048576.0,
-         vmhwm_mib(), ms[steps / 2], ms[0], steps, (double)loss, md->n_param_elems);
+         vmhwm_mib(), ms[steps / 2], ms[0], cpu[steps / 2], steps, (double)loss, md->n_param_elems);
   free(x);
   free(y);
   free(ms);
+  free(cpu);
   px_optim_free(opt);
   px_model_free(md);
   return 0;

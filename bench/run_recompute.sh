@@ -14,9 +14,11 @@
 #                gradient, backward's temporaries (what recomputation cuts)
 #   VmHWM MiB    the process's peak resident size (adds parameters,
 #                gradients, AdamW's two moments, libraries)
-#   step ms      median of the timed steps; best: the fastest
+#   step ms      median wall time of the timed steps; best: the fastest
+#   cpu ms       median CPU time of the process per step (1 thread: the
+#                step's own work; steadiest when others share the cores)
 #   x none       step time over the same layer count's --recompute none
-#                (median; best)
+#                (wall median; wall best; cpu median)
 #
 # After the table: the arena's growth per layer (12 layers minus 4, over 8)
 # for each policy, against A = batch·context·width·4 bytes, one (N, T, C)
@@ -57,19 +59,20 @@ awk -v batch="$batch" -v secs="$(( $(date +%s) - start ))" '
     p = field("policy"); L = field("layers"); n++
     row_p[n] = p; row_L[n] = L
     arena[p, L] = field("arena_mib"); hwm[p, L] = field("vmhwm_mib")
-    ms[p, L] = field("step_ms"); best[p, L] = field("best_step_ms")
+    ms[p, L] = field("step_ms"); best[p, L] = field("best_step_ms"); cpu[p, L] = field("cpu_ms")
     ctx = field("context"); embd = field("embd")
     if (!(p in seen)) { seen[p] = 1; order[++np] = p }
     if (!(L in seenL)) { seenL[L] = 1; lay[++nl] = L }
   }
   END {
-    printf "| layers | --recompute | arena MiB | VmHWM MiB | step ms | best ms | x none | x none (best) |\n"
-    printf "|---:|---|---:|---:|---:|---:|---:|---:|\n"
+    printf "| layers | --recompute | arena MiB | VmHWM MiB | step ms | best ms | cpu ms | x none | x none (best) | x none (cpu) |\n"
+    printf "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     for (i = 1; i <= n; i++) {
       p = row_p[i]; L = row_L[i]
       r = ("none", L) in ms && ms["none", L] > 0 ? sprintf("%.2f", ms[p, L] / ms["none", L]) : "-"
       rb = ("none", L) in best && best["none", L] > 0 ? sprintf("%.2f", best[p, L] / best["none", L]) : "-"
-      printf "| %d | %s | %.1f | %.1f | %.0f | %.0f | %s | %s |\n", L, p, arena[p, L], hwm[p, L], ms[p, L], best[p, L], r, rb
+      rc = ("none", L) in cpu && cpu["none", L] > 0 ? sprintf("%.2f", cpu[p, L] / cpu["none", L]) : "-"
+      printf "| %d | %s | %.1f | %.1f | %.0f | %.0f | %.0f | %s | %s | %s |\n", L, p, arena[p, L], hwm[p, L], ms[p, L], best[p, L], cpu[p, L], r, rb, rc
     }
     A = batch * ctx * embd * 4 / 1048576
     if (nl >= 2) {
