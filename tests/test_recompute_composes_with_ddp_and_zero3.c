@@ -1,7 +1,8 @@
 /* Claim: a checkpointed unit's recompute is invisible to the parallel
  * strategies listening on the hooks, except where it must not be.
- *  - ZeRO stage 3, 2 and 3 ranks: with --recompute full, a step runs exactly
- *    as many all-gathers and reduce-scatters as without (px_zero_counts),
+ *  - ZeRO stage 3, 2 and 3 ranks: with --recompute full, every:2 and
+ *    selective, a step runs exactly as many all-gathers and reduce-scatters
+ *    as without (px_zero_counts),
  *    whether the units are the checkpointed blocks ("h.0": gathered in
  *    pre_backward, the recompute uses that gather) or modules inside them
  *    ("h.0.attn": gathered by the recompute's pre_forward and kept for its
@@ -98,21 +99,27 @@ static int zero3_rank(px_comm *c, void *arg) {
   static const char *const blocks[L] = {"h.0", "h.1", "h.2"};
   static const char *const inside[L] = {"h.0.attn", "h.1.attn", "h.2.attn"};
   const char *const *cases[2] = {blocks, inside};
+  static const char *const policies[3] = {"full", "every:2", "selective"};
   for (int k = 0; k < 2; k++) {
-    z_out ref = zero3_run(c, "none", cases[k]), got = zero3_run(c, "full", cases[k]);
-    for (int s = 0; s < STEPS; s++) {
-      CHECK(got.ag_fwd[s] == ref.ag_fwd[s] && got.ag_bwd[s] == ref.ag_bwd[s] && got.rs[s] == ref.rs[s],
-            "units %s.., step %d: with recompute %lld+%lld all-gathers (forward+backward) and %lld reduce-scatters, "
-            "without %lld+%lld and %lld", cases[k][0], s, (long long)got.ag_fwd[s], (long long)got.ag_bwd[s],
-            (long long)got.rs[s], (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s], (long long)ref.rs[s]);
-      // The root unit (wte, wpe, ln_f) once, each block unit once per pass.
-      CHECK(ref.ag_fwd[s] == L + 1 && ref.ag_bwd[s] == L, "units %s..: %lld + %lld all-gathers, expected %d + %d",
-            cases[k][0], (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s], L + 1, L);
+    z_out ref = zero3_run(c, "none", cases[k]);
+    for (int q = 0; q < 3; q++) {
+      const char *policy = policies[q];
+      z_out got = zero3_run(c, policy, cases[k]);
+      for (int s = 0; s < STEPS; s++) {
+        CHECK(got.ag_fwd[s] == ref.ag_fwd[s] && got.ag_bwd[s] == ref.ag_bwd[s] && got.rs[s] == ref.rs[s],
+              "units %s.., step %d: with --recompute %s %lld+%lld all-gathers (forward+backward) and %lld "
+              "reduce-scatters, without %lld+%lld and %lld", cases[k][0], s, policy, (long long)got.ag_fwd[s],
+              (long long)got.ag_bwd[s], (long long)got.rs[s], (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s],
+              (long long)ref.rs[s]);
+        // The root unit (wte, wpe, ln_f) once, each block unit once per pass.
+        CHECK(ref.ag_fwd[s] == L + 1 && ref.ag_bwd[s] == L, "units %s..: %lld + %lld all-gathers, expected %d + %d",
+              cases[k][0], (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s], L + 1, L);
+      }
+      CHECK(memcmp(ref.params, got.params, ref.n * sizeof(float)) == 0,
+            "units %s..: ZeRO-3 parameters after %d steps differ with --recompute %s", cases[k][0], STEPS, policy);
+      free(got.params);
     }
-    CHECK(memcmp(ref.params, got.params, ref.n * sizeof(float)) == 0,
-          "units %s..: ZeRO-3 parameters after %d steps differ with recomputation", cases[k][0], STEPS);
     free(ref.params);
-    free(got.params);
   }
   return px_test_failures ? 1 : 0;
 }
