@@ -540,6 +540,14 @@ px_status px_config_validate(const px_config *c, int commands) {
   if (c->n_embd % c->n_head != 0)
     return px_error(PX_ERR_INVALID, "--n-embd %lld is not divisible by --n-head %lld", (long long)c->n_embd,
                     (long long)c->n_head);
+  if (commands & CFG_TRAIN) {
+    px_recompute r;
+    if (px_recompute_parse(c->recompute, &r) != PX_OK) return px_error_wrap(PX_ERR_INVALID, "--recompute (train.recompute)");
+    const bool has_blocks = strcmp(c->model, "gpt") == 0 || strncmp(c->model, "resnet", 6) == 0;
+    if (r.kind != PX_RECOMPUTE_NONE && !has_blocks)
+      return px_error(PX_ERR_INVALID, "--recompute %s: --model %s has no blocks to recompute; it applies to gpt, "
+                      "resnet and resnet18", c->recompute, c->model);
+  }
   if (c->image_channels != 1 && c->image_channels != 3)
     return px_error(PX_ERR_INVALID, "--image-channels (data.image_channels) must be 1 or 3, got %lld",
                     (long long)c->image_channels);
@@ -549,14 +557,6 @@ px_status px_config_validate(const px_config *c, int commands) {
     return px_error(PX_ERR_NOT_FOUND, "--resume (checkpoint.resume): %s does not exist", c->resume);
   if ((commands & CFG_TRAIN) && *c->init && !path_exists(c->init))
     return px_error(PX_ERR_NOT_FOUND, "--init (model.init): %s does not exist", c->init);
-  if (commands & CFG_TRAIN) {
-    px_recompute r;
-    if (px_recompute_parse(c->recompute, &r) != PX_OK) return px_error_wrap(PX_ERR_INVALID, "--recompute (train.recompute)");
-    const bool has_blocks = strcmp(c->model, "gpt") == 0 || strncmp(c->model, "resnet", 6) == 0;
-    if (r.kind != PX_RECOMPUTE_NONE && !has_blocks)
-      return px_error(PX_ERR_INVALID, "--recompute %s: --model %s has no blocks to recompute; it applies to gpt, "
-                      "resnet and resnet18", c->recompute, c->model);
-  }
   if ((commands & CFG_TRAIN) && strcmp(c->schedule, "cosine") == 0 && c->min_lr > c->lr)
     return px_error(PX_ERR_INVALID, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
   return PX_OK;
