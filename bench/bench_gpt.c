@@ -2,6 +2,7 @@
  *
  *   bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]
  *             [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]
+ *             [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS]
  *   bench_gpt --peak --threads T     cblas_sgemm GFLOP/s on large square matrices
  *   bench_gpt --info                 the BLAS in use, for the record
  *
@@ -27,6 +28,28 @@
  * products, forward and backward, half of nanoGPT's 12·L·C·T since masked
  * scores are never computed).
  *
+ * --zero S (1, 2, 3): sharded data parallel (px_zero_wrap) instead of DDP;
+ * the optimizer steps this rank's shard, px_zero_after_step follows; the
+ * line then says zero=S (prefetch and reshard too for stage 3).  Under
+ * mpirun/srun the ranks are the launcher's processes (--ranks is ignored).
+ *
+ * Stage 3's units are the transformer blocks h.0 ... h.{L-1} (as FSDP
+ * wraps each block); wte, wpe and ln_f form the root unit.
+ *
+ * --memory STEPS: no timing; STEPS training steps, then one line per run
+ * with the library's memory account per rank (the maximum over ranks) and
+ * the process's peak resident memory (VmHWM) minus its value before the
+ * model was built (the baseline: the program, MPI, BLAS), twice:
+ * vmhwm_setup_delta is the peak up to the end of setup (plexus builds
+ * every model whole, then a ZeRO wrap shards it and frees what the stage
+ * does not keep: that peak is the whole model's), vmhwm_train_delta the
+ * peak during the STEPS steps, the high-water mark having been reset after
+ * setup (echo 5 > /proc/self/clear_refs).  Meaningful per rank under
+ * mpirun (threads ranks share one process):
+ *
+ *   plexus memory zero=S ranks=N params=Ψ acct_params=.. acct_grads=.. acct_optim=.. acct_gathered=..
+ *          acct_arena=.. acct_total=.. vmhwm_setup_delta=.. vmhwm_train_delta=.. vmhwm_baseline=..
+ *
  * best_tokens_per_s is the same from the fastest single step: on a shared
  * machine the figure least disturbed by other work, for comparing variants.
  * cpu_s is the CPU time all threads of the process spent in the timed steps:
@@ -49,28 +72,36 @@ typedef struct bench_opts {
   int    batch, threads, ranks;
   double seconds, warmup;
   bool   peak;
+  int    zero;                 /* 0: DDP; 1-3: ZeRO stage */
+  bool   prefetch, reshard;    /* stage 3 */
+  int    memory_steps;         /* > 0: the memory report instead of timing */
 } bench_opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]\n"
              "                 [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]\n"
+             "                 [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS]\n"
              "       bench_gpt --peak --threads T\n"
              "       bench_gpt --info\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.cfg = {.vocab_size = 8192, .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 256},
-                    .batch = 8, .threads = 1, .ranks = 1, .seconds = 5.0, .warmup = 1.0};
+                    .batch = 8, .threads = 1, .ranks = 1, .seconds = 5.0, .warmup = 1.0,
+                    .prefetch = true, .reshard = true};
   struct { const char *flag; int *dst; } ints[] = {
     {"--threads", &o->threads}, {"--ranks", &o->ranks}, {"--batch", &o->batch},
     {"--vocab", &o->cfg.vocab_size}, {"--context", &o->cfg.context}, {"--layers", &o->cfg.n_layer},
-    {"--heads", &o->cfg.n_head}, {"--embd", &o->cfg.n_embd},
+    {"--heads", &o->cfg.n_head}, {"--embd", &o->cfg.n_embd}, {"--zero", &o->zero},
+    {"--memory", &o->memory_steps},
   };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
     if (strcmp(a, "--info") == 0) { printf("plexus blas: %s\n", px_blas_info()); exit(0); }
     if (strcmp(a, "--peak") == 0) { o->peak = true; continue; }
+    if (strcmp(a, "--no-prefetch") == 0) { o->prefetch = false; continue; }
+    if (strcmp(a, "--no-reshard") == 0) { o->reshard = false; continue; }
     if (i + 1 >= argc) { fprintf(stderr, "bench_gpt: %s needs a value\n", a); return -1; }
     const char *v = argv[++i];
     bool known = false;
@@ -83,6 +114,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   }
   if (o->batch < 1 || o->threads < 1 || o->ranks < 1 || o->seconds <= 0 || o->warmup < 0) {
     fprintf(stderr, "bench_gpt: --batch, --threads and --ranks must be >= 1, --seconds > 0, --warmup >= 0\n");
+    return -1;
+  }
+  if (o->zero < 0 || o->zero > 3 || o->memory_steps < 0) {
+    fprintf(stderr, "bench_gpt: --zero is 0 (DDP), 1, 2 or 3; --memory a number of steps\n");
     return -1;
   }
   return 0;
@@ -127,6 +162,7 @@ typedef struct rank_state {
   px_model *model;
   px_optim *optim;
   px_ddp   *ddp;
+  px_zero  *zero;
   int32_t  *x, *y;    /* (N_BATCHES, B, T) ids and targets */
   float     last_loss;
 } rank_state;
@@ -134,7 +170,8 @@ typedef struct rank_state {
 static px_status train_step(rank_state *s, int k) {
   const int B = s->o->batch, T = s->o->cfg.context;
   px_tensor x = px_tensor_view(s->x + (size_t)k * B * T, PX_I32, 2, (int64_t[]){B, T}), logits;
-  px_model_zero_grad(s->model);
+  if (s->zero) px_zero_zero_grad(s->zero);
+  else px_model_zero_grad(s->model);
   px_status st = px_model_forward(s->model, &x, &logits);
   if (st != PX_OK) return st;
   px_tensor dlogits = logits;
@@ -143,8 +180,66 @@ static px_status train_step(rank_state *s, int k) {
   st = px_cross_entropy_loss(&logits, s->y + (size_t)k * B * T, NULL, &s->last_loss, px_f32(&dlogits));
   if (st == PX_OK) st = px_model_backward(s->model, &dlogits, NULL);
   if (st == PX_OK && s->ddp) st = px_ddp_sync(s->ddp);
+  if (st == PX_OK && s->zero) st = px_zero_sync(s->zero);
   if (st == PX_OK) st = px_optim_step(s->optim);
+  if (st == PX_OK && s->zero) st = px_zero_after_step(s->zero);
   return st;
+}
+
+// VmHWM of /proc/self/status in bytes (0 if unknown).
+static size_t vm_hwm(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
+  fclose(f);
+  return kib * 1024;
+}
+
+// Resets VmHWM to the current resident size (Linux >= 4.0); false if it
+// cannot.
+static bool reset_hwm(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  bool ok = fputs("5", f) >= 0;
+  return fclose(f) == 0 && ok;
+}
+
+// The memory report (--memory): the library's account per rank and the
+// growth of the peak resident memory since before the model was built.
+static int report_memory(px_comm *comm, rank_state *s, size_t baseline, size_t setup_hwm) {
+  px_zero_memory m = {0};
+  if (s->zero) {
+    px_zero_memory_of(s->zero, &m);
+  } else {
+    m.params = m.grads = s->model->n_param_elems * sizeof(float);
+    m.arena_peak = px_arena_high_water(s->model->arena);
+  }
+  m.optim_state = (size_t)s->optim->n_state * s->optim->n * sizeof(float);
+  const size_t hwm = vm_hwm();
+  // Max over ranks of each figure, and of VmHWM - baseline.
+  int64_t v[8] = {(int64_t)m.params, (int64_t)m.grads, (int64_t)m.optim_state, (int64_t)m.gathered,
+                  (int64_t)m.arena_peak, (int64_t)(hwm - baseline), (int64_t)baseline,
+                  (int64_t)(setup_hwm - baseline)};
+  int64_t mx[8];
+  memcpy(mx, v, sizeof v);
+  if (comm && px_comm_size(comm) > 1 && px_comm_allreduce(comm, mx, 8, PX_I64, PX_MAX) != PX_OK) {
+    fprintf(stderr, "bench_gpt: %s\n", px_last_error());
+    return 1;
+  }
+  if (!comm || px_comm_rank(comm) == 0) {
+    const int N = comm ? px_comm_size(comm) : 1;
+    printf("plexus memory zero=%d ranks=%d params=%zu acct_params=%lld acct_grads=%lld acct_optim=%lld "
+           "acct_gathered=%lld acct_arena=%lld acct_total=%lld vmhwm_setup_delta=%lld vmhwm_train_delta=%lld "
+           "vmhwm_baseline=%lld\n",
+           s->o->zero, N, s->model->n_param_elems, (long long)mx[0], (long long)mx[1], (long long)mx[2],
+           (long long)mx[3], (long long)mx[4], (long long)(mx[0] + mx[1] + mx[2] + mx[3] + mx[4]),
+           (long long)mx[7], (long long)mx[5], (long long)mx[6]);
+    fflush(stdout);
+  }
+  return 0;
 }
 
 typedef struct shared {
@@ -152,6 +247,8 @@ typedef struct shared {
   double elapsed, best, cpu, loss;  /* best: the fastest step (rank 0's) */
   long   steps;
   size_t params;
+  int    world;
+  bool   root;    /* this process ran rank 0 (under MPI every process reaches main's end) */
 } shared;
 
 static int bench_rank(px_comm *comm, void *arg) {
@@ -159,15 +256,41 @@ static int bench_rank(px_comm *comm, void *arg) {
   const bench_opts *o = sh->o;
   const int rank = comm ? px_comm_rank(comm) : 0;
   rank_state s = {.o = o};
+  const size_t baseline = vm_hwm();  // before the model: program, MPI, BLAS
   px_status st = px_model_create(&s.model, px_zoo_gpt(&o->cfg), 42);
   if (st != PX_OK) { fprintf(stderr, "bench_gpt: model: %s\n", px_last_error()); return 1; }
-  if (comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, NULL)) != PX_OK) {
+  if (o->zero == 0 && comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, NULL)) != PX_OK) {
     fprintf(stderr, "bench_gpt: DDP: %s\n", px_last_error());
     return 1;
   }
+  float *params = s.model->param_data, *grads = s.model->grad_data;
+  size_t n_params = s.model->n_param_elems;
+  if (o->zero > 0) {
+    px_zero_opts zo = PX_ZERO_DEFAULTS;
+    zo.stage = o->zero;
+    zo.prefetch = o->prefetch;
+    zo.reshard_after_forward = o->reshard;
+    // Stage 3: one unit per transformer block.
+    char names[64][16];
+    const char *units[64];
+    const int L = o->cfg.n_layer < 64 ? o->cfg.n_layer : 64;
+    for (int l = 0; l < L; l++) {
+      snprintf(names[l], sizeof names[l], "h.%d", l);
+      units[l] = names[l];
+    }
+    if (o->zero == 3) {
+      zo.units = units;
+      zo.n_units = L;
+    }
+    if (px_zero_wrap(&s.zero, s.model, comm, &zo) != PX_OK) {
+      fprintf(stderr, "bench_gpt: ZeRO: %s\n", px_last_error());
+      return 1;
+    }
+    px_zero_shard(s.zero, &params, &grads, &n_params);
+  }
   px_optim_opts oo = px_adamw_defaults(3e-4f);
   oo.weight_decay = 0.1f;
-  if (px_optim_create(&s.optim, s.model->param_data, s.model->grad_data, s.model->n_param_elems, &oo) != PX_OK) {
+  if (px_optim_create(&s.optim, params, grads, n_params, &oo) != PX_OK) {
     fprintf(stderr, "bench_gpt: optimizer: %s\n", px_last_error());
     return 1;
   }
@@ -179,6 +302,19 @@ static int bench_rank(px_comm *comm, void *arg) {
   for (size_t i = 0; i < n; i++) {
     s.x[i] = (int32_t)px_rng_below(&r, (uint64_t)o->cfg.vocab_size);
     s.y[i] = (int32_t)px_rng_below(&r, (uint64_t)o->cfg.vocab_size);
+  }
+  if (o->memory_steps > 0) {
+    const size_t setup_hwm = vm_hwm();
+    if (!reset_hwm()) fprintf(stderr, "bench_gpt: cannot reset VmHWM (/proc/self/clear_refs): train_delta is the run's\n");
+    for (int k = 0; st == PX_OK && k < o->memory_steps; k++) st = train_step(&s, k % N_BATCHES);
+    if (st != PX_OK) { fprintf(stderr, "bench_gpt: rank %d: training step: %s\n", rank, px_last_error()); return 1; }
+    int rc = report_memory(comm, &s, baseline, setup_hwm);
+    free(s.x);
+    free(s.y);
+    px_optim_free(s.optim);
+    if (s.zero) px_zero_free(s.zero);
+    px_model_free(s.model);
+    return rc;
   }
   // Warm-up (the arena reaches its size, caches and thread pools settle):
   // two steps, then rank 0 picks from their time how many more warm-up
@@ -209,11 +345,17 @@ static int bench_rank(px_comm *comm, void *arg) {
     sh->steps = (long)steps;
     sh->loss = s.last_loss;
     sh->params = s.model->n_param_elems;
+    sh->world = comm ? px_comm_size(comm) : 1;
+    sh->root = true;
   }
   free(s.x);
   free(s.y);
   px_optim_free(s.optim);
   px_ddp_free(s.ddp);
+  if (s.zero && px_zero_free(s.zero) != PX_OK) {
+    fprintf(stderr, "bench_gpt: rank %d: %s\n", rank, px_last_error());
+    return 1;
+  }
   px_model_free(s.model);
   return 0;
 }
@@ -222,9 +364,16 @@ int main(int argc, char **argv) {
   bench_opts o;
   if (parse_args(argc, argv, &o) != 0) return 2;
   if (o.peak) return run_peak(&o);
-  shared sh = {.o = &o};
+  shared sh = {.o = &o, .world = 1};
   int code = 0;
-  if (o.ranks > 1) {
+  if (px_comm_mpi_launched()) {
+    // One rank per process, as many as the launcher started.
+    px_set_num_threads(o.threads);
+    if (px_comm_run(1, bench_rank, &sh, &code) != PX_OK) {
+      fprintf(stderr, "bench_gpt: %s\n", px_last_error());
+      return 1;
+    }
+  } else if (o.ranks > 1 || o.zero > 0) {
     // The threads backend gives each rank 1/R of the threads set here.
     px_set_num_threads(o.threads * o.ranks);
     if (px_comm_run(o.ranks, bench_rank, &sh, &code) != PX_OK) {
@@ -236,13 +385,15 @@ int main(int argc, char **argv) {
     code = bench_rank(NULL, &sh);
   }
   if (code) return 1;
+  if (o.memory_steps > 0 || !sh.root) return 0;
+  o.ranks = sh.world;
   const px_gpt_config *c = &o.cfg;
   const double tokens = (double)sh.steps * o.batch * c->context * o.ranks;
   const double fpt = 6.0 * (double)sh.params + 6.0 * c->n_layer * (double)c->n_embd * c->context;
   const double step_tokens = (double)o.batch * c->context * o.ranks;
-  printf("plexus gpt batch=%d threads=%d ranks=%d tokens_per_s=%.1f gflops=%.2f best_tokens_per_s=%.1f steps=%ld "
-         "seconds=%.3f cpu_s=%.3f loss=%.5g params=%zu flops_per_token=%.0f\n",
-         o.batch, o.threads, o.ranks, tokens / sh.elapsed, tokens * fpt / sh.elapsed * 1e-9, step_tokens / sh.best,
+  printf("plexus gpt batch=%d threads=%d ranks=%d zero=%d prefetch=%d reshard=%d tokens_per_s=%.1f gflops=%.2f "
+         "best_tokens_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.5g params=%zu flops_per_token=%.0f\n",
+         o.batch, o.threads, o.ranks, o.zero, o.prefetch, o.reshard, tokens / sh.elapsed, tokens * fpt / sh.elapsed * 1e-9, step_tokens / sh.best,
          sh.steps, sh.elapsed, sh.cpu, sh.loss, sh.params, fpt);
   return 0;
 }

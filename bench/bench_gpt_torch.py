@@ -3,6 +3,7 @@
 
     bench_gpt_torch.py [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]
                        [--vocab V] [--context T] [--layers L] [--heads H] [--embd C] [--blas-threads N]
+                       [--zero 1]
     bench_gpt_torch.py --info
 
 prints one line in the format of bench_gpt:
@@ -19,7 +20,10 @@ decay 0.1) and timing protocol as bench_gpt.c (see its header).
 --ranks R > 1: DistributedDataParallel over R processes (gloo on
 127.0.0.1), each with T threads and its own batch; rank 0 times two first
 steps and broadcasts how many warm-up and timed steps all ranks run; cpu_s
-sums all ranks.
+sums all ranks.  --zero 1 (with --ranks R > 1): the optimizer is
+torch.distributed.optim.ZeroRedundancyOptimizer over AdamW (ZeRO stage 1:
+each rank keeps the state of 1/R of the parameters, steps them, and
+broadcasts them), beside plexus's `bench_gpt --zero 1`.
 
 Threads: as bench_train_torch.py, OPENBLAS_NUM_THREADS is set (default 1)
 before torch loads, so PyTorch's own OpenMP pool of T threads does the
@@ -67,7 +71,12 @@ def run(rank, a, port, out):
     if ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    if a.zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=3e-4,
+                                      weight_decay=0.1)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     g = torch.Generator().manual_seed(7 + rank)
     xs = [torch.randint(0, a.vocab, (a.batch, a.context), generator=g) for _ in range(N_BATCHES)]
     ys = [torch.randint(0, a.vocab, (a.batch, a.context), generator=g) for _ in range(N_BATCHES)]
@@ -117,7 +126,7 @@ def run(rank, a, port, out):
 def main():
     ap = argparse.ArgumentParser(description="GPT training throughput of PyTorch (the reference for bench_gpt).")
     for name, default in (("threads", 1), ("ranks", 1), ("batch", 8), ("vocab", 8192), ("context", 128),
-                          ("layers", 4), ("heads", 4), ("embd", 256), ("blas-threads", 1)):
+                          ("layers", 4), ("heads", 4), ("embd", 256), ("blas-threads", 1), ("zero", 0)):
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
@@ -131,6 +140,8 @@ def main():
         return 0
     if min(a.threads, a.ranks, a.batch) < 1 or a.seconds <= 0 or a.warmup < 0:
         ap.error("--threads, --ranks and --batch must be >= 1, --seconds > 0, --warmup >= 0")
+    if a.zero not in (0, 1) or (a.zero and a.ranks < 2):
+        ap.error("--zero: PyTorch's ZeroRedundancyOptimizer is stage 1 (--zero 1), over --ranks 2 or more")
     out = {}
     if a.ranks > 1:
         import socket
@@ -150,7 +161,7 @@ def main():
         run(0, a, 0, out)
     tokens = out["steps"] * a.batch * a.context * a.ranks
     fpt = 6.0 * out["params"] + 6.0 * a.layers * a.embd * a.context
-    print(f"torch gpt batch={a.batch} threads={out['threads']} ranks={a.ranks} "
+    print(f"torch gpt batch={a.batch} threads={out['threads']} ranks={a.ranks} zero={a.zero} "
           f"tokens_per_s={tokens / out['elapsed']:.1f} gflops={tokens * fpt / out['elapsed'] * 1e-9:.2f} "
           f"best_tokens_per_s={a.batch * a.context * a.ranks / out['best']:.1f} steps={out['steps']} "
           f"seconds={out['elapsed']:.3f} cpu_s={out['cpu']:.3f} loss={out['loss']:.5g} params={out['params']} "

@@ -1,12 +1,23 @@
 /* bench_train.c — training throughput of plexus, to compare with PyTorch.
  *
  *   bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T
- *               [--seconds S] [--warmup W]
+ *               [--seconds S] [--warmup W] [--ranks N] [--overlap on|off]
  *   bench_train --info      (one line about the BLAS in use, for the record)
+ *
+ * Data parallel (bench/run_comm.sh's scaling table): under an MPI launcher
+ * (mpiexec -n 2 bench_train ...) or with --ranks N (N ranks as threads),
+ * each rank trains on its own batch of B (the per-rank batch) with the
+ * model wrapped in px_ddp, T threads per rank; samples_per_s counts every
+ * rank's samples.  --overlap off turns DDP's overlap of the all-reduce with
+ * backward off: the buckets stay quiet during backward and one all-reduce
+ * of the whole gradient follows it (the same bytes, nothing hidden), to
+ * measure how much communication the overlap hides.
  *
  * prints one line that bench/run.sh parses:
  *
  *   plexus mlp batch=16 threads=1 samples_per_s=123456.7 steps=... seconds=... cpu_s=... loss=...
+ *
+ * (with ranks=N backend=mpi|threads overlap=on|off added when N > 1).
  *
  * cpu_s is the CPU time all threads of the process spent in the timed
  * steps: near threads × seconds when the run had its cores to itself, well
@@ -58,18 +69,21 @@ typedef struct bench_opts {
   int threads;
   double seconds;  /* timed budget */
   double warmup;   /* untimed budget before it */
+  int ranks;       /* threads-backend ranks (an MPI launcher decides its own) */
+  bool overlap;    /* DDP: all-reduce buckets during backward */
 } bench_opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T\n"
-             "                   [--seconds S] [--warmup W]\n"
+             "                   [--seconds S] [--warmup W] [--ranks N] [--overlap on|off]\n"
              "       bench_train --info\n"
              "  Trains the quick-start MLP, the 28x28 CNN or a model of the zoo for about S seconds\n"
              "  (default 2.5) after W seconds of warm-up (default 0.5) and prints samples/s.\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
-  *o = (bench_opts){.model = MODEL_MLP, .batch = 16, .threads = 1, .seconds = 2.5, .warmup = 0.5};
+  *o = (bench_opts){.model = MODEL_MLP, .batch = 16, .threads = 1, .seconds = 2.5, .warmup = 0.5, .ranks = 1,
+                    .overlap = true};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
@@ -92,14 +106,22 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       o->seconds = atof(v);
     } else if (strcmp(a, "--warmup") == 0) {
       o->warmup = atof(v);
+    } else if (strcmp(a, "--ranks") == 0) {
+      o->ranks = atoi(v);
+    } else if (strcmp(a, "--overlap") == 0) {
+      if (strcmp(v, "on") && strcmp(v, "off")) {
+        fprintf(stderr, "bench_train: --overlap is on or off, not \"%s\"\n", v);
+        return -1;
+      }
+      o->overlap = strcmp(v, "on") == 0;
     } else {
       fprintf(stderr, "bench_train: unknown option %s\n", a);
       usage(stderr);
       return -1;
     }
   }
-  if (o->batch < 1 || o->threads < 1 || o->seconds <= 0 || o->warmup < 0) {
-    fprintf(stderr, "bench_train: --batch and --threads must be >= 1, --seconds > 0, --warmup >= 0\n");
+  if (o->batch < 1 || o->threads < 1 || o->ranks < 1 || o->seconds <= 0 || o->warmup < 0) {
+    fprintf(stderr, "bench_train: --batch, --threads and --ranks must be >= 1, --seconds > 0, --warmup >= 0\n");
     return -1;
   }
   return 0;
@@ -124,6 +146,8 @@ static px_module *build_cnn(void) {
 /* Everything one training step touches. */
 typedef struct bench {
   const bench_opts *o;
+  px_comm *comm;
+  px_ddp *ddp;            /* NULL in a world of one */
   px_model *model;
   px_optim *optim;
   size_t in_per_sample;   /* floats of one input sample */
@@ -162,6 +186,13 @@ static px_status train_step(bench *b, int k) {
   if (st != PX_OK) return st;
   st = px_model_backward(b->model, &dpred, NULL);
   if (st != PX_OK) return st;
+  if (b->ddp && b->o->overlap) {
+    st = px_ddp_sync(b->ddp);
+  } else if (b->ddp) {
+    // No overlap: the whole gradient in one all-reduce after backward.
+    st = px_comm_allreduce(b->comm, b->model->grad_data, b->model->n_param_elems, PX_F32, PX_AVG);
+  }
+  if (st != PX_OK) return st;
   return px_optim_step(b->optim);
 }
 
@@ -178,6 +209,26 @@ static px_status run_for(bench *b, double budget, long min_steps, long *steps, d
   long n = 0;
   double c0 = cpu_seconds();
   double t0 = px_time_now(), t = t0;
+  // Ranks must take the same number of steps, so with more than one the
+  // budget becomes a count: min_steps steps, timed, then as many as the
+  // slowest rank's pace fits in the budget.
+  if (px_comm_size(b->comm) > 1) {
+    for (; n < min_steps; n++) {
+      px_status st = train_step(b, (int)(n % N_BATCHES));
+      if (st != PX_OK) return st;
+    }
+    double pace = (px_time_now() - t0) / (double)n;
+    px_status st = px_comm_allreduce(b->comm, &pace, 1, PX_F64, PX_MAX);
+    if (st != PX_OK) return st;
+    long total = (long)(budget / pace);
+    for (; n < total; n++)
+      if ((st = train_step(b, (int)(n % N_BATCHES))) != PX_OK) return st;
+    *steps = n;
+    *elapsed = px_time_now() - t0;
+    *cpu = cpu_seconds() - c0;
+    // The slowest rank's time is the job's.
+    return px_comm_allreduce(b->comm, elapsed, 1, PX_F64, PX_MAX);
+  }
   while (n < min_steps || t - t0 < budget) {
     px_status st = train_step(b, (int)(n % N_BATCHES));
     if (st != PX_OK) return st;
@@ -190,12 +241,12 @@ static px_status run_for(bench *b, double budget, long min_steps, long *steps, d
   return PX_OK;
 }
 
-int main(int argc, char **argv) {
-  bench_opts o;
-  if (parse_args(argc, argv, &o) != 0) return 2;
+static int rank_main(px_comm *comm, void *arg) {
+  const bench_opts o = *(const bench_opts *)arg;
   px_set_num_threads(o.threads);
 
-  bench b = {.o = &o};
+  bench b = {.o = &o, .comm = comm};
+  const int rank = px_comm_rank(comm), world = px_comm_size(comm);
   px_module *root = o.model == MODEL_MLP            ? build_mlp()
                     : o.model == MODEL_CNN          ? build_cnn()
                     : o.model == MODEL_ZOO_CNN      ? px_zoo_cnn(1, 28, 28, 32, 10)
@@ -208,6 +259,7 @@ int main(int argc, char **argv) {
   if (o.model != MODEL_MLP) oo.momentum = 0.9f;
   if (px_optim_create(&b.optim, b.model->param_data, b.model->grad_data, b.model->n_param_elems, &oo) != PX_OK)
     return fail("optimizer");
+  if (world > 1 && px_ddp_wrap(&b.ddp, b.model, comm, NULL) != PX_OK) return fail("DDP");
 
   // Data, generated once.
   const size_t B = (size_t)o.batch;
@@ -217,7 +269,7 @@ int main(int argc, char **argv) {
   b.targets_f = malloc(N_BATCHES * B * sizeof *b.targets_f);
   b.targets_i = malloc(N_BATCHES * B * sizeof *b.targets_i);
   if (!b.inputs || !b.targets_f || !b.targets_i) { fprintf(stderr, "bench_train: out of memory\n"); return 1; }
-  px_rng rng = px_rng_make(0, 0);
+  px_rng rng = px_rng_make(0, (uint64_t)rank);  // each rank its own samples
   if (o.model == MODEL_MLP) {
     for (size_t i = 0; i < N_BATCHES * B; i++) {
       float v = 2.0f * px_rng_uniform(&rng) - 1.0f;
@@ -229,21 +281,42 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < N_BATCHES * B; i++) b.targets_i[i] = (int32_t)px_rng_below(&rng, (uint64_t)in[3]);
   }
 
-  long steps;
-  double elapsed, cpu;
+  long steps = 0;
+  double elapsed = 0, cpu = 0;
   // Warm-up: lets the arena reach its high-water size and the caches and
   // the OpenMP pool settle.
   if (run_for(&b, o.warmup, 3, &steps, &elapsed, &cpu) != PX_OK) return fail("warm-up step");
   if (run_for(&b, o.seconds, 5, &steps, &elapsed, &cpu) != PX_OK) return fail("training step");
 
-  printf("plexus %s batch=%d threads=%d samples_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.6g\n",
-         model_names[o.model], o.batch, px_get_num_threads(),
-         (double)steps * (double)B / elapsed, steps, elapsed, cpu, (double)b.last_loss);
+  if (world == 1) {
+    printf("plexus %s batch=%d threads=%d samples_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.6g\n",
+           model_names[o.model], o.batch, px_get_num_threads(),
+           (double)steps * (double)B / elapsed, steps, elapsed, cpu, (double)b.last_loss);
+  } else if (rank == 0) {
+    // Every rank's samples; cpu_s is this process's (all ranks under threads).
+    printf("plexus %s batch=%d threads=%d samples_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.6g "
+           "ranks=%d backend=%s overlap=%s\n",
+           model_names[o.model], o.batch, px_get_num_threads(),
+           (double)steps * (double)B * world / elapsed, steps, elapsed, cpu, (double)b.last_loss, world,
+           px_comm_backend_name(px_comm_backend_of(comm)), o.overlap ? "on" : "off");
+  }
+  fflush(stdout);
 
   free(b.inputs);
   free(b.targets_f);
   free(b.targets_i);
+  px_ddp_free(b.ddp);
   px_optim_free(b.optim);
   px_model_free(b.model);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  bench_opts o;
+  if (parse_args(argc, argv, &o) != 0) return 2;
+  // Each rank sets its own threads; this sizes the pool px_comm_run divides.
+  px_set_num_threads(o.threads);
+  int code = 0;
+  if (px_comm_run(o.ranks, rank_main, &o, &code) != PX_OK) return fail("start");
+  return code;
 }

@@ -2,7 +2,7 @@
 """bench_train_torch.py — PyTorch's side of bench/bench_train.c.
 
     bench_train_torch.py --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T
-                         [--seconds S] [--warmup W] [--blas-threads N]
+                         [--seconds S] [--warmup W] [--blas-threads N] [--ranks N]
     bench_train_torch.py --info     (torch version and the BLAS it calls, for the record)
 
 prints one line in the format of bench_train:
@@ -13,6 +13,11 @@ Same models, losses, optimizers, data shapes and timing loop as the C
 benchmark (see its header); every timed iteration is a full training step:
 zero_grad, forward, loss, backward, optimizer step.  Run it with Debian's
 python3 (python3-torch); bench/run.sh runs both side by side.
+
+--ranks N (bench/run_comm.sh's scaling table): N processes (started here)
+train the model wrapped in DistributedDataParallel over gloo, each on its
+own batch of B with T threads, as bench_train under mpiexec; samples_per_s
+counts every rank's samples, and the line ends "ranks=N backend=gloo".
 
 Threads: torch.set_num_threads(T) sizes PyTorch's OpenMP pool.  Debian's
 PyTorch calls OpenBLAS's pthreads build for its GEMMs, which keeps a pool of
@@ -92,19 +97,37 @@ def main():
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--blas-threads", type=int, default=1,
                     help="OPENBLAS_NUM_THREADS for PyTorch's BLAS (default 1; see the header)")
+    ap.add_argument("--ranks", type=int, default=1, help="data-parallel processes (DDP over gloo)")
     ap.add_argument("--info", action="store_true", help="print torch's version and BLAS, then exit")
     a = ap.parse_args()
-    if a.batch < 1 or a.threads < 1 or a.blas_threads < 1 or a.seconds <= 0 or a.warmup < 0:
-        ap.error("--batch, --threads and --blas-threads must be >= 1, --seconds > 0, --warmup >= 0")
+    if a.batch < 1 or a.threads < 1 or a.blas_threads < 1 or a.ranks < 1 or a.seconds <= 0 or a.warmup < 0:
+        ap.error("--batch, --threads, --blas-threads and --ranks must be >= 1, --seconds > 0, --warmup >= 0")
 
     os.environ["OPENBLAS_NUM_THREADS"] = str(a.blas_threads)
     import torch
-    import torch.nn as nn
 
     if a.info:
         print("torch %s (%s); blas: %s; OPENBLAS_NUM_THREADS=%d" %
               (torch.__version__, torch.__file__, blas_info(), a.blas_threads))
         return 0
+    if a.ranks == 1:
+        return train(0, a, 0)
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(train, args=(a, port), nprocs=a.ranks, join=True)
+    return 0
+
+
+def train(rank, a, port):
+    import torch
+    import torch.nn as nn
+    dist = None
+    if a.ranks > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.ranks)
 
     # Before any parallel work, or PyTorch ignores the interop setting.
     torch.set_num_interop_threads(1)
@@ -114,6 +137,9 @@ def main():
     B = a.batch
     model = build(torch, nn, a.model)
     model.train()
+    if dist:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        torch.manual_seed(1000 + rank)  # each rank its own samples
     if a.model == "mlp":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         loss_fn = nn.MSELoss()
@@ -135,10 +161,25 @@ def main():
         opt.step()
         last[0] = loss
 
+    def slowest(v):
+        t = torch.tensor([v], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t[0])
+
     def run_for(budget, min_steps):
         n = 0
         c0 = time.process_time()
         t0 = t = time.perf_counter()
+        if dist:
+            # Ranks must take the same number of steps (bench_train does the same).
+            for n in range(min_steps):
+                step(n % N_BATCHES)
+            n = min_steps
+            total = int(budget / slowest((time.perf_counter() - t0) / n))
+            while n < total:
+                step(n % N_BATCHES)
+                n += 1
+            return n, slowest(time.perf_counter() - t0), time.process_time() - c0
         while n < min_steps or t - t0 < budget:
             step(n % N_BATCHES)
             n += 1
@@ -147,9 +188,17 @@ def main():
 
     run_for(a.warmup, 3)
     steps, elapsed, cpu = run_for(a.seconds, 5)
-    print(f"torch {a.model} batch={B} threads={torch.get_num_threads()} "
-          f"samples_per_s={steps * B / elapsed:.1f} steps={steps} seconds={elapsed:.3f} cpu_s={cpu:.3f} "
-          f"loss={float(last[0]):.6g}")
+    if rank == 0:
+        extra = f" ranks={a.ranks} backend=gloo" if dist else ""
+        print(f"torch {a.model} batch={B} threads={torch.get_num_threads()} "
+              f"samples_per_s={steps * B * a.ranks / elapsed:.1f} steps={steps} seconds={elapsed:.3f} "
+              f"cpu_s={cpu:.3f} loss={float(last[0]):.6g}{extra}", flush=True)
+    if dist:
+        # Seen here: a rank of a DDP job hung for minutes in gloo's teardown
+        # after its peer had exited.  Both are done: meet, then leave at once.
+        dist.barrier()
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 

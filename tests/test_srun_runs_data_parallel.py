@@ -383,6 +383,17 @@ def plexus_cases(cluster):
     check(re.search(r"^0: plexus train: done: 20 steps", p.stdout, re.M) is not None,
           "rank 0 did not report 20 steps done")
 
+    # Sharded data parallel, the one-option change: each task writes its own
+    # slice of the checkpoint (ZeRO-3: model and optimizer state).
+    z3 = cluster.path("zero3")
+    p = srun(cluster, train + ["--steps", "10", "--zero", "3", "--out", z3])
+    show(p)
+    check(p.returncode == 0 and "memory per rank (ZeRO stage 3, 2 ranks" in p.stdout,
+          f"plexus train --zero 3 under srun exited {p.returncode} or printed no memory line")
+    ck = os.path.join(z3, "checkpoints", "step_00000010")
+    check(all(os.path.exists(os.path.join(ck, "%s.rank%05d-of-00002.safetensors" % (w, r)))
+              for w in ("model", "optim") for r in (0, 1)), f"--zero 3 under srun: rank files missing in {ck}")
+
     # The sbatch script of docs/SLURM.md says --backend mpi, so that a launch
     # without PMI fails at once instead of training once per task.
     p = srun(cluster, train + ["--steps", "20", "--backend", "mpi"], plugin="none")

@@ -75,7 +75,7 @@ static void print_state(const char *ckpt) {
     return;
   }
   static const char *keys[] = {"step", "epoch", "next_batch", "batches_per_epoch", "optimizer", "optimizer_step",
-                               "forward_count", "seed", "world_size", "batch_size", "accum_steps", "param_count"};
+                               "forward_count", "seed", "world_size", "zero_stage", "batch_size", "accum_steps", "param_count"};
   printf("  training state:\n");
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[k]);

@@ -33,6 +33,9 @@ typedef struct train_job {
   char       *config_json;
   char        ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1100];
   int         num_threads;  /* compute threads per rank requested (0: automatic) */
+  char       *unit_names;   /* --zero-unit split at its commas (units point into it) */
+  const char *units[256];
+  int         n_units;
   bool        stopped_by_signal;
 } train_job;
 
@@ -102,6 +105,15 @@ static px_train_opts train_opts(const train_job *job) {
   o.eval_max_batches = c->eval_batches;
   o.ddp.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0);
   if (o.ddp.first_bucket_bytes > o.ddp.bucket_bytes) o.ddp.first_bucket_bytes = o.ddp.bucket_bytes;
+  // ZeRO's reduce-scatter buckets are DDP's all-reduce buckets cut in N:
+  // the same --bucket-mb.
+  o.zero.stage = (int)c->zero;
+  o.zero.bucket_bytes = o.ddp.bucket_bytes;
+  o.zero.first_bucket_bytes = o.ddp.first_bucket_bytes;
+  o.zero.units = job->n_units ? job->units : NULL;
+  o.zero.n_units = job->n_units;
+  o.zero.prefetch = c->zero_prefetch;
+  o.zero.reshard_after_forward = c->zero_reshard;
   o.ckpt_dir = job->ckpt_dir[0] ? job->ckpt_dir : NULL;
   o.ckpt_every = c->ckpt_every;
   o.keep_last = (int)c->keep_last;
@@ -258,7 +270,8 @@ static void train_usage(FILE *f) {
           "usage: plexus train [--config FILE] [--OPTION VALUE ...]\n"
           "\n"
           "Trains a model of the zoo data parallel: one process (default), --threads N ranks in this process,\n"
-          "or one rank per process under mpirun/mpiexec/srun. Options override the JSON config file; the\n"
+          "or one rank per process under mpirun/mpiexec/srun; --zero 1|2|3 shards the optimizer state, the\n"
+          "gradients and the parameters over the ranks (ZeRO). Options override the JSON config file; the\n"
           "effective config is printed at the start and saved in every checkpoint. Each option's JSON key is\n"
           "in brackets. Example (the README's demo):\n"
           "\n"
@@ -330,6 +343,22 @@ int px_cmd_train(int argc, char **argv) {
     goto out;
   }
   job.num_threads = (int)c->num_threads;
+  if (*c->zero_unit) {
+    job.unit_names = strdup(c->zero_unit);
+    if (!job.unit_names) {
+      px_error(PX_ERR_NOMEM, "out of memory");
+      rc = px_app_fail("train");
+      goto out;
+    }
+    for (char *save = NULL, *u = strtok_r(job.unit_names, ",", &save); u; u = strtok_r(NULL, ",", &save)) {
+      if (job.n_units == (int)(sizeof job.units / sizeof *job.units)) {
+        px_error(PX_ERR_INVALID, "--zero-unit names more than %d modules", job.n_units);
+        rc = px_app_fail("train");
+        goto out;
+      }
+      job.units[job.n_units++] = u;
+    }
+  }
   // The backend: what launched us, unless told.
   const bool launched = px_comm_mpi_launched();
   int threads = (int)c->threads;
@@ -372,6 +401,7 @@ int px_cmd_train(int argc, char **argv) {
   // command with --resume auto to go on (a requeued Slurm job does).
   rc = exit_code != 0 ? exit_code : job.stopped_by_signal ? 75 : 0;
 out:
+  free(job.unit_names);
   free(job.config_json);
   px_config_free(c);
   return rc;

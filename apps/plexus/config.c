@@ -148,6 +148,17 @@ static const opt_def opts[] = {
    "compute threads per rank (0: this node's cores divided among its ranks)"},
   {"parallel", "bucket_mb", "bucket-mb", T_NUM, F(bucket_mb), "25", NULL, 0.001, 1 << 20, CFG_TRAIN,
    "DDP gradient bucket size in MiB"},
+  {"parallel", "zero", "zero", T_INT, F(zero), "0", NULL, 0, BIG, CFG_TRAIN,
+   "sharded data parallel (ZeRO): 0 DDP (every rank holds everything), 1 shard the optimizer state, 2 and the "
+   "gradients, 3 and the parameters (docs/PARALLEL.md)"},
+  {"parallel", "zero_unit", "zero-unit", T_STR, F(zero_unit), "", NULL, 0, 0, CFG_TRAIN,
+   "--zero 3: the modules whose parameters are gathered together, NAME[,NAME...] (\"h.0,h.1\"; default: each "
+   "child of the model's root)"},
+  {"parallel", "zero_prefetch", "zero-prefetch", T_BOOL, F(zero_prefetch), "true", NULL, 0, 0, CFG_TRAIN,
+   "--zero 3: gather the next unit's parameters while this one computes"},
+  {"parallel", "zero_reshard", "zero-reshard", T_BOOL, F(zero_reshard), "true", NULL, 0, 0, CFG_TRAIN,
+   "--zero 3: free a unit's gathered parameters after its forward and gather again for backward (less memory); "
+   "off: keep them until its backward (one gather fewer)"},
   {"parallel", "timeout", "timeout", T_NUM, F(timeout), "600", NULL, 0, 1e9, ALL,
    "seconds a rank waits for its peers before the job ends with an error naming them (0: forever)"},
 
@@ -557,6 +568,25 @@ px_status px_config_validate(const px_config *c, int commands) {
     return px_error(PX_ERR_NOT_FOUND, "--resume (checkpoint.resume): %s does not exist", c->resume);
   if ((commands & CFG_TRAIN) && *c->init && !path_exists(c->init))
     return px_error(PX_ERR_NOT_FOUND, "--init (model.init): %s does not exist", c->init);
+  if ((commands & CFG_TRAIN) && (c->zero < 0 || c->zero > 3))
+    return px_error(PX_ERR_INVALID, "--zero (parallel.zero) %lld: there is no such ZeRO stage; use 0 (DDP), 1 (shard "
+                    "the optimizer state), 2 (and the gradients) or 3 (and the parameters)", (long long)c->zero);
+  if ((commands & CFG_TRAIN) && *c->zero_unit && c->zero != 3)
+    return px_error(PX_ERR_INVALID, "--zero-unit (parallel.zero_unit) \"%s\" applies to --zero 3 only (this run: "
+                    "--zero %lld)", c->zero_unit, (long long)c->zero);
+  if ((commands & CFG_TRAIN) && *c->zero_unit) {
+    // NAME[,NAME...]: no empty names ("h.0,,h.1", a trailing comma).
+    const char *p = c->zero_unit;
+    for (;;) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      if (len == 0)
+        return px_error(PX_ERR_INVALID, "--zero-unit (parallel.zero_unit) \"%s\": an empty module name; expected "
+                        "NAME[,NAME...] such as \"h.0,h.1\"", c->zero_unit);
+      if (!comma) break;
+      p = comma + 1;
+    }
+  }
   if ((commands & CFG_TRAIN) && strcmp(c->schedule, "cosine") == 0 && c->min_lr > c->lr)
     return px_error(PX_ERR_INVALID, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
   return PX_OK;

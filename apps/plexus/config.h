@@ -42,6 +42,9 @@ typedef struct px_config {
   char   *backend;
   int64_t threads, num_threads;
   double  bucket_mb, timeout;
+  int64_t zero;                /* ZeRO stage: 0 = DDP */
+  char   *zero_unit;           /* stage-3 units, "h.0,h.1" ("" = the root's children) */
+  bool    zero_prefetch, zero_reshard;
   /* checkpoint */
   char   *ckpt_dir;
   int64_t ckpt_every, keep_last;

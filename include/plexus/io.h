@@ -113,6 +113,56 @@ px_status px_checkpoint_read_file(const char *ckpt_path, const char *name, void 
  * after checking its SHA-256; the file is read once. */
 px_status px_checkpoint_load_tensors(const char *ckpt_path, const char *name, const px_state_dict *sd, bool strict);
 
+/* ---- Sharded checkpoints ---------------------------------------------------
+ * Collective: every rank writes its own items into one checkpoint (names
+ * distinct across ranks: "optim.rank00001-of-00004.safetensors"); rank 0
+ * makes the .partial directory, and after every rank has written and
+ * fsynced its files, writes SHA256SUMS (rank 0's files first, then rank 1's,
+ * ...), installs and rotates as px_checkpoint_write does.  All ranks must
+ * see the same file system at dir (one node, or a shared file system).  A
+ * rank that fails makes every rank return its status and message (the
+ * lowest failing rank's), and no checkpoint appears.  A rank may pass no
+ * items.  A NULL comm is a world of one. */
+px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items,
+                                  int n_items, int keep_last, char *path_out, size_t cap);
+
+/* A piece of a named tensor: the flat range [offset, offset + count) of the
+ * tensor `key` (row-major), whose whole shape is shape (DESIGN decision 8:
+ * a shard is a box of a named global tensor; for a flat shard the box is a
+ * range of the flattened tensor).  key is independent of the layout:
+ * "h.0.attn.c_attn.weight" for a parameter, "exp_avg.h.0.attn.c_attn.weight"
+ * for optimizer state. */
+typedef struct px_tensor_piece {
+  char     key[PX_NAME_MAX + 32];
+  int      ndim;
+  int64_t  shape[PX_MAX_DIMS];
+  size_t   offset, count;
+  float   *data;             /* count floats (F32) */
+} px_tensor_piece;
+
+/* The pieces as a safetensors file: tensor k is named "<key>@<offset>", of
+ * shape (count,), a view of data; *pieces_json (malloc'ed) is the value of
+ * the "pieces" metadata key, {"<tensor name>": {"key": .., "dtype": "F32",
+ * "shape": [..], "offset": .., "count": ..}, ...}, which readers use to put
+ * the pieces back. */
+#define PX_PIECES_FORMAT  "plexus-pieces"
+#define PX_PIECES_VERSION "1"
+px_status px_pieces_state_dict(const px_tensor_piece *pieces, int n, px_state_dict *sd, char **pieces_json);
+
+/* Load pieces from a checkpoint's file written with the same pieces (the
+ * same layout): the file must hold exactly these names, ranges and shapes
+ * (checked against SHA256SUMS first).  Errors name the file and the piece. */
+px_status px_checkpoint_load_pieces(const char *ckpt_path, const char *name, const px_tensor_piece *pieces, int n);
+
+/* Assemble whole tensors from pieces: every file of the checkpoint whose
+ * name starts with `prefix` and ends in ".safetensors" ("model.rank" takes
+ * model.rank00000-of-00004.safetensors, ...) is read (checked against
+ * SHA256SUMS) and its pieces are copied into the tensors of sd with the
+ * same key and shape.  Every element of every tensor of sd must be covered
+ * exactly once; a piece of a tensor sd lacks is an error with strict.
+ * (Loading a sharded checkpoint into one process.) */
+px_status px_checkpoint_assemble(const char *ckpt_path, const char *prefix, const px_state_dict *sd, bool strict);
+
 #ifdef __cplusplus
 }
 #endif

@@ -76,6 +76,10 @@ int px_ddp_bucket_count(const px_ddp *d);
 void px_ddp_bucket_range(const px_ddp *d, int b, size_t *offset, size_t *count);
 /* Seconds (px_time_now) when bucket b's all-reduce last started; 0 if never. */
 double px_ddp_bucket_start_time(const px_ddp *d, int b);
+/* Seconds (px_time_now) when bucket b's all-reduce was last seen complete:
+ * by a test during backward, or else by px_ddp_sync's wait; 0 if never.
+ * Before the end of backward means its communication was hidden. */
+double px_ddp_bucket_done_time(const px_ddp *d, int b);
 
 
 /* ---- Sharded data parallel: ZeRO stages 1, 2, 3 (FSDP) --------------------

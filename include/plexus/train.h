@@ -71,8 +71,14 @@ typedef struct px_train_opts {
   int64_t  eval_every;       /* steps; 0: at the end of every epoch */
   size_t   eval_batch_size;  /* 0: batch_size */
   int64_t  eval_max_batches; /* per rank; 0: the whole split */
-  /* Data parallel */
-  px_ddp_opts ddp;
+  /* Data parallel: zero.stage 0 is DDP (the ddp options); 1, 2, 3 shard
+   * the optimizer state, + the gradients, + the parameters over the ranks
+   * (px_zero_wrap with these options; docs/PARALLEL.md).  Under ZeRO the
+   * optimizer works on this rank's shard, clipping takes the global norm
+   * (px_zero_clip_grad_norm), and each rank writes its own slice of the
+   * checkpoint (docs/CHECKPOINTS.md). */
+  px_ddp_opts  ddp;
+  px_zero_opts zero;
   /* Checkpoints */
   const char *ckpt_dir;      /* NULL: no checkpoints */
   int64_t  ckpt_every;       /* steps; 0: at the end of every epoch (and of the run) */
@@ -93,6 +99,8 @@ typedef struct px_train_opts {
                    .epochs = 1, .max_steps = 0, .seed = 0, .stop_at_step = 0,              \
                    .stop_flag = NULL, .eval_every = 0,                                      \
                    .eval_batch_size = 0, .eval_max_batches = 0, .ddp = PX_DDP_DEFAULTS,     \
+                   .zero = {.stage = 0, .bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20,      \
+                            .reshard_after_forward = true, .prefetch = true},                        \
                    .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
                    .config_json = NULL, .log_every = 50})
 
@@ -107,6 +115,13 @@ typedef struct px_train_result {
   double  samples_per_s;      /* global training throughput of this call */
   size_t  skipped;            /* bad records skipped (skip_bad) */
   char    last_checkpoint[512]; /* path of the last checkpoint written or resumed ("" if none) */
+  /* Memory per rank after the first step of this call (bytes): this rank's,
+   * and each figure's maximum over the ranks; optim_state is the
+   * optimizer's, arena_peak the activation arena's high-water mark.
+   * peak_rss: the largest VmHWM over the ranks' processes (under threads
+   * the ranks share one process). */
+  px_zero_memory memory, memory_max;
+  size_t  peak_rss;
 } px_train_result;
 
 /* Train on every rank of comm (collective).  val may be NULL (no
@@ -122,10 +137,16 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
 px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t batch_size, int workers,
                       int64_t max_batches, px_eval_metrics *out);
 
+/* This process's peak resident memory in bytes (VmHWM in
+ * /proc/self/status; 0 where the system does not say). */
+size_t px_train_peak_rss(void);
+
 /* Load a checkpoint's weights (model.safetensors, checked against its
  * SHA-256) into model, for evaluation or generation.  path: a checkpoint
  * directory, or a directory of checkpoints (the newest good one is used);
- * resolved (may be NULL) receives the checkpoint's path. */
+ * resolved (may be NULL) receives the checkpoint's path.  A ZeRO stage-3
+ * checkpoint has no model.safetensors: the model is assembled from the
+ * ranks' model.rank*.safetensors pieces. */
 px_status px_train_load_weights(px_model *model, const char *path, char *resolved, size_t cap);
 
 #ifdef __cplusplus

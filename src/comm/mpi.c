@@ -1,13 +1,28 @@
 // The MPI backend (MPI-3: Open MPI, MPICH), compiled when CMake finds MPI.
 //
 // Every operation, blocking or not, is a non-blocking MPI call; a blocking
-// one then waits on it right away.  The wait is a loop of MPI_Test with a
-// short sleep that grows from 10 µs to 1 ms, checked against the
-// communicator's deadline: MPI's own blocking calls cannot time out, and a
-// watchdog is the difference between a job that hangs until its allocation
-// runs out and one that says where it stopped.  MPI cannot tell which peers
-// are missing, so the watchdog says so, then ends the job with MPI_Abort:
-// the peers are stuck in the collective and no return value can reach them.
+// one then waits on it right away.  MPI's own blocking calls cannot time
+// out, and a watchdog is the difference between a job that hangs until its
+// allocation runs out and one that says where it stopped.
+//
+// The wait (wait_req) polls MPI_Test back to back, with the deadline checked
+// at every poll: Open MPI moves a non-blocking collective only inside MPI
+// calls, so a rank that slept between polls held its collective still (the
+// old 10 µs-1 ms naps made a 4 KiB all-reduce 200 µs instead of 2).  When
+// ranks outnumber the node's cores, or once the wait passes 50 µs (it is
+// then waiting for a peer, not for the transport), each poll yields the
+// core to whatever else is runnable (on a loaded 2-core machine this made
+// 2-rank DDP of the MLP 1.4-2x faster than polling without it).  After 0.25 s
+// without completion (plus 4 ns a byte: a 256 MiB one gets 1.3 s) the
+// operation has stalled, and the wait naps between polls (growing to 2 ms),
+// so a rank waiting for a late peer costs a few % of a core, not all of it.
+// Requests handed out (DDP's buckets) move when their owner tests them: DDP
+// does so at every module's grads_ready during backward.
+//
+// MPI cannot tell which peers are missing, so the watchdog says so, then
+// ends the job with MPI_Abort from the waiting thread (no second thread
+// calls MPI: MPI_THREAD_SERIALIZED is enough): the peers are stuck in the
+// collective and no return value can reach them.
 //
 // Errors: our communicators use MPI_ERRORS_RETURN, and a failed MPI call
 // becomes PX_ERR_COMM with MPI_Error_string's text.
@@ -18,7 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Started by a launcher?  Each launcher leaves its mark in the environment:
  *   Open MPI's mpirun/mpiexec  OMPI_COMM_WORLD_SIZE (and PMIX_RANK);
@@ -67,6 +84,7 @@ static const px_comm_ops px_comm_mpi_ops_table;
 typedef struct mcomm {
   MPI_Comm comm;
   int world_rank;
+  bool crowded;   /* more ranks on this node than cores: waits yield */
 } mcomm;
 
 static MPI_Comm comm_of(const px_comm *c) { return ((const mcomm *)c->impl)->comm; }
@@ -82,6 +100,7 @@ typedef struct mreq {
   int peer;                 /* point-to-point: the other rank; else -1 */
   char label[PX_COMM_LABEL_MAX];
   double timeout;
+  double spin;              /* seconds to poll without a nap (wait_req) */
   bool finished;            /* post-processing done */
   void *avg_buf;            /* divide avg_count elements by the size */
   size_t avg_count;
@@ -142,8 +161,16 @@ static px_status fits_int(const char *what, size_t count) {
   return PX_OK;
 }
 
-static void req_init(mreq *r, px_comm *c, const char *what, int peer) {
+/* Seconds a wait polls without sleeping before it takes its operation for
+ * stalled (a peer is late, or gone) and starts to nap between polls:
+ * SPIN_SECONDS, plus 4 ns a byte (250 MB/s, far below any transport) for
+ * operations big enough to take that long when healthy. */
+#define SPIN_SECONDS 0.25
+static double spin_seconds(size_t bytes) { return SPIN_SECONDS + 4e-9 * (double)bytes; }
+
+static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t bytes) {
   memset(r, 0, sizeof *r);
+  r->spin = spin_seconds(bytes);
   r->base.ops = &px_comm_mpi_ops_table;
   r->c = c;
   r->req = MPI_REQUEST_NULL;
@@ -190,10 +217,30 @@ static px_status watchdog_abort(mreq *r) {
                   r->timeout);
 }
 
+/* A wait longer than this is waiting for a peer, not for the transport:
+ * from here each poll yields the core to whatever else is runnable on it
+ * (on a loaded node, possibly what the peer waits for). */
+#define YIELD_AFTER_SECONDS 50e-6
+/* Naps of a stalled wait: from NAP_MIN_NS doubling to NAP_MAX_NS. */
+#define NAP_MIN_NS 20000L
+#define NAP_MAX_NS 2000000L
+
+/* Open MPI moves a non-blocking operation only inside MPI calls (it has no
+ * progress thread): a rank that sleeps between polls holds its collective
+ * still, and its peers with it.  So a wait polls MPI_Test back to back while
+ * the operation can be moving: the first r->spin seconds (spin_seconds:
+ * 0.25 s, more for big messages).  When ranks outnumber the node's cores,
+ * or after YIELD_AFTER_SECONDS, each poll is followed by sched_yield, so a
+ * peer (or whatever it waits for) that shares the core gets it; a call
+ * that no one else wants costs well under a microsecond.  After r->spin
+ * the operation has stalled: naps grow from 20 µs to 2 ms, and a rank
+ * waiting for a stalled peer uses a few % of a core instead of all of it.
+ * The watchdog's deadline is checked at every poll either way. */
 static px_status wait_req(mreq *r) {
-  double start = px_time_now();
-  long nap_ns = 10000;
-  for (int spins = 0;; spins++) {
+  const double start = px_time_now();
+  const bool crowded = ((const mcomm *)r->c->impl)->crowded;
+  long nap_ns = NAP_MIN_NS;
+  for (;;) {
     int flag = 0;
     int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
@@ -204,15 +251,15 @@ static px_status wait_req(mreq *r) {
       finish(r);
       return PX_OK;
     }
-    if (r->timeout > 0 && px_time_now() - start > r->timeout) return watchdog_abort(r);
-    // A few quick polls catch short operations without a sleep; after that,
-    // sleeping leaves the core to the peers, which matters when ranks
-    // outnumber cores.
-    if (spins < 16) continue;
+    const double waited = px_time_now() - start;
+    if (r->timeout > 0 && waited > r->timeout) return watchdog_abort(r);
+    if (waited < r->spin) {
+      if (crowded || waited > YIELD_AFTER_SECONDS) sched_yield();
+      continue;
+    }
     struct timespec ts = {0, nap_ns};
     nanosleep(&ts, NULL);
-    if (nap_ns < 1000000) nap_ns *= 2;
-    if (nap_ns > 1000000) nap_ns = 1000000;
+    nap_ns = nap_ns * 2 > NAP_MAX_NS ? NAP_MAX_NS : nap_ns * 2;
   }
 }
 
@@ -242,7 +289,7 @@ static px_status hand_out(px_status started, const mreq *r, px_request **req) {
 /* ---- Starting operations --------------------------------------------------------- */
 
 static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, mreq *r) {
-  req_init(r, c, "allreduce", -1);
+  req_init(r, c, "allreduce", -1, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   if (op == PX_AVG) {
@@ -255,7 +302,7 @@ static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype d
 }
 
 static px_status start_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, mreq *r) {
-  req_init(r, c, "broadcast", -1);
+  req_init(r, c, "broadcast", -1, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Ibcast(buf, (int)count, move_type(dtype), root, comm_of(c), &r->req));
@@ -263,7 +310,7 @@ static px_status start_broadcast(px_comm *c, void *buf, size_t count, px_dtype d
 }
 
 static px_status start_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, mreq *r) {
-  req_init(r, c, "allgather", -1);
+  req_init(r, c, "allgather", -1, (size_t)c->size * count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   size_t bytes = count * px_dtype_size(dtype);
@@ -276,7 +323,7 @@ static px_status start_allgather(px_comm *c, const void *send, void *recv, size_
 
 static px_status start_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
                                       px_reduce_op op, mreq *r) {
-  req_init(r, c, "reduce_scatter", -1);
+  req_init(r, c, "reduce_scatter", -1, (size_t)c->size * count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   size_t bytes = count * px_dtype_size(dtype);
@@ -305,13 +352,13 @@ static px_status start_reduce_scatter(px_comm *c, const void *send, void *recv, 
 }
 
 static px_status start_barrier(px_comm *c, mreq *r, const char *what) {
-  req_init(r, c, what, -1);
+  req_init(r, c, what, -1, 0);
   MPI_TRY(r->what, MPI_Ibarrier(comm_of(c), &r->req));
   return PX_OK;
 }
 
 static px_status start_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, mreq *r) {
-  req_init(r, c, "send", dst);
+  req_init(r, c, "send", dst, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Isend(buf, (int)count, move_type(dtype), dst, tag, comm_of(c), &r->req));
@@ -319,7 +366,7 @@ static px_status start_send(px_comm *c, const void *buf, size_t count, px_dtype 
 }
 
 static px_status start_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, mreq *r) {
-  req_init(r, c, "recv", src);
+  req_init(r, c, "recv", src, count * px_dtype_size(dtype));
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Irecv(buf, (int)count, move_type(dtype), src, tag, comm_of(c), &r->req));
@@ -484,6 +531,8 @@ static px_status mcomm_wrap(MPI_Comm comm, px_comm **out) {
   }
   m->comm = comm;
   m->world_rank = wrank;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  m->crowded = cores > 0 && lsize > cores;
   c->impl = m;
   c->local_rank = lrank;
   c->local_size = lsize;
@@ -501,6 +550,15 @@ px_status px_comm_init_mpi(px_comm **out) {
   if (!inited) {
     // SERIALIZED: plexus calls MPI from whichever thread calls it, never
     // from two at once (no progress thread under MPI).
+    //
+    // Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial
+    // tree (reduce to rank 0, then broadcast: twice the data through one
+    // rank) for fewer than 4 ranks or an in-place buffer, which is every
+    // call of ours: measured at 2 ranks it ran at half the speed of
+    // MPI_Allreduce from 1 MiB up, and 3 µs against 2 at 4 KiB.  Its ring
+    // matched MPI_Allreduce at every size (docs/PERFORMANCE.md).  Unless
+    // the user chose an algorithm, ask for the ring; other MPIs ignore it.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_Init_thread", "px_comm_init_mpi", __FILE__, __LINE__);

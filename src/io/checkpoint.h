@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "io/internal.h"
 #include "io/sha256.h"
 #include "plexus/io.h"
 
@@ -77,6 +78,26 @@ void px_ckpt_listing_free(px_ckpt_listing *l);
 
 // rm -r path, never following symbolic links.
 px_status px_ckpt_remove_tree(const char *path);
+
+/* ---- writing helpers (checkpoint_write.c), shared with the collective
+ * writer (checkpoint_sharded.c) ------------------------------------------- */
+
+// fsync a directory (file systems that cannot are let be); ckpt names the
+// checkpoint in messages.
+px_status px_ckpt_fsync_dir(const char *dir, const char *ckpt);
+// mkdir -p dir (modified in place while walking it, restored), each new
+// directory fsynced in its parent.
+px_status px_ckpt_make_dirs(char *dir, const char *ckpt);
+// Writes the concatenation of chunks to path (a new file), fsynced, and its
+// SHA-256 into digest; errors name the checkpoint and the file.
+px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
+                             int n, unsigned char digest[PX_SHA256_BYTES]);
+// Item names are valid and distinct (see px_checkpoint_write).
+px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items);
+// dir without trailing slashes, malloc'ed (NULL: out of memory).
+char *px_ckpt_clean_dir(const char *dir);
+// "<dir>/step_<step>" into out; false when it does not fit.
+bool px_ckpt_step_path(const char *dir, int64_t step, char *out, size_t cap);
 
 /* ---- install (checkpoint_write.c) ---------------------------------------- */
 

@@ -31,7 +31,7 @@
 
 /* ---- small file-system helpers ------------------------------------------------ */
 
-static px_status fsync_dir(const char *dir, const char *ckpt) {
+px_status px_ckpt_fsync_dir(const char *dir, const char *ckpt) {
   char why[128];
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
@@ -51,7 +51,7 @@ static px_status fsync_dir(const char *dir, const char *ckpt) {
 }
 
 // mkdir -p, each new directory made durable in its parent.
-static px_status make_dirs(char *dir, const char *ckpt) {
+px_status px_ckpt_make_dirs(char *dir, const char *ckpt) {
   char why[128];
   struct stat sb;
   if (stat(dir, &sb) == 0) {
@@ -65,9 +65,9 @@ static px_status make_dirs(char *dir, const char *ckpt) {
     if (mkdir(dir, 0777) == 0) {
       char *slash = strrchr(dir, '/');
       px_status st = PX_OK;
-      if (!slash) st = fsync_dir(".", ckpt);
-      else if (slash == dir) st = fsync_dir("/", ckpt);
-      else { *slash = '\0'; st = fsync_dir(dir, ckpt); *slash = '/'; }
+      if (!slash) st = px_ckpt_fsync_dir(".", ckpt);
+      else if (slash == dir) st = px_ckpt_fsync_dir("/", ckpt);
+      else { *slash = '\0'; st = px_ckpt_fsync_dir(dir, ckpt); *slash = '/'; }
       if (st != PX_OK) { *p = keep; return st; }
     } else if (errno != EEXIST) {
       int err = errno;
@@ -116,7 +116,7 @@ static void *hash_chunks(void *arg) {
 
 // Writes the concatenation of chunks to path (a new file), fsynced, and its
 // SHA-256 into digest.
-static px_status write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
+px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
                             unsigned char digest[PX_SHA256_BYTES]) {
   char why[128];
   size_t total = 0;
@@ -153,7 +153,7 @@ fail:
 
 /* ---- arguments -------------------------------------------------------------------- */
 
-static px_status check_items(const px_ckpt_item *items, int n_items) {
+px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items) {
   if (n_items < 1 || !items)
     return px_error(PX_ERR_INVALID, "checkpoint: %d items given; a checkpoint holds at least one file", n_items);
   for (int i = 0; i < n_items; i++) {
@@ -171,7 +171,7 @@ static px_status check_items(const px_ckpt_item *items, int n_items) {
 }
 
 // dir without trailing slashes ("/" stays "/"), malloc'ed.
-static char *clean_dir(const char *dir) {
+char *px_ckpt_clean_dir(const char *dir) {
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--;
   char *d = malloc(n + 1);
@@ -180,7 +180,7 @@ static char *clean_dir(const char *dir) {
 }
 
 // "<dir>/step_<step>" into out; false when it does not fit.
-static bool step_path(const char *dir, int64_t step, char *out, size_t cap) {
+bool px_ckpt_step_path(const char *dir, int64_t step, char *out, size_t cap) {
   char name[32];
   px_ckpt_step_name(step, name);
   int k = snprintf(out, cap, "%s%s%s", dir, strcmp(dir, "/") == 0 ? "" : "/", name);
@@ -248,10 +248,10 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
   if (step < 0 || step > PX_CKPT_STEP_MAX)
     return px_error(PX_ERR_INVALID, "checkpoint: step %" PRId64 " is out of range (0 to 10^18 - 1)", step);
   if (keep_last < 0) return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
-  px_status st = check_items(items, n_items);
+  px_status st = px_ckpt_check_items(items, n_items);
   if (st != PX_OK) return st;
 
-  char *dir = clean_dir(dir_in);
+  char *dir = px_ckpt_clean_dir(dir_in);
   size_t plen = strlen(dir_in) + 2 * PX_CKPT_NAME_MAX + 8;
   char *final = malloc(plen), *tmp = malloc(plen), *file = malloc(plen), *old = malloc(plen), *label = malloc(plen);
   char *sums = malloc((size_t)n_items * (PX_SHA256_HEX + 2 + PX_CKPT_NAME_MAX + 1) + 1);
@@ -260,13 +260,13 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
     st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory writing step %" PRId64 " in %s", step, dir_in);
     goto done;
   }
-  step_path(dir, step, final, plen);
+  px_ckpt_step_path(dir, step, final, plen);
   if (path_out && strlen(final) >= cap) {
     st = px_error(PX_ERR_INVALID, "checkpoint %s: path_out holds %zu bytes, the path needs %zu", final, cap,
                   strlen(final) + 1);
     goto done;
   }
-  if ((st = make_dirs(dir, final)) != PX_OK) goto done;
+  if ((st = px_ckpt_make_dirs(dir, final)) != PX_OK) goto done;
 
   char host[PX_CKPT_HOST_MAX + 1], name[384], why[128];
   px_ckpt_host(host);
@@ -290,11 +290,11 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
       px_st_image img;
       snprintf(label, plen, "%s/%s", final, it->name);  // the name a user will see in messages
       if ((st = px_st_image_build(label, it->tensors, it->metadata, it->n_metadata, &img)) != PX_OK) goto done;
-      st = write_file(file, final, it->name, img.chunks, img.n_chunks, digest);
+      st = px_ckpt_write_file(file, final, it->name, img.chunks, img.n_chunks, digest);
       px_st_image_free(&img);
     } else {
       px_io_chunk c = {it->bytes, it->n_bytes};
-      st = write_file(file, final, it->name, &c, 1, digest);
+      st = px_ckpt_write_file(file, final, it->name, &c, 1, digest);
     }
     if (st != PX_OK) goto done;
     char hex[PX_SHA256_HEX];
@@ -305,12 +305,12 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
   unsigned char ignored[PX_SHA256_BYTES];
   snprintf(file, plen, "%s/%s", tmp, PX_CKPT_SUMS);
   px_io_chunk c = {sums, sums_len};
-  if ((st = write_file(file, final, PX_CKPT_SUMS, &c, 1, ignored)) != PX_OK) goto done;
-  if ((st = fsync_dir(tmp, final)) != PX_OK) goto done;
+  if ((st = px_ckpt_write_file(file, final, PX_CKPT_SUMS, &c, 1, ignored)) != PX_OK) goto done;
+  if ((st = px_ckpt_fsync_dir(tmp, final)) != PX_OK) goto done;
 
   if ((st = px_ckpt_install(dir, tmp, final, step, true, old, plen)) != PX_OK) goto done;
   made_tmp = false;
-  if ((st = fsync_dir(dir, final)) != PX_OK) goto done;
+  if ((st = px_ckpt_fsync_dir(dir, final)) != PX_OK) goto done;
   *complete = true;
   if (path_out) memcpy(path_out, final, strlen(final) + 1);
   if (old[0] && (st = px_ckpt_remove_tree(old)) != PX_OK) {
@@ -370,8 +370,8 @@ px_status px_checkpoint_write0(px_comm *comm, const char *dir, int64_t step, con
   bool fits = true;
   if (path_out && cap) {
     path_out[0] = '\0';
-    char *d = r.complete ? clean_dir(dir) : NULL;
-    if (d && !(fits = step_path(d, step, path_out, cap))) path_out[0] = '\0';
+    char *d = r.complete ? px_ckpt_clean_dir(dir) : NULL;
+    if (d && !(fits = px_ckpt_step_path(d, step, path_out, cap))) path_out[0] = '\0';
     free(d);
   }
   if (r.status != PX_OK) return px_error((px_status)r.status, "%s", r.message);

@@ -22,6 +22,7 @@ typedef struct bucket {
   int         n_params;
   px_request *req;
   double      t_start;
+  double      t_done;         /* first seen complete (0: not yet this step) */
 } bucket;
 
 struct px_ddp {
@@ -59,6 +60,7 @@ static void launch_ready_buckets(px_ddp *d) {
              d->next_launch);
     px_comm_set_label(d->comm, label);
     b->t_start = px_time_now();
+    b->t_done = 0;
     px_status st = px_comm_iallreduce(d->comm, d->model->grad_data + b->offset, b->count, PX_F32, PX_SUM,
                                       &b->req);
     if (st != PX_OK) { fail(d, st); b->req = NULL; }
@@ -103,11 +105,28 @@ static void on_pre_backward(void *user, px_module *m) {
     if (!d->module_ran[d->model->params[i]->owner->uid]) mark_ready(d, i);
 }
 
+/* MPI (Open MPI) moves a non-blocking collective only inside MPI calls:
+ * left alone during backward, a bucket's all-reduce would sit still until
+ * px_ddp_sync waits for it, and nothing would overlap.  So every hook that
+ * backward fires tests the buckets in flight, oldest first (they complete
+ * in launch order, so the first one not done ends the round).  A failed
+ * test is left for px_ddp_sync's wait, which reports it. */
+static void progress_buckets(px_ddp *d) {
+  for (int b = 0; b < d->next_launch; b++) {
+    bucket *bk = &d->buckets[b];
+    bool done = false;
+    if (!bk->req || bk->t_done > 0) continue;
+    if (px_request_test(bk->req, &done) != PX_OK || !done) return;
+    bk->t_done = px_time_now();
+  }
+}
+
 static void on_grads_ready(void *user, px_module *m) {
   px_ddp *d = user;
   if (!d->attached || !d->sync) return;
   for (int k = 0; k < m->n_params; k++)
     if (!m->params[k].is_buffer) mark_ready(d, param_index(d->model, &m->params[k]));
+  progress_buckets(d);
 }
 
 static px_status build_buckets(px_ddp *d) {
@@ -191,6 +210,7 @@ static px_status wait_all(px_ddp *d) {
   for (int b = 0; b < d->n_buckets; b++) {
     if (!d->buckets[b].req) continue;
     px_status st = px_request_wait(d->buckets[b].req);
+    if (d->buckets[b].t_done == 0) d->buckets[b].t_done = px_time_now();
     d->buckets[b].req = NULL;
     if (st != PX_OK && first == PX_OK) first = st;
   }
@@ -252,3 +272,5 @@ void px_ddp_bucket_range(const px_ddp *d, int b, size_t *offset, size_t *count) 
 }
 
 double px_ddp_bucket_start_time(const px_ddp *d, int b) { return d->buckets[b].t_start; }
+
+double px_ddp_bucket_done_time(const px_ddp *d, int b) { return d->buckets[b].t_done; }

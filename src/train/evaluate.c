@@ -7,6 +7,11 @@
 //   loss       = Σ_rows ℓ / rows           (rows: samples, or tokens for a language model)
 //   accuracy   = Σ [argmax logits = y] / rows          classifiers (y: one label per sample)
 //   perplexity = exp(loss)                             language models (y: (T,) per sample)
+//
+// Every rank runs the same number of forward passes: a rank whose share
+// has fewer batches repeats one whose results it drops.  A sharded model
+// (ZeRO-3) all-gathers each unit's parameters inside forward, a collective
+// that every rank must join; DDP loses nothing but a few forwards.
 #include "train/internal.h"
 
 #include <math.h>
@@ -28,8 +33,11 @@ static int64_t count_correct(const px_tensor *logits, const int32_t *y) {
   return correct;
 }
 
+// Runs `share` (at most max_batches batches), then forward passes that
+// count for nothing until `target` passes were made; count false: all of
+// them count for nothing (a rank with an empty share).
 static px_status eval_share(px_model *model, px_dataset *share, size_t batch_size, int workers,
-                            int64_t max_batches, double sums[3]) {
+                            int64_t max_batches, int64_t target, bool count, double sums[3]) {
   px_loader *l;
   px_loader_opts lo = PX_LOADER_DEFAULTS;
   lo.batch_size = batch_size;
@@ -39,7 +47,8 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
   if (st != PX_OK) return px_error_wrap(st, "evaluate");
   st = px_loader_start_epoch(l, 0, 0);
   const px_ce_opts ce = PX_CE_DEFAULTS;
-  for (int64_t k = 0; st == PX_OK && (max_batches == 0 || k < max_batches); k++) {
+  int64_t passes = 0;
+  for (int64_t k = 0; st == PX_OK && count && (max_batches == 0 || k < max_batches); k++) {
     const px_batch *b;
     st = px_loader_next(l, &b);
     if (st != PX_OK || !b) break;
@@ -47,6 +56,7 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
     px_tensor logits;
     st = px_model_forward(model, &b->x, &logits);
     if (st != PX_OK) break;
+    passes++;
     const int64_t C = logits.shape[logits.ndim - 1];
     const int64_t rows = C ? px_tensor_numel(&logits) / C : 0;
     if (b->y.dtype != PX_I32 || px_tensor_numel(&b->y) != rows) {
@@ -62,6 +72,13 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
     sums[0] += (double)loss * (double)rows;
     sums[1] += (double)count_correct(&logits, (const int32_t *)b->y.data);
     sums[2] += (double)rows;
+  }
+  if (st == PX_OK && passes < target) {
+    const px_batch *b = NULL;
+    st = px_loader_start_epoch(l, 0, 0);
+    while (st == PX_OK && (st = px_loader_next(l, &b)) == PX_OK && b && b->n == 0) {}
+    if (st == PX_OK && !b) st = px_error(PX_ERR_INVALID, "evaluate: no batch to keep pace with the other ranks");
+    for (px_tensor logits; st == PX_OK && passes < target; passes++) st = px_model_forward(model, &b->x, &logits);
   }
   px_loader_free(l);
   return st;
@@ -79,12 +96,21 @@ px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t b
   double sums[3] = {0, 0, 0};  // loss × rows, correct rows, rows
   const bool was_training = model->ctx.training;
   px_model_train(model, false);
-  px_status st = PX_OK;
-  if (hi > lo) {
+  // The most batches any rank has: every rank makes that many passes.
+  int64_t target = (int64_t)((hi - lo + batch_size - 1) / batch_size);
+  if (max_batches > 0 && target > max_batches) target = max_batches;
+  px_status st = world > 1 ? px_comm_allreduce(comm, &target, 1, PX_I64, PX_MAX) : PX_OK;
+  if (st != PX_OK) {
+    px_model_train(model, was_training);
+    return st;
+  }
+  if (target > 0) {
     px_dataset *share;
-    st = px_dataset_subset(&share, data, lo, hi - lo);
+    const bool empty = hi == lo;
+    // An empty share keeps pace on the split's first samples.
+    st = px_dataset_subset(&share, data, empty ? 0 : lo, empty ? (n < batch_size ? n : batch_size) : hi - lo);
     if (st == PX_OK) {
-      st = eval_share(model, share, batch_size, workers, max_batches, sums);
+      st = eval_share(model, share, batch_size, workers, max_batches, target, !empty, sums);
       px_dataset_free(share);
     }
   }

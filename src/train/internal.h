@@ -8,7 +8,10 @@ typedef struct px_trainer {
   px_comm       *comm;
   int            rank, world;
   px_model      *model;
-  px_ddp        *ddp;      /* NULL in a world of one */
+  px_ddp        *ddp;      /* NULL in a world of one, and under ZeRO */
+  px_zero       *zero;     /* ZeRO stage >= 1 (o.zero.stage), else NULL */
+  float         *shard_params, *shard_grads; /* what the optimizer works on: the */
+  size_t         shard_n;                     /* whole flat buffers, or the ZeRO shard */
   px_optim      *opt;
   px_loader     *loader;
   px_dataset    *train, *val;
@@ -31,6 +34,9 @@ typedef struct px_trainer {
   int64_t  last_ckpt_step;
   px_eval_metrics last_eval;
   char     last_checkpoint[512];
+  /* Resume, between its two halves under ZeRO (px_trainer_resume_shards). */
+  bool     resumed;
+  int64_t  resume_optimizer_step;
 } px_trainer;
 
 /* Checkpoints (state.c).  Write the trainer's state at its current
@@ -38,7 +44,18 @@ typedef struct px_trainer {
 px_status px_trainer_save(px_trainer *t);
 /* Resume from o.resume if set (collective; rank 0 reads, then broadcasts
  * weights, optimizer state and position).  *resumed says whether it did.
- * Call before DDP wraps the model and after the optimizer exists. */
+ * Call before DDP or ZeRO wraps the model; under DDP after the optimizer
+ * exists.  Under ZeRO rank 0 loads what is whole (stages 1-2: the model;
+ * stage 3: the buffers), which the wrap broadcasts; then, once the
+ * optimizer over the shard exists, px_trainer_resume_shards has every rank
+ * load its own pieces (optimizer state; stage 3: parameters). */
 px_status px_trainer_resume(px_trainer *t, bool *resumed);
+px_status px_trainer_resume_shards(px_trainer *t);
+
+/* Memory per rank (memory.c): this rank's figures, their maximum over
+ * the ranks and the largest peak RSS (collective). */
+px_status px_trainer_memory(px_trainer *t, px_zero_memory *mine, px_zero_memory *max, size_t *peak_rss);
+/* Human-readable "1.23 MiB" into buf. */
+const char *px_train_bytes_str(size_t bytes, char *buf, size_t cap);
 
 #endif

@@ -10,6 +10,23 @@
 //                       step count, the seed, the layout it ran on (world
 //                       size, batch size, accumulation), the caller's config
 //
+// Under ZeRO (stage >= 1) the optimizer state is sharded, and under stage 3
+// the parameters too; no rank ever holds the whole of what is sharded, so
+// each rank writes its own slice (px_checkpoint_write_all):
+//
+//   optim.rank<r>-of-<N>.safetensors   rank r's optimizer state as pieces
+//                                      of named tensors ("exp_avg.h.0.ln_1.weight",
+//                                      flat range, whole shape: io.h)
+//   model.safetensors                  stages 1-2: whole on every rank, rank 0 writes it
+//   model.rank<r>-of-<N>.safetensors   stage 3 instead: rank r's parameter
+//                                      pieces (rank 0's file also holds the
+//                                      buffers, whole)
+//
+// A ZeRO shard is a list of segments of the flat buffer (px_zero_segments);
+// each is cut where parameters begin and end, so every piece is a range of
+// ONE named parameter: the layout-independent form that loading into
+// another layout (resharding) needs.
+//
 // The data order and every random transform are functions of (seed, epoch,
 // sample index), dropout masks of (seed, forward count), the learning rate
 // of the step: with these restored nothing else carries state.
@@ -23,6 +40,129 @@
 
 #define STATE_FORMAT "plexus-train-state"
 #define STATE_VERSION 1
+
+static int stage_of(const px_trainer *t) { return t->zero ? t->o.zero.stage : 0; }
+
+// "optim.rank00001-of-00004.safetensors"
+static void rank_file(char *out, size_t cap, const char *what, int rank, int world) {
+  snprintf(out, cap, "%s.rank%05d-of-%05d.safetensors", what, rank, world);
+}
+
+// This rank's shard of the flat buffer `base` (shard-indexed) as pieces of
+// named parameters, keys "<prefix><name>" ("exp_avg." + "h.0.ln_1.weight").
+// Segments are cut at parameter boundaries: params are in layout order,
+// p->offset increasing, so one pass over both lists does.
+static px_status shard_pieces(px_trainer *t, const char *prefix, float *base, px_tensor_piece **out, int *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  const px_model *md = t->model;
+  const int n_seg = px_zero_segments(t->zero, NULL, NULL, NULL, 0);
+  size_t *seg = malloc(3 * (size_t)(n_seg > 0 ? n_seg : 1) * sizeof *seg);
+  if (!seg) return px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+  size_t *flat_off = seg, *shard_off = seg + n_seg, *count = seg + 2 * n_seg;
+  px_zero_segments(t->zero, flat_off, shard_off, count, n_seg);
+  // Each segment gives at most (params it touches) pieces; count them first.
+  int cap = 0, i = 0;
+  for (int k = 0; k < n_seg; k++) {
+    while (i > 0 && md->params[i]->offset > flat_off[k]) i--;
+    while (i < md->n_params && md->params[i]->offset + md->params[i]->numel <= flat_off[k]) i++;
+    for (int j = i; j < md->n_params && md->params[j]->offset < flat_off[k] + count[k]; j++) cap++;
+  }
+  px_tensor_piece *pc = calloc(cap > 0 ? (size_t)cap : 1, sizeof *pc);
+  if (!pc) {
+    free(seg);
+    return px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+  }
+  int n = 0;
+  i = 0;
+  for (int k = 0; k < n_seg; k++) {
+    const size_t lo = flat_off[k], hi = flat_off[k] + count[k];
+    while (i > 0 && md->params[i]->offset > lo) i--;
+    while (i < md->n_params && md->params[i]->offset + md->params[i]->numel <= lo) i++;
+    for (int j = i; j < md->n_params && md->params[j]->offset < hi; j++) {
+      const px_param *p = md->params[j];
+      // [a, b) = [lo, hi) ∩ [p.offset, p.offset + numel), in flat elements
+      const size_t a = lo > p->offset ? lo : p->offset;
+      const size_t b = hi < p->offset + p->numel ? hi : p->offset + p->numel;
+      if (b <= a) continue;
+      px_tensor_piece *q = &pc[n++];
+      if (snprintf(q->key, sizeof q->key, "%s%s", prefix, p->name) >= (int)sizeof q->key) {
+        free(pc);
+        free(seg);
+        return px_error(PX_ERR_INVALID, "checkpoint: the name \"%s%s\" is too long", prefix, p->name);
+      }
+      q->ndim = p->ndim;
+      memcpy(q->shape, p->shape, sizeof q->shape);
+      q->offset = a - p->offset;
+      q->count = b - a;
+      q->data = base + shard_off[k] + (a - lo);
+    }
+  }
+  free(seg);
+  *out = pc;
+  *n_out = n;
+  return PX_OK;
+}
+
+// This rank's pieces under ZeRO: optimizer state (every slot), then (stage
+// 3) the parameters; with_buffers adds the buffers, whole (rank 0, stage 3).
+static px_status rank_pieces(px_trainer *t, bool params, bool with_buffers, px_tensor_piece **out, int *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  px_tensor_piece *all = NULL;
+  int n = 0;
+  px_status st = PX_OK;
+  const int slots = params ? 1 : t->opt->n_state;
+  for (int k = 0; k < slots && st == PX_OK; k++) {
+    const char *slot_name = "";
+    float *base = params ? t->shard_params : px_optim_state_slot(t->opt, k, &slot_name);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s%s", slot_name, params ? "" : ".");
+    px_tensor_piece *pc;
+    int m;
+    if ((st = shard_pieces(t, prefix, base, &pc, &m)) != PX_OK) break;
+    px_tensor_piece *grown = realloc(all, (size_t)(n + m + 1) * sizeof *all);
+    if (!grown) {
+      free(pc);
+      st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+      break;
+    }
+    all = grown;
+    memcpy(all + n, pc, (size_t)m * sizeof *pc);
+    n += m;
+    free(pc);
+  }
+  const px_model *md = t->model;
+  if (st == PX_OK && with_buffers && md->n_buffers > 0) {
+    px_tensor_piece *grown = realloc(all, (size_t)(n + md->n_buffers) * sizeof *all);
+    if (!grown) st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+    else all = grown;
+    for (int b = 0; st == PX_OK && b < md->n_buffers; b++) {
+      const px_param *p = md->buffers[b];
+      px_tensor_piece *q = &all[n++];
+      memset(q, 0, sizeof *q);
+      snprintf(q->key, sizeof q->key, "%s", p->name);
+      q->ndim = p->ndim;
+      memcpy(q->shape, p->shape, sizeof q->shape);
+      q->offset = 0;
+      q->count = p->numel;
+      q->data = p->data;
+    }
+  }
+  if (st != PX_OK) {
+    free(all);
+    return st;
+  }
+  *out = all;
+  *n_out = n;
+  return PX_OK;
+}
+
+static const char *layout_name(int stage, char *buf, size_t cap) {
+  if (stage == 0) snprintf(buf, cap, "DDP (--zero 0)");
+  else snprintf(buf, cap, "ZeRO stage %d (--zero %d)", stage, stage);
+  return buf;
+}
 
 static const char *optim_name(px_optim_kind k) {
   return k == PX_OPTIM_SGD ? "sgd" : k == PX_OPTIM_ADAM ? "adam" : "adamw";
@@ -74,6 +214,9 @@ static char *state_json(px_trainer *t) {
   cJSON_AddNumberToObject(j, "batch_size", (double)t->o.batch_size);
   cJSON_AddNumberToObject(j, "accum_steps", t->o.accum_steps);
   cJSON_AddNumberToObject(j, "param_count", (double)t->model->n_param_elems);
+  // The layout the shards were cut for: loading needs the same one (until
+  // loads intersect pieces across layouts).
+  cJSON_AddNumberToObject(j, "zero_stage", stage_of(t));
   if (t->val && t->last_eval_step == t->step) {
     cJSON *e = cJSON_AddObjectToObject(j, "eval");
     if (e) {
@@ -92,7 +235,69 @@ static char *state_json(px_trainer *t) {
   return s;
 }
 
+// Under ZeRO every rank writes its pieces; rank 0 also the whole model
+// (stages 1-2) and state.json.
+static px_status save_sharded(px_trainer *t) {
+  const int stage = stage_of(t);
+  char optim_file[96], model_file[96], kind[16], step[32], stage_s[8], world_s[16], rank_s[16];
+  rank_file(optim_file, sizeof optim_file, "optim", t->rank, t->world);
+  rank_file(model_file, sizeof model_file, "model", t->rank, t->world);
+  snprintf(kind, sizeof kind, "%s", optim_name(t->opt->opts.kind));
+  snprintf(step, sizeof step, "%lld", (long long)t->opt->step);
+  snprintf(stage_s, sizeof stage_s, "%d", stage);
+  snprintf(world_s, sizeof world_s, "%d", t->world);
+  snprintf(rank_s, sizeof rank_s, "%d", t->rank);
+  px_tensor_piece *op = NULL, *mp = NULL;
+  int n_op = 0, n_mp = 0;
+  px_state_dict osd = {0}, psd = {0}, msd = {0};
+  char *ojson = NULL, *pjson = NULL, *json = NULL;
+  px_status st = rank_pieces(t, false, false, &op, &n_op);
+  if (st == PX_OK) st = px_pieces_state_dict(op, n_op, &osd, &ojson);
+  if (st == PX_OK && stage == 3) st = rank_pieces(t, true, t->rank == 0, &mp, &n_mp);
+  if (st == PX_OK && stage == 3) st = px_pieces_state_dict(mp, n_mp, &psd, &pjson);
+  if (st == PX_OK && stage < 3 && t->rank == 0) st = px_model_state_dict(t->model, &msd);
+  if (st == PX_OK && t->rank == 0 && !(json = state_json(t)))
+    st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory for state.json");
+  const px_kv optim_meta[8] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson},
+                               {"optimizer", kind}, {"optimizer_step", step}, {"zero_stage", stage_s},
+                               {"world_size", world_s}, {"rank", rank_s}};
+  const px_kv model_pieces_meta[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION},
+                                      {"pieces", pjson}, {"zero_stage", stage_s}, {"world_size", world_s},
+                                      {"rank", rank_s}};
+  const px_kv model_meta[1] = {{"format", "pt"}};
+  px_ckpt_item items[4];
+  int n = 0;
+  if (t->rank == 0 && stage < 3)
+    items[n++] = (px_ckpt_item){.name = "model.safetensors", .tensors = &msd, .metadata = model_meta, .n_metadata = 1};
+  if (stage == 3)
+    items[n++] = (px_ckpt_item){.name = model_file, .tensors = &psd, .metadata = model_pieces_meta, .n_metadata = 6};
+  items[n++] = (px_ckpt_item){.name = optim_file, .tensors = &osd, .metadata = optim_meta, .n_metadata = 8};
+  if (t->rank == 0) items[n++] = (px_ckpt_item){.name = "state.json", .bytes = json, .n_bytes = json ? strlen(json) : 0};
+  // A rank that failed above still takes part, with no items, so that the
+  // others do not wait; the flag makes the write fail everywhere.
+  int32_t bad = st != PX_OK;
+  char why[1024] = "";
+  if (bad) snprintf(why, sizeof why, "%s", px_last_error());
+  px_status cst = px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX);
+  if (cst == PX_OK && bad)
+    cst = st != PX_OK ? px_error(st, "%s", why)
+                      : px_error(PX_ERR_INVALID, "checkpoint: another rank could not prepare its shard");
+  if (cst == PX_OK)
+    cst = px_checkpoint_write_all(t->comm, t->o.ckpt_dir, t->step, items, n, t->o.keep_last, t->last_checkpoint,
+                                  sizeof t->last_checkpoint);
+  free(json);
+  free(ojson);
+  free(pjson);
+  px_state_dict_free(&osd);
+  px_state_dict_free(&psd);
+  px_state_dict_free(&msd);
+  free(op);
+  free(mp);
+  return cst;
+}
+
 px_status px_trainer_save(px_trainer *t) {
+  if (t->zero) return save_sharded(t);
   px_state_dict msd, osd;
   px_status st = px_model_state_dict(t->model, &msd);
   if (st != PX_OK) return st;
@@ -172,7 +377,8 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   if (!j) return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json is not valid JSON", path);
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
   const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
-  int64_t params = 0, world = 0, batch = 0, accum = 0;
+  int64_t params = 0, world = 0, batch = 0, accum = 0, ck_stage = 0;
+  const int stage = t->o.zero.stage;
   if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 || !cJSON_IsNumber(ver))
     st = px_error(PX_ERR_FORMAT, "checkpoint %s: state.json is not a plexus training state (\"format\": \"%s\")",
                   path, STATE_FORMAT);
@@ -188,10 +394,24 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   if (st == PX_OK) st = json_int(j, "world_size", path, &world);
   if (st == PX_OK) st = json_int(j, "batch_size", path, &batch);
   if (st == PX_OK) st = json_int(j, "accum_steps", path, &accum);
+  // Checkpoints from before ZeRO have no "zero_stage": they are DDP's.
+  if (st == PX_OK && cJSON_GetObjectItemCaseSensitive(j, "zero_stage"))
+    st = json_int(j, "zero_stage", path, &ck_stage);
   const cJSON *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
-  if (st == PX_OK && (!cJSON_IsString(opt) || strcmp(opt->valuestring, optim_name(t->opt->opts.kind)) != 0))
+  if (st == PX_OK && (!cJSON_IsString(opt) || strcmp(opt->valuestring, optim_name(t->o.optim.kind)) != 0))
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry over)",
-                  path, cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(t->opt->opts.kind));
+                  path, cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(t->o.optim.kind));
+  // A sharded checkpoint holds each rank's slice as cut for its world size
+  // and stage; loading it into another layout means intersecting pieces
+  // (not done yet), so it is refused here with both layouts named.
+  if (st == PX_OK && (ck_stage != stage || (stage > 0 && world != t->world))) {
+    char a[48], b[48];
+    st = px_error(PX_ERR_INVALID, "checkpoint %s was saved by %s on %lld rank(s); this run is %s on %d rank(s): a "
+                  "ZeRO checkpoint loads only into the same world size and stage for now (train on with --zero %lld "
+                  "and %lld rank(s), or start afresh)", path, layout_name((int)ck_stage, a, sizeof a),
+                  (long long)world, layout_name(stage, b, sizeof b), t->world, (long long)ck_stage,
+                  (long long)world);
+  }
   if (st == PX_OK && (size_t)params != t->model->n_param_elems)
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved from a model of %lld parameters; this model has %zu (another "
                   "model or size?)", path, (long long)params, t->model->n_param_elems);
@@ -201,14 +421,34 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   px_state_dict sd;
   st = px_model_state_dict(t->model, &sd);
   if (st != PX_OK) return st;
-  st = px_checkpoint_load_tensors(path, "model.safetensors", &sd, true);
+  if (stage < 3) {
+    st = px_checkpoint_load_tensors(path, "model.safetensors", &sd, true);
+  } else if (t->model->n_buffers > 0) {
+    // Stage 3: the buffers, whole in rank 0's file; the parameters are the
+    // ranks' own pieces (px_trainer_resume_shards).
+    px_state_dict buffers = {calloc((size_t)t->model->n_buffers, sizeof(px_named_tensor)), 0};
+    if (!buffers.items) st = px_error(PX_ERR_NOMEM, "resume: out of memory");
+    for (int b = 0; st == PX_OK && b < t->model->n_buffers; b++) {
+      const px_param *p = t->model->buffers[b];
+      px_named_tensor *it = &buffers.items[buffers.count++];
+      snprintf(it->name, sizeof it->name, "%s", p->name);
+      it->tensor = px_tensor_view(p->data, PX_F32, p->ndim, p->shape);
+    }
+    char first[96], prefix[96];
+    rank_file(first, sizeof first, "model", 0, t->world);
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(first) - strlen(".safetensors")), first);
+    if (st == PX_OK) st = px_checkpoint_assemble(path, prefix, &buffers, false);
+    px_state_dict_free(&buffers);
+  }
   px_state_dict_free(&sd);
   if (st != PX_OK) return st;
-  st = optim_state_dict(t, &sd);
-  if (st != PX_OK) return st;
-  if (sd.count > 0) st = px_checkpoint_load_tensors(path, "optim.safetensors", &sd, true);
-  px_state_dict_free(&sd);
-  if (st != PX_OK) return st;
+  if (stage == 0) {
+    st = optim_state_dict(t, &sd);
+    if (st != PX_OK) return st;
+    if (sd.count > 0) st = px_checkpoint_load_tensors(path, "optim.safetensors", &sd, true);
+    px_state_dict_free(&sd);
+    if (st != PX_OK) return st;
+  }
 
   // Another layout: the same samples seen so far, but not the same order.
   if (world != t->world || (size_t)batch != t->o.batch_size || accum != t->o.accum_steps) {
@@ -256,13 +496,17 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
   }
   px_model *md = t->model;
   px_comm_set_label(t->comm, "resume: broadcast of the checkpoint");
-  if ((cst = px_comm_broadcast(t->comm, md->param_data, md->n_param_elems, PX_F32, 0)) != PX_OK) return cst;
-  if (md->n_buffer_elems &&
-      (cst = px_comm_broadcast(t->comm, md->buffer_data, md->n_buffer_elems, PX_F32, 0)) != PX_OK)
-    return cst;
-  if (t->opt->n_state &&
-      (cst = px_comm_broadcast(t->comm, t->opt->state, (size_t)t->opt->n_state * t->opt->n, PX_F32, 0)) != PX_OK)
-    return cst;
+  // Under ZeRO the wrap that follows broadcasts rank 0's parameters and
+  // buffers, and each rank reads its own optimizer state.
+  if (t->o.zero.stage == 0) {
+    if ((cst = px_comm_broadcast(t->comm, md->param_data, md->n_param_elems, PX_F32, 0)) != PX_OK) return cst;
+    if (md->n_buffer_elems &&
+        (cst = px_comm_broadcast(t->comm, md->buffer_data, md->n_buffer_elems, PX_F32, 0)) != PX_OK)
+      return cst;
+    if (t->opt->n_state &&
+        (cst = px_comm_broadcast(t->comm, t->opt->state, (size_t)t->opt->n_state * t->opt->n, PX_F32, 0)) != PX_OK)
+      return cst;
+  }
   if ((cst = px_comm_broadcast(t->comm, path, sizeof path, PX_U8, 0)) != PX_OK) return cst;
   t->step = pos.step;
   t->epoch = (uint64_t)pos.epoch;
@@ -272,11 +516,48 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
     t->next_batch = 0;
   }
   md->ctx.step = (uint64_t)pos.forward_count;
-  t->opt->step = pos.optimizer_step;
+  if (t->opt) t->opt->step = pos.optimizer_step;
+  t->resume_optimizer_step = pos.optimizer_step;
   snprintf(t->last_checkpoint, sizeof t->last_checkpoint, "%s", path);
+  t->resumed = true;
   *resumed = true;
   return px_log_text(t->log, "resumed from %s: step %lld, epoch %lld, batch %zu", path, (long long)t->step,
                      (long long)t->epoch + 1, t->next_batch);
+}
+
+px_status px_trainer_resume_shards(px_trainer *t) {
+  if (!t->zero || !t->resumed) return PX_OK;
+  const int stage = stage_of(t);
+  char file[96];
+  px_tensor_piece *pc = NULL;
+  int n = 0;
+  px_status st = rank_pieces(t, false, false, &pc, &n);
+  if (st == PX_OK) {
+    rank_file(file, sizeof file, "optim", t->rank, t->world);
+    st = px_checkpoint_load_pieces(t->last_checkpoint, file, pc, n);
+  }
+  free(pc);
+  pc = NULL;
+  if (st == PX_OK && stage == 3) {
+    // Rank 0's file also holds the buffers (already here through the
+    // wrap's broadcast; read again, the same bytes).
+    st = rank_pieces(t, true, t->rank == 0, &pc, &n);
+    if (st == PX_OK) {
+      rank_file(file, sizeof file, "model", t->rank, t->world);
+      st = px_checkpoint_load_pieces(t->last_checkpoint, file, pc, n);
+    }
+    free(pc);
+  }
+  // Every rank learns whether all loaded: none trains on alone.
+  int32_t bad = st != PX_OK;
+  char why[1024] = "";
+  if (bad) snprintf(why, sizeof why, "rank %d: %s", t->rank, px_last_error());
+  px_status cst = px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX);
+  if (cst != PX_OK) return cst;
+  if (st != PX_OK) return px_error(st, "%s", why);
+  if (bad) return px_error(PX_ERR_INVALID, "resume: another rank could not load its shard of %s", t->last_checkpoint);
+  t->opt->step = t->resume_optimizer_step;
+  return PX_OK;
 }
 
 px_status px_train_load_weights(px_model *model, const char *path, char *resolved, size_t cap) {
@@ -295,6 +576,14 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
   st = px_model_state_dict(model, &sd);
   if (st != PX_OK) return st;
   st = px_checkpoint_load_tensors(ck, "model.safetensors", &sd, true);
+  if (st == PX_ERR_NOT_FOUND) {
+    // ZeRO stage 3: no rank held the whole model; put it together from the
+    // ranks' pieces.
+    char why[1024];
+    snprintf(why, sizeof why, "%s", px_last_error());
+    st = px_checkpoint_assemble(ck, "model.rank", &sd, true);
+    if (st == PX_ERR_NOT_FOUND) st = px_error(st, "%s; nor does it hold model.rank*.safetensors", why);
+  }
   px_state_dict_free(&sd);
   if (st == PX_OK && resolved) snprintf(resolved, cap, "%s", ck);
   return st;

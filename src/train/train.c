@@ -8,6 +8,12 @@
 //       loss, dlogits = CE(logits, y) / accum
 //       backward(dlogits)            DDP all-reduces buckets as they fill (last micro-batch only)
 //       on the step's last one:      ddp.sync; clip; lr = schedule(step); opt.step
+//
+// Under ZeRO (o.zero.stage >= 1) the same loop, shard-aware: zero_grad,
+// no_sync, sync and clipping go through px_zero_*, the optimizer steps over
+// this rank's shard (its step count and the schedule are the run's, as
+// every rank steps every time), and px_zero_after_step all-gathers the
+// updated parameters (stages 1-2) before the next forward.
 //                                    log / eval / checkpoint at their intervals
 //     eval / checkpoint at the epoch's end (interval 0)
 #include "train/internal.h"
@@ -35,6 +41,9 @@ static px_status check_opts(const px_train_opts *o) {
     return px_error(PX_ERR_INVALID, "train: eval_every, ckpt_every and log_every must be >= 0");
   if (o->keep_last < 0) return px_error(PX_ERR_INVALID, "train: keep_last must be >= 0, got %d", o->keep_last);
   if (!(o->clip_grad_norm >= 0.0f)) return px_error(PX_ERR_INVALID, "train: clip_grad_norm must be >= 0");
+  if (o->zero.stage < 0 || o->zero.stage > 3)
+    return px_error(PX_ERR_INVALID, "train: zero.stage is %d; expected 0 (DDP), 1 (optimizer state sharded), 2 (and "
+                    "gradients) or 3 (and parameters)", o->zero.stage);
   if (o->resume && !o->ckpt_dir && strcmp(o->resume, "auto") == 0)
     return px_error(PX_ERR_INVALID, "train: resume \"auto\" needs a checkpoint directory (ckpt_dir)");
   return PX_OK;
@@ -88,8 +97,17 @@ static bool due(int64_t step, int64_t every) { return every > 0 && step % every 
 
 // One optimizer step's tail: average, clip, schedule, update.
 static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm) {
-  if (t->ddp) TRY(px_ddp_sync(t->ddp));
   *grad_norm = NAN;
+  if (t->zero) {
+    // The norm is global: each shard's sum of squares, all-reduced once.
+    TRY(px_zero_sync(t->zero));
+    if (t->o.clip_grad_norm > 0.0f || want_norm)
+      TRY(px_zero_clip_grad_norm(t->zero, t->o.clip_grad_norm, grad_norm));
+    px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
+    TRY(px_optim_step(t->opt));
+    return px_zero_after_step(t->zero);
+  }
+  if (t->ddp) TRY(px_ddp_sync(t->ddp));
   px_model *md = t->model;
   if (t->o.clip_grad_norm > 0.0f)
     *grad_norm = px_clip_grad_norm(md->grad_data, md->n_param_elems, t->o.clip_grad_norm);
@@ -97,6 +115,40 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
     *grad_norm = sqrt(px_sumsq(md->grad_data, md->n_param_elems));
   px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
   return px_optim_step(t->opt);
+}
+
+// What each rank holds, once a step has shown the activations' size: on
+// the console (rank 0's and the maximum over ranks) and in the metrics log.
+static px_status report_memory(px_trainer *t, px_train_result *res) {
+  TRY(px_trainer_memory(t, &res->memory, &res->memory_max, &res->peak_rss));
+  const px_zero_memory *a = &res->memory, *m = &res->memory_max;
+  char b[10][32], rss[32];
+  const size_t total = a->params + a->grads + a->optim_state + a->gathered + a->arena_peak;
+  const size_t total_max = m->params + m->grads + m->optim_state + m->gathered + m->arena_peak;
+  char layout[48];
+  if (t->zero) snprintf(layout, sizeof layout, "ZeRO stage %d", t->o.zero.stage);
+  else snprintf(layout, sizeof layout, "%s", t->world > 1 ? "DDP" : "one process");
+  TRY(px_log_text(t->log, "memory per rank (%s, %d rank%s; rank 0 / max over ranks): params %s / %s, grads %s / %s, "
+                  "optimizer %s / %s, gathered %s / %s, activations %s / %s; peak RSS %s",
+                  layout, t->world, t->world == 1 ? "" : "s", px_train_bytes_str(a->params, b[0], 32),
+                  px_train_bytes_str(m->params, b[1], 32), px_train_bytes_str(a->grads, b[2], 32),
+                  px_train_bytes_str(m->grads, b[3], 32), px_train_bytes_str(a->optim_state, b[4], 32),
+                  px_train_bytes_str(m->optim_state, b[5], 32), px_train_bytes_str(a->gathered, b[6], 32),
+                  px_train_bytes_str(m->gathered, b[7], 32), px_train_bytes_str(a->arena_peak, b[8], 32),
+                  px_train_bytes_str(m->arena_peak, b[9], 32), px_train_bytes_str(res->peak_rss, rss, sizeof rss)));
+  static const char *tags[6] = {"memory/params_bytes", "memory/grads_bytes", "memory/optim_state_bytes",
+                                "memory/gathered_bytes", "memory/activations_bytes", "memory/total_bytes"};
+  const double mine[6] = {(double)a->params, (double)a->grads, (double)a->optim_state, (double)a->gathered,
+                          (double)a->arena_peak, (double)total};
+  const double most[6] = {(double)m->params, (double)m->grads, (double)m->optim_state, (double)m->gathered,
+                          (double)m->arena_peak, (double)total_max};
+  for (int k = 0; k < 6; k++) {
+    char tag[64];
+    TRY(px_log_scalar(t->log, tags[k], t->step, mine[k]));
+    snprintf(tag, sizeof tag, "%s_max", tags[k]);
+    TRY(px_log_scalar(t->log, tag, t->step, most[k]));
+  }
+  return px_log_scalar(t->log, "memory/peak_rss_bytes_max", t->step, (double)res->peak_rss);
 }
 
 static px_status train_loop(px_trainer *t, px_train_result *res) {
@@ -120,8 +172,12 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       b_idx++;
       const bool last_of_epoch = b_idx == t->batches_per_epoch;
       const bool last_micro = micro + 1 == accum || last_of_epoch;
-      if (micro == 0) px_model_zero_grad(md);
+      if (micro == 0) {
+        if (t->zero) px_zero_zero_grad(t->zero);
+        else px_model_zero_grad(md);
+      }
       if (t->ddp) px_ddp_set_sync(t->ddp, last_micro);
+      if (t->zero) px_zero_set_sync(t->zero, last_micro);
       snprintf(label, sizeof label, "step %lld, epoch %llu, batch %zu", (long long)t->step,
                (unsigned long long)t->epoch, b_idx - 1);
       px_comm_set_label(t->comm, label);
@@ -157,6 +213,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       const float lr = px_lr_at(&t->o.schedule, t->step);
       t->step++;
       t->next_batch = b_idx;
+      if (t->step == t->start_step + 1) TRY(report_memory(t, res));
       if (log_now) {
         double now = px_time_now();
         double mean = global_mean(t->comm, loss_sum, loss_n);
@@ -199,10 +256,36 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
   return PX_OK;
 }
 
-static void trainer_free(px_trainer *t) {
+// Stage 3 gathers the whole model back on free (collective): the model
+// is usable alone afterwards.
+static px_status trainer_free(px_trainer *t) {
   px_loader_free(t->loader);
   px_ddp_free(t->ddp);
   px_optim_free(t->opt);
+  px_status st = t->zero ? px_zero_free(t->zero) : PX_OK;
+  t->zero = NULL;
+  return st;
+}
+
+// The optimizer over what this rank updates, and the wrap: DDP (world > 1)
+// or ZeRO.  Resume goes between, as each needs (internal.h).
+static px_status setup_parallel(px_trainer *t, px_model *model, bool *resumed) {
+  *resumed = false;
+  if (t->o.zero.stage == 0) {
+    t->shard_params = model->param_data;
+    t->shard_grads = model->grad_data;
+    t->shard_n = model->n_param_elems;
+    TRY(px_optim_create(&t->opt, model->param_data, model->grad_data, model->n_param_elems, &t->o.optim));
+    TRY(px_trainer_resume(t, resumed));
+    if (t->world > 1) TRY(px_ddp_wrap(&t->ddp, model, t->comm, &t->o.ddp));
+    return PX_OK;
+  }
+  TRY(px_trainer_resume(t, resumed));
+  px_comm_set_label(t->comm, "ZeRO wrap");
+  TRY(px_zero_wrap(&t->zero, model, t->comm, &t->o.zero));
+  px_zero_shard(t->zero, &t->shard_params, &t->shard_grads, &t->shard_n);
+  TRY(px_optim_create(&t->opt, t->shard_params, t->shard_grads, t->shard_n, &t->o.optim));
+  return px_trainer_resume_shards(t);
 }
 
 px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset *val,
@@ -244,10 +327,8 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   if (t.o.schedule.total_steps == 0) t.o.schedule.total_steps = t.total_steps;
   t.end_step = t.o.stop_at_step > 0 && t.o.stop_at_step < t.total_steps ? t.o.stop_at_step : t.total_steps;
 
-  st = px_optim_create(&t.opt, model->param_data, model->grad_data, model->n_param_elems, &t.o.optim);
   bool resumed = false;
-  if (st == PX_OK) st = px_trainer_resume(&t, &resumed);
-  if (st == PX_OK && t.world > 1) st = px_ddp_wrap(&t.ddp, model, comm, &t.o.ddp);
+  st = setup_parallel(&t, model, &resumed);
   if (st == PX_OK) {
     t.start_step = t.step;
     if (resumed) t.last_ckpt_step = t.step;
@@ -271,8 +352,9 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   res.stopped = t.stopped;
   res.eval = t.last_eval;
   snprintf(res.last_checkpoint, sizeof res.last_checkpoint, "%s", t.last_checkpoint);
+  px_status fst = trainer_free(&t);
+  if (st == PX_OK) st = fst;
   if (out) *out = res;
-  trainer_free(&t);
   px_model_train(model, true);
   return st;
 }
