@@ -1,7 +1,8 @@
 """Claim: `plexus train --recompute none|full|selective|every:K` (JSON key
 train.recompute) trains the GPT and the ResNet to the same bytes as without
-recomputation -- the GPT with dropout on 2 ranks of the threads backend, the
-ResNet with its batch norms' running statistics -- and the memory report
+recomputation -- the GPT with dropout on 2 ranks of the threads backend
+(DDP, and ZeRO stage 3 with the blocks as units), the ResNet with its batch
+norms' running statistics -- and px_train's memory report
 line shows the activations' arena high-water mark, smaller with full
 recomputation than without.  A policy that does not exist, every:0 (as an
 option and as a JSON key) and recomputation of a model without blocks end
@@ -21,14 +22,25 @@ import cli_util as cu
 
 
 def weights(out):
-    ck = sorted(os.listdir(os.path.join(out, "checkpoints")))[-1]
-    with open(os.path.join(out, "checkpoints", ck, "model.safetensors"), "rb") as f:
-        return f.read()
+    """The bytes of the last checkpoint's model files (one, or one piece per
+    rank under ZeRO), in name order."""
+    d = os.path.join(out, "checkpoints")
+    ck = os.path.join(d, sorted(os.listdir(d))[-1])
+    data = b""
+    for name in sorted(os.listdir(ck)):
+        if name.startswith("model") and name.endswith(".safetensors"):
+            with open(os.path.join(ck, name), "rb") as f:
+                data += name.encode() + f.read()
+    return data
 
 
 def activations_mib(text):
-    m = re.search(r"activations \(arena high-water, rank 0\) ([0-9.]+) MiB", text)
-    return float(m.group(1)) if m else None
+    """Rank 0's activations (the arena's high-water mark) from px_train's
+    memory line: "... activations 1.23 MiB / 1.25 MiB; peak RSS ..."."""
+    m = re.search(r"activations ([0-9.]+) (B|KiB|MiB|GiB) /", text)
+    if not m:
+        return None
+    return float(m.group(1)) * {"B": 1.0 / 1048576, "KiB": 1.0 / 1024, "MiB": 1.0, "GiB": 1024.0}[m.group(2)]
 
 
 def expect_fail(args, *needles):
@@ -50,7 +62,7 @@ try:
             f.write(" ".join(rng.choice(words) for _ in range(16)) + "\n")
     gpt = ["train", "--model", "gpt", "--data", "text", "--data-path", corpus, "--n-layer", "3", "--n-embd", "32",
            "--n-head", "2", "--context", "16", "--batch-size", "4", "--steps", "6", "--dropout", "0.1",
-           "--threads", "2", "--quiet"]
+           "--threads", "2", "--progress", "lines"]
     got = {}
     for policy in ["none", "full", "every:2", "selective"]:
         out = os.path.join(tmp, "gpt_" + policy.replace(":", "_"))
@@ -65,6 +77,16 @@ try:
         if "full" in got and got["full"][1] is not None and got["none"][1] is not None:
             cu.check(got["full"][1] < got["none"][1], "activations: full %.2f MiB, none %.2f MiB" %
                      (got["full"][1], got["none"][1]))
+
+    # ZeRO stage 3 with the blocks as units: the recompute uses each unit's
+    # backward gather; the same weights as stage 3 without recomputation.
+    zw = {}
+    for policy in ["none", "full"]:
+        out = os.path.join(tmp, "zero3_" + policy)
+        p = cu.run(gpt + ["--zero", "3", "--zero-unit", "h.0,h.1,h.2", "--recompute", policy, "--out", out])
+        if cu.check(p.returncode == 0, "gpt --zero 3 --recompute %s failed" % policy):
+            zw[policy] = weights(out)
+    cu.check(len(zw) == 2 and zw["none"] == zw["full"], "gpt --zero 3: weights differ with --recompute full")
 
     # The ResNet through the JSON key; batch norm's running statistics are in model.safetensors.
     res = ["train", "--model", "resnet", "--blocks", "1", "--width", "4", "--data-path", cu.FMNIST,

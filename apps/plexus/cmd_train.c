@@ -148,24 +148,6 @@ static px_status load_init(px_comm *comm, px_model *model, const px_config *c) {
   return status == 0 ? PX_OK : px_error((px_status)status, "%s", msg);
 }
 
-// The memory report: activations are the step arena's high-water mark (what
-// --recompute trades for compute), next to the flat buffers and the
-// process's peak resident size (VmHWM: every rank of this process).
-static void print_memory(const px_model *md, const px_config *c) {
-  long hwm_kb = -1;
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmHWM: %ld kB", &hwm_kb) == 1) break;
-  if (f) fclose(f);
-  const double mib = 1.0 / 1048576.0;
-  printf("plexus train: memory: activations (arena high-water, rank 0) %.2f MiB with --recompute %s; "
-         "parameters + gradients %.2f MiB; process peak (VmHWM) ", (double)px_arena_high_water(md->arena) * mib,
-         c->recompute, (double)(2 * md->n_param_elems * sizeof(float)) * mib);
-  if (hwm_kb >= 0) printf("%.1f MiB\n", (double)hwm_kb / 1024.0);
-  else printf("unknown\n");
-}
-
 static int train_rank(px_comm *comm, void *arg) {
   train_job *job = arg;
   const px_config *c = &job->cfg;
@@ -248,7 +230,6 @@ static int train_rank(px_comm *comm, void *arg) {
     }
     printf("\n");
     if (res.last_checkpoint[0]) printf("plexus train: last checkpoint %s\n", res.last_checkpoint);
-    print_memory(model, c);
     fflush(stdout);
   }
   // Every process ends with the same exit status: under MPI each holds its
