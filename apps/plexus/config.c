@@ -128,6 +128,9 @@ static const opt_def opts[] = {
    "describe the whole run; SIGTERM, SIGUSR1 and Ctrl-C do the same at the next step)"},
   {"train", "accum_steps", "accum-steps", T_INT, F(accum_steps), "1", NULL, 1, 1 << 20, CFG_TRAIN,
    "micro-batches per optimizer step (gradient accumulation)"},
+  {"train", "recompute", "recompute", T_STR, F(recompute), "none", NULL, 0, 0, CFG_TRAIN,
+   "activation checkpointing for gpt and resnet: none, full (every block recomputed in backward), every:K "
+   "(blocks 0, K, 2K, ...), selective (only cheap activations: GELU / batchnorm+ReLU) (docs/RECOMPUTE.md)"},
   {"train", "eval_every", "eval-every", T_INT, F(eval_every), "0", NULL, 0, BIG, CFG_TRAIN,
    "evaluate every N steps (0: at the end of each epoch)"},
   {"train", "eval_batches", "eval-batches", T_INT, F(eval_batches), "0", NULL, 0, BIG, ALL,
@@ -548,6 +551,14 @@ px_status px_config_validate(const px_config *c, int commands) {
   if (c->n_embd % c->n_head != 0)
     return px_error(PX_ERR_INVALID, "--n-embd %lld is not divisible by --n-head %lld", (long long)c->n_embd,
                     (long long)c->n_head);
+  if (commands & CFG_TRAIN) {
+    px_recompute r;
+    if (px_recompute_parse(c->recompute, &r) != PX_OK) return px_error_wrap(PX_ERR_INVALID, "--recompute (train.recompute)");
+    const bool has_blocks = strcmp(c->model, "gpt") == 0 || strncmp(c->model, "resnet", 6) == 0;
+    if (r.kind != PX_RECOMPUTE_NONE && !has_blocks)
+      return px_error(PX_ERR_INVALID, "--recompute %s: --model %s has no blocks to recompute; it applies to gpt, "
+                      "resnet and resnet18", c->recompute, c->model);
+  }
   if (c->image_channels != 1 && c->image_channels != 3)
     return px_error(PX_ERR_INVALID, "--image-channels (data.image_channels) must be 1 or 3, got %lld",
                     (long long)c->image_channels);

@@ -37,6 +37,7 @@ typedef struct px_config {
   /* train */
   int64_t epochs, steps, stop_at_step, accum_steps, eval_every, eval_batches, log_every;
   int64_t seed;
+  char   *recompute;  /* train.recompute: none|full|selective|every:K */
   /* parallel */
   char   *backend;
   int64_t threads, num_threads;

@@ -163,5 +163,17 @@ px_status px_app_build_model(const px_config *c, const px_data_shape *s, px_modu
   } else {
     return px_error(PX_ERR_INVALID, "--model %s: not in the zoo (mlp, cnn, resnet, resnet18, gpt)", m);
   }
-  return *out ? PX_OK : px_error_wrap(PX_ERR_INVALID, "--model %s", m);
+  if (!*out) return px_error_wrap(PX_ERR_INVALID, "--model %s", m);
+  // Activation checkpointing (train.recompute; other commands leave it "none").
+  px_recompute r = {0};
+  px_status st = c->recompute ? px_recompute_parse(c->recompute, &r) : PX_OK;
+  if (st == PX_OK && r.kind != PX_RECOMPUTE_NONE)
+    st = lm ? px_zoo_gpt_recompute(*out, r) : strncmp(m, "resnet", 6) == 0 ? px_zoo_resnet_recompute(*out, r)
+            : px_error(PX_ERR_INVALID, "--recompute: --model %s has no blocks to recompute", m);
+  if (st != PX_OK) {
+    px_module_free(*out);
+    *out = NULL;
+    return px_error_wrap(st, "--recompute %s", c->recompute);
+  }
+  return PX_OK;
 }

@@ -54,6 +54,18 @@ typedef struct px_gpt_config {
 
 px_module *px_zoo_gpt(const px_gpt_config *cfg);
 
+/* Activation checkpointing (nn.h, docs/RECOMPUTE.md) on a tree built by
+ * px_zoo_gpt / px_zoo_resnet_small / px_zoo_resnet18, before
+ * px_model_create; parameter names do not change.
+ *   gpt     full/every:K: each block h.<l> a checkpointed unit; selective:
+ *           in every block GELU -> mlp.c_proj a px_checkpoint_pair (the GELU
+ *           output is recomputed; attention never stores its probabilities)
+ *   resnet  full/every:K: each BasicBlock (layer<s>.<b>), counted across
+ *           stages; selective: bn1 -> relu -> conv2 a pair (the two
+ *           normalised/rectified maps are recomputed, conv1's output kept) */
+px_status px_zoo_gpt_recompute(px_module *gpt, px_recompute r);
+px_status px_zoo_resnet_recompute(px_module *resnet, px_recompute r);
+
 /* Fill a model built by px_zoo_gpt from a Hugging Face GPT-2 safetensors
  * file (GPT2Model or GPT2LMHeadModel: keys with or without "transformer.").
  * The causal-mask buffers "h.<l>.attn.bias" / "h.<l>.attn.masked_bias" and

@@ -176,3 +176,53 @@ px_status px_zoo_gpt_load_hf(px_model *model, const char *path) {
   px_safetensors_close(f);
   return st;
 }
+
+/* ---- Activation checkpointing ---------------------------------------------- */
+
+static px_module *child_named(px_module *m, const char *name) {
+  for (int i = 0; m && i < m->n_children; i++)
+    if (strcmp(m->children[i]->name, name) == 0) return m->children[i];
+  return NULL;
+}
+
+// In mlp = [c_fc, act, c_proj, dropout], act and c_proj become one pair (named
+// "", so "h.l.mlp.c_proj.weight" stays): GELU's (N, T, 4C) output is
+// recomputed from c_fc's, which c_proj's GEMM does not need redone.
+static px_status gelu_pair(px_module *mlp, int layer) {
+  int a = -1;
+  for (int i = 0; i + 1 < mlp->n_children; i++)
+    if (strcmp(mlp->children[i]->name, "act") == 0 && strcmp(mlp->children[i + 1]->name, "c_proj") == 0) a = i;
+  if (a < 0) return px_error(PX_ERR_INVALID, "gpt recompute: block %d's mlp has no act followed by c_proj", layer);
+  px_module *act = mlp->children[a], *proj = mlp->children[a + 1];
+  act->parent = proj->parent = NULL;
+  px_module *pair = px_checkpoint_pair("act", act, "c_proj", proj);
+  // The pair took both slots' modules (or freed them): close the gap.
+  for (int i = a + 1; i + 1 < mlp->n_children; i++) mlp->children[i] = mlp->children[i + 1];
+  mlp->n_children--;
+  if (!pair) {
+    for (int i = a; i + 1 < mlp->n_children; i++) mlp->children[i] = mlp->children[i + 1];
+    mlp->n_children--;
+    return PX_ERR_INVALID;
+  }
+  pair->parent = mlp;
+  pair->name[0] = '\0';
+  mlp->children[a] = pair;
+  return PX_OK;
+}
+
+px_status px_zoo_gpt_recompute(px_module *gpt, px_recompute r) {
+  px_module *h = child_named(gpt, "h");
+  if (!h) return px_error(PX_ERR_INVALID, "gpt recompute: the model has no \"h\" (not built by px_zoo_gpt?)");
+  if (r.kind != PX_RECOMPUTE_SELECTIVE) return px_checkpoint_blocks(h, r, 0);
+  for (int l = 0; l < h->n_children; l++) {
+    // block = [residual(ln_1, attn), residual(ln_2, mlp)]
+    px_module *block = h->children[l];
+    px_module *mlp = NULL;
+    if (block->n_children == 2 && block->children[1]->n_children == 1)
+      mlp = child_named(block->children[1]->children[0], "mlp");
+    if (!mlp) return px_error(PX_ERR_INVALID, "gpt recompute: block %d has no mlp where px_zoo_gpt puts it", l);
+    px_status st = gelu_pair(mlp, l);
+    if (st != PX_OK) return st;
+  }
+  return PX_OK;
+}

@@ -23,6 +23,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #define BN_EPS 1e-5f
 #define BN_MOMENTUM 0.1f
@@ -188,4 +189,73 @@ px_module *px_zoo_resnet18(int in_channels, int classes) {
   put(m, "avgpool", px_global_avgpool2d(), &ok);
   put(m, "fc", px_linear(512, classes, true), &ok);
   return finish(m, ok);
+}
+
+/* ---- Activation checkpointing ---------------------------------------------- */
+
+static px_module *child_named(px_module *m, const char *name) {
+  for (int i = 0; m && i < m->n_children; i++)
+    if (strcmp(m->children[i]->name, name) == 0) return m->children[i];
+  return NULL;
+}
+
+// inner = [conv1, bn1, relu, conv2, bn2] -> [conv1, pair("" = [bn1, relu], conv2), bn2]:
+// the normalised and rectified maps (two activations of conv1's size) are
+// recomputed from conv1's output in backward; conv2's GEMM is not redone.
+static px_status bn_relu_pair(px_module *inner, const char *where) {
+  if (inner->n_children != 5 || strcmp(inner->children[1]->name, "bn1") != 0 ||
+      strcmp(inner->children[2]->name, "relu") != 0 || strcmp(inner->children[3]->name, "conv2") != 0)
+    return px_error(PX_ERR_INVALID, "resnet recompute: %s is not conv1, bn1, relu, conv2, bn2", where);
+  px_module *bn1 = inner->children[1], *relu = inner->children[2], *conv2 = inner->children[3];
+  bn1->parent = relu->parent = conv2->parent = NULL;
+  inner->children[1] = inner->children[4];
+  inner->n_children = 2;  // [conv1, bn2] while the pair is built
+  px_module *cheap = px_chain();
+  bool ok = cheap != NULL;
+  if (cheap) cheap->rng_transparent = true;  // a grouping only: bn1, relu, conv2 keep their init streams
+  put(cheap, "bn1", bn1, &ok);
+  put(cheap, "relu", relu, &ok);
+  if (!ok) {
+    px_module_free(cheap);
+    if (conv2) px_module_free(conv2);
+    return PX_ERR_NOMEM;
+  }
+  px_module *pair = px_checkpoint_pair("", cheap, "conv2", conv2);
+  if (!pair) return PX_ERR_INVALID;
+  // [conv1, bn2] -> [conv1, pair, bn2]; the chain has room (it held 5).
+  inner->children[2] = inner->children[1];
+  inner->children[1] = pair;
+  inner->n_children = 3;
+  pair->parent = inner;
+  pair->name[0] = '\0';
+  return PX_OK;
+}
+
+px_status px_zoo_resnet_recompute(px_module *resnet, px_recompute r) {
+  int first = 0, stages = 0;
+  char name[16];
+  for (int s = 1; s <= 4; s++) {
+    snprintf(name, sizeof name, "layer%d", s);
+    px_module *stage = child_named(resnet, name);
+    if (!stage) continue;
+    stages++;
+    if (r.kind != PX_RECOMPUTE_SELECTIVE) {
+      px_status st = px_checkpoint_blocks(stage, r, first);
+      if (st != PX_OK) return st;
+      first += stage->n_children;
+      continue;
+    }
+    for (int b = 0; b < stage->n_children; b++) {
+      // block = [residual(inner, downsample?), relu]
+      px_module *block = stage->children[b];
+      char where[48];
+      snprintf(where, sizeof where, "%s.%d", name, b);
+      if (block->n_children != 2 || block->children[0]->n_children < 1)
+        return px_error(PX_ERR_INVALID, "resnet recompute: %s is not a BasicBlock", where);
+      px_status st = bn_relu_pair(block->children[0]->children[0], where);
+      if (st != PX_OK) return st;
+    }
+  }
+  if (!stages) return px_error(PX_ERR_INVALID, "resnet recompute: no layer1..layer4 (not built by the zoo?)");
+  return PX_OK;
 }

@@ -66,6 +66,23 @@ size_t px_arena_used(const px_arena *a);
 size_t px_arena_capacity(const px_arena *a);
 /* Most bytes handed out between two resets so far (what a step needs). */
 size_t px_arena_high_water(const px_arena *a);
+/* Marks: release what was allocated since a point of the step, so that a
+ * recomputed region of the model (nn.h, px_checkpoint) reuses the same
+ * bytes.  A mark is valid until the next reset or until a rewind to an
+ * earlier mark. */
+typedef struct px_arena_mark {
+  void  *chunk;
+  size_t used, total;
+} px_arena_mark;
+px_arena_mark px_arena_get_mark(const px_arena *a);
+/* Release everything allocated since m: later allocations reuse it.  The
+ * high-water mark keeps the peak. */
+void px_arena_rewind(px_arena *a, px_arena_mark m);
+/* Rewind to m but keep the `bytes` at p: if p was allocated since m they
+ * are moved to the first allocation after m, and the new address is
+ * returned; otherwise p is returned unchanged.  NULL only when the system
+ * is out of memory (during the first steps, while the arena grows). */
+void *px_arena_rewind_keep(px_arena *a, px_arena_mark m, void *p, size_t bytes);
 /* Number of times the arena had to ask the system for memory; a training
  * loop in steady state keeps this constant. */
 uint64_t px_arena_system_allocs(const px_arena *a);

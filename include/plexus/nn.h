@@ -84,6 +84,13 @@ struct px_ctx {
   uint64_t        step;      /* training-mode forward passes so far */
   const px_hooks *hooks;     /* slots [0, n_hooks); a free slot is all NULL */
   int             n_hooks;
+  /* > 0 while a checkpointed unit (px_checkpoint) re-runs its forward inside
+   * its backward.  Hooks fire then too, with this set: a listener that frees
+   * parameters after forward or prefetches in forward order (ZeRO-3) keeps
+   * them for the backward that follows instead.  A module whose forward
+   * changes state besides what it saves for backward (batch norm's running
+   * statistics) must not change it again while this is set. */
+  int             recomputing;
 };
 
 /* Allocate an output tensor from the arena. */
@@ -104,6 +111,11 @@ typedef struct px_module_ops {
   void (*init)(px_module *m, px_rng *rng);
   /* Optional: free what the module allocated itself (not the struct). */
   void (*destroy)(px_module *m);
+  /* Optional: the input forward saw is now at x (same shape, same values,
+   * recomputed elsewhere in the arena); point what backward reads there
+   * instead of recomputing the output.  What px_checkpoint_pair needs of
+   * its second module (Conv1D and Linear have it). */
+  void (*rebind)(px_module *m, const px_tensor *x);
 } px_module_ops;
 
 struct px_module {
@@ -117,6 +129,13 @@ struct px_module {
   int          n_params;
   bool         training;
   uint32_t     uid;          /* pre-order index in the model */
+  /* Random stream of the module: its initial weights and dropout masks are
+   * drawn from (seed, stream).  The pre-order index among the modules that
+   * are not `rng_transparent`; a recompute wrapper (px_checkpoint, a pair,
+   * a chain made only to group modules for one) is, so wrapping blocks
+   * leaves every weight and mask as it was. */
+  uint32_t     stream;
+  bool         rng_transparent;
   void        *user;         /* free for a parallel strategy or the caller */
   /* Parameters OWNED BY OTHER MODULES that this module's forward reads and
    * whose gradients its backward adds to (a tied head: the embedding's
@@ -164,6 +183,57 @@ px_module *px_residual(px_module *inner);
  * NULL with no name is the identity (as px_residual); NULL with a name is a
  * shortcut whose constructor failed: NULL is returned, its message kept. */
 px_module *px_residual_shortcut(px_module *inner, px_module *shortcut, const char *shortcut_name);
+
+/* ---- Activation checkpointing: recompute instead of store ------------------
+ * A checkpointed unit keeps only its input and its output.  Its forward
+ * runs the inner module, then rewinds the step arena to where it started
+ * (px_arena_rewind_keep), moving the output down: the inner activations'
+ * bytes are reused by what comes next.  Its backward marks the arena, runs
+ * the inner forward again from the saved input (ctx->recomputing > 0, the
+ * same ctx->step and seed: dropout masks are the same bits), runs the inner
+ * backward, and rewinds again keeping only the input gradient.  So the
+ * activations held at the peak are one unit's internals plus every unit's
+ * input and output.  The inner module is transparent in names: "h.0" wrapped
+ * keeps "h.0.ln_1.weight".  Docs: docs/RECOMPUTE.md. */
+px_module *px_checkpoint(px_module *inner);
+/* Selective recomputation of one cheap module followed by one that can
+ * rebind its input (px_module_ops.rebind: Conv1D, Linear):
+ *   forward   t = cheap(x), y = consumer(t); t and cheap's internals are released
+ *   backward  t = cheap(x) again, consumer rebinds to it (its GEMM is not
+ *             redone), then consumer's and cheap's backward
+ * The GPT's MLP uses it for GELU -> c_proj: the (N, T, 4C) GELU output is
+ * not stored, the c_fc GEMM output it is computed from is.  The children
+ * are named as given ("act", "c_proj"); add the pair with the name "" so
+ * it is transparent.  NULL (both freed) if either is NULL or the consumer
+ * has no rebind. */
+px_module *px_checkpoint_pair(const char *cheap_name, px_module *cheap, const char *consumer_name,
+                              px_module *consumer);
+
+/* Which units of a model recompute (the zoo and `plexus train --recompute`). */
+typedef enum px_recompute_kind {
+  PX_RECOMPUTE_NONE = 0,
+  PX_RECOMPUTE_FULL,       /* every block is a checkpointed unit */
+  PX_RECOMPUTE_EVERY,      /* blocks 0, k, 2k, ... are */
+  PX_RECOMPUTE_SELECTIVE   /* cheap activations only (the GPT: GELU; attention's
+                              probabilities are never stored anyway) */
+} px_recompute_kind;
+
+typedef struct px_recompute {
+  px_recompute_kind kind;
+  int               every;  /* k for PX_RECOMPUTE_EVERY (>= 1) */
+} px_recompute;
+
+/* "none", "full", "selective", "every:K" (K >= 1).  PX_ERR_INVALID with a
+ * message naming the text and the accepted forms otherwise. */
+px_status px_recompute_parse(const char *text, px_recompute *out);
+/* "none", "full", "selective", "every:3" into buf. */
+const char *px_recompute_name(px_recompute r, char *buf, size_t cap);
+/* Wrap the children of `blocks` (a chain of blocks: the GPT's "h", a ResNet
+ * stage) in px_checkpoint as r says, keeping their names; `first` is the
+ * index of blocks->children[0] among all the model's blocks (every:K counts
+ * across stages).  Before px_model_create.  PX_RECOMPUTE_SELECTIVE is the
+ * model's business (the zoo builds it): PX_ERR_INVALID here. */
+px_status px_checkpoint_blocks(px_module *blocks, px_recompute r, int first);
 
 /* ---- Layers -------------------------------------------------------------
  * Shapes: linear (..., in) -> (..., out); conv/pool/batchnorm2d (N,C,H,W);

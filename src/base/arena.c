@@ -17,6 +17,7 @@ typedef struct chunk {
 
 struct px_arena {
   chunk   *head;       /* current chunk; older ones behind it */
+  chunk   *spare;      /* chunks emptied by a rewind, freed at the next reset */
   size_t   total_used; /* bytes handed out since the last reset */
   size_t   high_water;
   uint64_t system_allocs;
@@ -45,16 +46,36 @@ px_arena *px_arena_create(size_t initial_bytes) {
   return a;
 }
 
+static void free_chunks(chunk *c) {
+  while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+}
+
 void px_arena_free(px_arena *a) {
   if (!a) return;
-  chunk *c = a->head;
-  while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+  free_chunks(a->head);
+  free_chunks(a->spare);
   free(a);
 }
 
 void *px_arena_alloc(px_arena *a, size_t bytes) {
   size_t need = round_up(bytes ? bytes : 1, ARENA_ALIGN);
   chunk *c = a->head;
+  if (c->used + need > c->size && a->spare) {
+    // A chunk a rewind emptied, if one is big enough: during the first
+    // steps, before the arena is one block, checkpointed units would
+    // otherwise grow a new chunk for every unit.  (rewind_keep's source may
+    // lie in it: the new block starts at the chunk's start, below the
+    // source, and memmove copies down.)
+    chunk **link = &a->spare;
+    while (*link && (*link)->size < need) link = &(*link)->prev;
+    if (*link) {
+      chunk *reuse = *link;
+      *link = reuse->prev;
+      reuse->prev = c;
+      reuse->used = 0;
+      a->head = c = reuse;
+    }
+  }
   if (c->used + need > c->size) {
     size_t size = c->size * 2;
     if (size < need) size = need;
@@ -78,6 +99,8 @@ void *px_arena_calloc(px_arena *a, size_t bytes) {
 }
 
 void px_arena_reset(px_arena *a) {
+  free_chunks(a->spare);
+  a->spare = NULL;
   if (a->head->prev) {
     // Several chunks: replace them all by one that holds the high water.
     chunk *big = chunk_new(a->high_water);
@@ -97,11 +120,56 @@ void px_arena_reset(px_arena *a) {
   a->total_used = 0;
 }
 
+// A mark is the head chunk and its fill.  Rewinding pops the chunks grown
+// since (they go to `spare`, unfreed, so what they hold stays readable until
+// the next reset) and restores the fill.  In steady state the arena is one
+// chunk and a rewind is two stores.
+px_arena_mark px_arena_get_mark(const px_arena *a) {
+  return (px_arena_mark){.chunk = a->head, .used = a->head->used, .total = a->total_used};
+}
+
+void px_arena_rewind(px_arena *a, px_arena_mark m) {
+  while (a->head != m.chunk && a->head->prev) {
+    chunk *c = a->head;
+    a->head = c->prev;
+    c->prev = a->spare;
+    a->spare = c;
+  }
+  a->head->used = m.used;
+  a->total_used = m.total;
+}
+
+// Whether p was handed out after m (it lies in m's chunk past m.used, or in
+// a chunk grown since).
+static bool since_mark(const px_arena *a, px_arena_mark m, const void *p) {
+  const unsigned char *q = p;
+  for (const chunk *c = a->head; c; c = c->prev) {
+    const bool inside = q >= c->mem && q < c->mem + c->size;
+    if (c == m.chunk) return inside && q >= c->mem + m.used;
+    if (inside) return true;
+  }
+  return false;
+}
+
+void *px_arena_rewind_keep(px_arena *a, px_arena_mark m, void *p, size_t bytes) {
+  if (!p || !since_mark(a, m, p)) {
+    px_arena_rewind(a, m);
+    return p;
+  }
+  px_arena_rewind(a, m);
+  // The new block starts at or below p in the same chunk (memmove handles
+  // the overlap), or in another chunk while p sits in a spare one.
+  void *dst = px_arena_alloc(a, bytes);
+  if (dst && dst != p) memmove(dst, p, bytes);
+  return dst;
+}
+
 size_t px_arena_used(const px_arena *a) { return a->total_used; }
 
 size_t px_arena_capacity(const px_arena *a) {
   size_t s = 0;
   for (const chunk *c = a->head; c; c = c->prev) s += c->size;
+  for (const chunk *c = a->spare; c; c = c->prev) s += c->size;
   return s;
 }
 

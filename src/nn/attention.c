@@ -79,11 +79,11 @@ static head_view head_of(const attention *a, const float *qkv, int64_t n, int h)
 }
 
 // row[j] *= M_ij/(1-p) for j < n (in place, or into out), element (i, j) of
-// the head at flat index e0 + j: Philox(seed, uid·2^40 ^ step, e/4)[e % 4],
+// the head at flat index e0 + j: Philox(seed, stream·2^40 ^ step, e/4)[e % 4],
 // dropout.c's scheme.
 static void mask_row(const attention *a, uint64_t e0, const float *row, float *out, int n) {
   const float p = a->attn_p, scale = 1.0f / (1.0f - p);
-  const uint64_t hi = ((uint64_t)a->base.uid << 40) ^ a->step;
+  const uint64_t hi = ((uint64_t)a->base.stream << 40) ^ a->step;
   uint32_t w[4];
   for (int j = 0; j < n; j++) {
     const uint64_t e = e0 + (uint64_t)j;

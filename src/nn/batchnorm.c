@@ -130,6 +130,7 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   const int C = b->channels;
   const int64_t n = N * S;
   const bool batch_stats = m->training;
+  const bool update_running = batch_stats && ctx->recomputing == 0;
   if (n < 1) return bn_shape_error(m, x, "is empty");
   if (batch_stats && n < 2) {
     snprintf(why, sizeof why, "has 1 value per channel; training needs more than 1 (the variance is undefined)");
@@ -155,8 +156,12 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
       const double ss = channel_sum_dev2(base, N, S, (size_t)C * S, dmu);
       mu = (float)dmu;
       istd = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-      rmean[c] = (float)(mom * dmu + (1.0 - mom) * rmean[c]);
-      rvar[c] = (float)(mom * (ss / (double)(n - 1)) + (1.0 - mom) * rvar[c]);
+      // A recompute (px_checkpoint) sees the same batch again: the running
+      // statistics took it in already.
+      if (update_running) {
+        rmean[c] = (float)(mom * dmu + (1.0 - mom) * rmean[c]);
+        rvar[c] = (float)(mom * (ss / (double)(n - 1)) + (1.0 - mom) * rvar[c]);
+      }
     } else {
       mu = rmean[c];
       istd = (float)(1.0 / sqrt((double)rvar[c] + (double)eps));

@@ -79,8 +79,13 @@ static px_status conv1d_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
   return PX_OK;
 }
 
+// px_checkpoint_pair: backward reads x only (dW += xᵀ·dy), so a recomputed
+// copy of the input serves as well as the one forward saw.
+static void conv1d_rebind(px_module *m, const px_tensor *x) { ((conv1d *)m)->x = *x; }
+
 static const px_module_ops conv1d_ops = {
   .type = "Conv1D", .forward = conv1d_forward, .backward = conv1d_backward,
+  .rebind = conv1d_rebind,
 };
 
 px_module *px_conv1d(int in_features, int out_features, bool bias) {

@@ -408,8 +408,18 @@ static px_status conv_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   return PX_OK;
 }
 
+// px_checkpoint_pair: backward needs x only (it rebuilds col_n from it);
+// the col buffers forward left were released with the pair's internals, so
+// backward must take fresh ones.
+static void conv_rebind(px_module *m, const px_tensor *x) {
+  conv2d *c = (conv2d *)m;
+  c->x = *x;
+  c->cols = NULL;
+  c->n_cols = 0;
+}
+
 static const px_module_ops conv2d_ops = {
-  .type = "Conv2d", .forward = conv_forward, .backward = conv_backward,
+  .type = "Conv2d", .forward = conv_forward, .backward = conv_backward, .rebind = conv_rebind,
 };
 
 px_module *px_conv2d(int in_channels, int out_channels, int kernel_size, int stride, int padding, bool bias) {

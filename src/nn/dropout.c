@@ -3,7 +3,7 @@
 //
 // The mask is never stored: u_i is a pure function of (seed, module, step, i)
 // from the counter-based RNG,
-//   words = philox4x32(seed, (uid << 40) ^ step, i / 4),  u_i = unit(words[i % 4])
+//   words = philox4x32(seed, (stream << 40) ^ step, i / 4),  u_i = unit(words[i % 4])
 // so backward regenerates it (dx = dy ⊙ mask / (1 - p)), and every rank or
 // thread that holds element i draws the same u_i whatever the layout.
 #include "plexus/nn.h"
@@ -20,10 +20,10 @@ typedef struct dropout {
   px_tensor x;         /* only the shape is used */
 } dropout;
 
-// out = in ⊙ mask / (1 - p) for the mask of (seed, uid, step).
+// out = in ⊙ mask / (1 - p) for the mask of (seed, stream, step).
 static void apply_mask(const dropout *d, const float *in, float *out, size_t n) {
   const float p = d->p, scale = 1.0f / (1.0f - p);  // PyTorch: x · (1 / (1 - p))
-  const uint64_t hi = ((uint64_t)d->base.uid << 40) ^ d->step;
+  const uint64_t hi = ((uint64_t)d->base.stream << 40) ^ d->step;
   const size_t blocks = (n + 3) / 4;
   #pragma omp parallel for schedule(static) if (PX_PAR(n))
   for (size_t blk = 0; blk < blocks; blk++) {

@@ -63,8 +63,13 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
   return PX_OK;
 }
 
+// px_checkpoint_pair: backward reads x only (dW += xᵀ·dy), so a recomputed
+// copy of the input serves as well as the one forward saw.
+static void linear_rebind(px_module *m, const px_tensor *x) { ((linear *)m)->x = *x; }
+
 static const px_module_ops linear_ops = {
   .type = "Linear", .forward = linear_forward, .backward = linear_backward,
+  .rebind = linear_rebind,
 };
 
 px_module *px_linear(int in_features, int out_features, bool bias) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static px_status collect(px_model *md, px_module *m, const char *prefix, int *cap) {
+static px_status collect(px_model *md, px_module *m, const char *prefix, int *cap, uint32_t *streams) {
   if (md->n_modules == *cap) {
     *cap = *cap ? 2 * *cap : 64;
     px_module **mods = realloc(md->modules, (size_t)*cap * sizeof *mods);
@@ -18,6 +18,8 @@ static px_status collect(px_model *md, px_module *m, const char *prefix, int *ca
     md->modules = mods;
   }
   m->uid = (uint32_t)md->n_modules;
+  m->stream = *streams;
+  if (!m->rng_transparent) (*streams)++;
   md->modules[md->n_modules++] = m;
   // Full names: the path of non-empty child names, then the local name.
   for (int k = 0; k < m->n_params; k++) {
@@ -38,7 +40,7 @@ static px_status collect(px_model *md, px_module *m, const char *prefix, int *ca
     } else {
       snprintf(sub, sizeof sub, "%s", prefix);
     }
-    px_status st = collect(md, c, sub, cap);
+    px_status st = collect(md, c, sub, cap, streams);
     if (st != PX_OK) return st;
   }
   return PX_OK;
@@ -68,17 +70,18 @@ static void init_param(px_param *p, px_rng *rng) {
 void px_model_init(px_model *md, uint64_t seed) {
   md->seed = seed;
   md->ctx.seed = seed;
-  // Each module draws from its own stream (its pre-order index), so adding
-  // a layer at the end does not change the initial weights of the others.
+  // Each module draws from its own stream (its pre-order index, wrappers
+  // not counted), so adding a layer at the end, or checkpointing blocks,
+  // does not change the initial weights of the others.
   for (int i = 0; i < md->n_modules; i++) {
     px_module *m = md->modules[i];
     if (m->ops->init) {
-      px_rng rng = px_rng_make(seed, (uint64_t)m->uid << 8);
+      px_rng rng = px_rng_make(seed, (uint64_t)m->stream << 8);
       m->ops->init(m, &rng);
       continue;
     }
     for (int k = 0; k < m->n_params; k++) {
-      px_rng rng = px_rng_make(seed, ((uint64_t)m->uid << 8) | (uint64_t)k);
+      px_rng rng = px_rng_make(seed, ((uint64_t)m->stream << 8) | (uint64_t)k);
       init_param(&m->params[k], &rng);
     }
   }
@@ -91,7 +94,8 @@ px_status px_model_create(px_model **out, px_module *root, uint64_t seed) {
   if (!md) { px_module_free(root); return px_error(PX_ERR_NOMEM, "model: out of memory"); }
   md->root = root;
   int cap = 0;
-  px_status st = collect(md, root, "", &cap);
+  uint32_t streams = 0;
+  px_status st = collect(md, root, "", &cap, &streams);
   if (st != PX_OK) { px_model_free(md); return st; }
 
   int n_all = 0;

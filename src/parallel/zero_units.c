@@ -15,6 +15,10 @@
 //   all its grads ready  reduce-scatter the storage (its piece is added into
 //                        the shard when it completes); free the parameters
 //
+// Activation checkpointing (nn.h px_checkpoint) re-runs forwards inside
+// backward with ctx.recomputing set: pre_forward then only makes sure the
+// unit is gathered, post_forward keeps it (pre_backward follows).
+//
 // reshard_after_forward = false keeps the parameters from forward to
 // backward (no all-gather in backward).  A unit whose parameter another
 // module uses (a tied head reads the embedding's weight: px_module.foreign)
@@ -221,10 +225,15 @@ void pxz_units_pre_forward(px_zero *z, px_module *m) {
     if (z->root_group >= 0) pxz_ensure_gathered(z, z->root_group);
   }
   int u = z->module_unit[m->uid];
+  // A recompute (px_checkpoint) runs inside backward: a unit inside the
+  // checkpointed one is gathered here and kept for its backward (no second
+  // gather there); a unit around it was gathered by its pre_backward and is
+  // used as it is; nothing is prefetched in forward order.
+  const bool recompute = z->model->ctx.recomputing > 0;
   if (u >= 0) {
-    if (z->recording) record(u, z->fwd_order, z->fwd_pos, &z->n_fwd);
+    if (z->recording && !recompute) record(u, z->fwd_order, z->fwd_pos, &z->n_fwd);
     pxz_ensure_gathered(z, u);
-    prefetch_after(z, u, z->fwd_order, z->fwd_pos, z->n_fwd);
+    if (!recompute) prefetch_after(z, u, z->fwd_order, z->fwd_pos, z->n_fwd);
   }
   for (int f = 0; f < m->n_foreign; f++) {
     int i = px_parallel_param_index(z->model, m->foreign[f]);
@@ -234,6 +243,7 @@ void pxz_units_pre_forward(px_zero *z, px_module *m) {
 
 void pxz_units_post_forward(px_zero *z, px_module *m) {
   const bool training = z->model->ctx.training;
+  if (z->model->ctx.recomputing > 0) return;  // its backward comes next: keep it gathered
   int u = z->module_unit[m->uid];
   // Evaluation has no backward to keep anything for.
   if (u >= 0 && !z->groups[u].pinned && (z->opts.reshard_after_forward || !training)) pxz_release(z, u);
