@@ -452,18 +452,49 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
     if (st != PX_OK) return st;
   }
 
-  // Another layout: the same samples seen so far, but not the same order.
+  // Another layout.  What depends on the rank count: the data position
+  // (batches are per rank: rank r takes positions r, r + N, ... of the
+  // epoch's order, so a step of global batch G = N·B·A takes positions
+  // [k·G, (k+1)·G) whatever N is), and the step counter when the run's
+  // length is in epochs (steps per epoch = samples / G).  The epoch, the
+  // optimizer's update count, the seed and the dropout counter carry over
+  // as they are (dropout masks are drawn per rank, so a resharded run's
+  // masks differ from the unstopped run's).
   if (world != t->world || (size_t)batch != t->o.batch_size || accum != t->o.accum_steps) {
-    size_t seen = (size_t)pos->next_batch * (size_t)batch * (size_t)world;
-    size_t per_step = t->o.batch_size * (size_t)t->world * (size_t)t->o.accum_steps;
-    pos->next_batch = (int64_t)(seen / per_step * (size_t)t->o.accum_steps);
+    const size_t g_old = (size_t)batch * (size_t)world * (size_t)accum;
+    const size_t g_new = t->o.batch_size * (size_t)t->world * (size_t)t->o.accum_steps;
+    // Samples of this epoch already trained on, from the position saved.
+    const size_t seen = (size_t)pos->next_batch * (size_t)batch * (size_t)world;
+    pos->next_batch = (int64_t)(seen / g_new * (size_t)t->o.accum_steps);
     if ((size_t)pos->next_batch > t->batches_per_epoch) pos->next_batch = (int64_t)t->batches_per_epoch;
     size_t m = strlen(note);
-    snprintf(note + m, note_cap - m,
-             "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld, this run on %d × %zu × "
-             "%d: training goes on from the same sample count, not bit-exactly",
-             m ? "\n" : "", (long long)world, (long long)batch, (long long)accum, t->world, t->o.batch_size,
-             t->o.accum_steps);
+    if (g_old == g_new) {
+      snprintf(note + m, note_cap - m,
+               "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld, this run on %d × %zu "
+               "× %d: the same global batch (%zu), so the same samples in each step and the same step count; batch "
+               "%lld of epoch %lld is next", m ? "\n" : "", (long long)world, (long long)batch, (long long)accum,
+               t->world, t->o.batch_size, t->o.accum_steps, g_new, (long long)pos->next_batch,
+               (long long)pos->epoch + 1);
+    } else {
+      // The steps so far, counted in this run's steps, so that the end of
+      // an epoch-long run and the schedule fall where the samples put them.
+      const int64_t old_step = pos->step;
+      if (t->o.max_steps == 0)
+        pos->step = pos->epoch * t->steps_per_epoch +
+                    (int64_t)(((size_t)pos->next_batch + (size_t)t->o.accum_steps - 1) / (size_t)t->o.accum_steps);
+      snprintf(note + m, note_cap - m,
+               "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld (global batch %zu), "
+               "this run on %d × %zu × %d (global batch %zu): training goes on from the same sample count (%zu "
+               "samples into epoch %lld), not on the same trajectory; %s", m ? "\n" : "", (long long)world,
+               (long long)batch, (long long)accum, g_old, t->world, t->o.batch_size, t->o.accum_steps, g_new,
+               (size_t)pos->next_batch * t->o.batch_size * (size_t)t->world, (long long)pos->epoch + 1,
+               t->o.max_steps == 0 ? "the step counter is counted in this run's steps" : "the step counter stays "
+               "(the run's length is --steps)");
+      if (t->o.max_steps == 0 && pos->step != old_step) {
+        m = strlen(note);
+        snprintf(note + m, note_cap - m, ": step %lld is step %lld here", (long long)old_step, (long long)pos->step);
+      }
+    }
   }
   pos->found = 1;
   return PX_OK;
