@@ -84,6 +84,7 @@ static void expect_refused(int64_t step, const char *what, const char *s1, const
   px_status st = px_checkpoint_load_boxes(ck, "p.rank", want, 2);
   CHECK(st != PX_OK, "%s: loaded", what);
   const char *m = px_last_error();
+  printf("%s: %s\n", what, m);
   CHECK(strstr(m, s1) && (!s2 || strstr(m, s2)), "%s: message lacks \"%s\"%s%s: %s", what, s1, s2 ? " or " : "",
         s2 ? s2 : "", m);
   CHECK(untouched(), "%s: the failed load changed the wanted pieces", what);
