@@ -4,7 +4,8 @@ safetensors file of the whole model, with the model's state-dict names and
 of any layout: ZeRO 3 on 3 ranks (no rank ever held the whole model: every
 rank's model.rank* pieces) and DDP (model.safetensors).  Its tensors are
 bitwise those that a plain-Python reader (zero_util.whole) puts together
-from the checkpoint's files.  A checkpoint with a rank's file missing is refused with a
+from the checkpoint's files.  `plexus train --init CKPT` starts from
+such a checkpoint (here ZeRO 3's, into a DDP run on 2 ranks).  A checkpoint with a rank's file missing is refused with a
 message naming the file, and no output file appears.
 
 If it failed, a sharded checkpoint could not leave plexus as one model
@@ -47,6 +48,22 @@ try:
             cu.check(got[name].astype("float32").tobytes() == array.array("f", vals).tobytes(),
                      "zero %s: %s differs from the checkpoint's pieces" % (stage, name))
         print("zero %s: %d tensors consolidated from %s" % (stage, len(got), ", ".join(files)))
+
+    # --init from the ZeRO-3 checkpoint, into DDP on 2 ranks: one step at a
+    # learning rate of 1e-12 leaves the weights where the checkpoint had them.
+    ck = cu.checkpoints(os.path.join(tmp, "z3", "checkpoints"))[-1]
+    init_out = os.path.join(tmp, "init")
+    assert ARGS[-2:] == ["--threads", "3"] and ARGS[ARGS.index("--steps") + 1] == "4"
+    args = ARGS[:-2] + ["--threads", "2"]
+    args[args.index("--steps") + 1] = "1"
+    args[args.index("--lr") + 1] = "1e-12"
+    p = cu.run(args + ["--init", ck, "--out", init_out])
+    cu.check(p.returncode == 0, "--init %s failed" % ck)
+    if p.returncode == 0:
+        after = zu.whole(cu.checkpoints(os.path.join(init_out, "checkpoints"))[-1], "model")
+        before = zu.whole(ck, "model")
+        worst = max(max(abs(x - y) for x, y in zip(after[k][1], before[k][1])) for k in before)
+        cu.check(worst < 1e-6, "--init: the weights moved %g from the checkpoint's" % worst)
 
     # A rank's file missing: refused, naming it; no output.
     ck = cu.checkpoints(os.path.join(tmp, "z3", "checkpoints"))[-1]
