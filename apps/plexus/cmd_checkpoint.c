@@ -41,8 +41,11 @@ static px_status add_key(whole *w, const char *file, const char *key, int ndim, 
   }
   px_tensor_piece *q = &w->p[w->n++];
   memset(q, 0, sizeof *q);
-  if (snprintf(q->key, sizeof q->key, "%s", key) >= (int)sizeof q->key)
-    return px_error(PX_ERR_FORMAT, "%s: tensor name \"%s\" is too long", file, key);
+  // The key becomes a state-dict name in the output file.
+  if (strlen(key) >= sizeof ((px_named_tensor *)0)->name)
+    return px_error(PX_ERR_FORMAT, "%s: tensor name \"%s\" is longer than %zu bytes", file, key,
+                    sizeof ((px_named_tensor *)0)->name - 1);
+  memcpy(q->key, key, strlen(key) + 1);
   q->ndim = ndim;
   q->count = 1;
   for (int d = 0; d < ndim; d++) {
@@ -114,7 +117,7 @@ static int consolidate(const char *ckpt_arg, const char *out) {
   if (st == PX_OK && !(sd.items = calloc((size_t)w.n, sizeof *sd.items))) st = px_error(PX_ERR_NOMEM, "out of memory");
   for (size_t i = 0, at = 0; st == PX_OK && i < (size_t)w.n; at += w.p[i].count, i++) {
     w.p[i].data = buf + at;
-    snprintf(sd.items[i].name, sizeof sd.items[i].name, "%s", w.p[i].key);
+    memcpy(sd.items[i].name, w.p[i].key, strlen(w.p[i].key) + 1);  // shorter than name: add_key checked
     sd.items[i].tensor = px_tensor_view(w.p[i].data, PX_F32, w.p[i].ndim, w.p[i].shape);
     sd.count++;
   }
