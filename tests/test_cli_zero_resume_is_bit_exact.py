@@ -5,8 +5,9 @@ stopped at step k (--stop-at-step) and resumed with --resume auto ends with
 the same bytes in every file of its final checkpoint -- the model (whole, or
 each rank's slice for stage 3) and each rank's slice of the optimizer
 state -- as a run that never stopped; and resuming a ZeRO checkpoint into
-another world size or another stage fails at once with one message naming
-the checkpoint's layout and the run's.
+another world size or another stage (or into DDP) loads it by intersecting
+the saved pieces (issue 12: resharding), says so naming both layouts, and
+trains on to the end.
 
 The runs carry what resume must restore across a sharded layout: Adam's
 moments in each rank's shard and its step count, the cosine schedule,
@@ -72,17 +73,21 @@ try:
             cu.check(len(moved) == len(shards), "%s: training did not change %s" %
                      (tag, sorted(set(shards) - set(moved))))
 
-    # Another layout: refused, both layouts named, nothing trained.
+    # Another layout: resharded, both layouts named, trained on to the end.
     ck = os.path.join(tmp, "z2_straight", "checkpoints", "step_00000006")
-    for extra, want_run in ((["--zero", "1"], "ZeRO stage 1 (--zero 1) on 2 rank(s)"),
-                            (["--zero", "2", "--threads", "3"], "ZeRO stage 2 (--zero 2) on 3 rank(s)"),
-                            (["--zero", "0"], "DDP (--zero 0) on 2 rank(s)")):
-        args = COMMON + ["--resume", ck, "--out", os.path.join(tmp, "other")] + extra
+    for i, (extra, want_run) in enumerate(((["--zero", "1"], "ZeRO stage 1 (--zero 1) on 2 rank(s)"),
+                                           (["--zero", "2", "--threads", "3"], "ZeRO stage 2 (--zero 2) on 3 rank(s)"),
+                                           (["--zero", "0"], "DDP (--zero 0) on 2 rank(s)"))):
+        out = os.path.join(tmp, "other%d" % i)
+        # Without --quiet: the resume's log lines are the point.
+        args = [a for a in COMMON if a != "--quiet"] + ["--resume", ck, "--out", out] + extra
         p = cu.run(args, expect_ok=False)
         text = p.stdout + p.stderr
-        cu.check(p.returncode != 0, "resume %s into %s succeeded" % (ck, extra))
-        cu.check("saved by ZeRO stage 2 (--zero 2) on 2 rank(s)" in text and want_run in text,
-                 "resume into %s: message lacks the layouts:\n%s" % (extra, text[-2000:]))
+        cu.check(p.returncode == 0, "resume %s into %s failed:\n%s" % (ck, extra, text[-2000:]))
+        cu.check("saved by ZeRO stage 2 (--zero 2) on 2 rank(s)" in text and want_run in text and "resharded" in text,
+                 "resume into %s: the log lacks the layouts:\n%s" % (extra, text[-2000:]))
+        cu.check(os.path.isdir(os.path.join(out, "checkpoints", "step_00000012")),
+                 "resume into %s: no final checkpoint step_00000012" % extra)
         cu.check("AddressSanitizer" not in text and "Segmentation" not in text, "resume into %s crashed" % extra)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)

@@ -46,6 +46,7 @@ const char *px_app_find_option(int argc, char **argv, const char *flag);
 int px_cmd_train(int argc, char **argv);
 int px_cmd_eval(int argc, char **argv);
 int px_cmd_inspect(int argc, char **argv);
+int px_cmd_checkpoint(int argc, char **argv);
 int px_cmd_tokenize(int argc, char **argv);
 int px_cmd_generate(int argc, char **argv);
 

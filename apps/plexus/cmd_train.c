@@ -131,7 +131,12 @@ static px_status load_init(px_comm *comm, px_model *model, const px_config *c) {
   char msg[1024] = "";
   if (px_comm_rank(comm) == 0) {
     px_status st;
-    if (strcmp(c->model, "gpt") == 0) {
+    struct stat sb;
+    if (stat(c->init, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      // A checkpoint (or a directory of them) of any layout: DDP's whole
+      // model, or every rank's pieces under ZeRO 3.
+      st = px_train_load_weights(model, c->init, NULL, 0);
+    } else if (strcmp(c->model, "gpt") == 0) {
       st = px_zoo_gpt_load_hf(model, c->init);
     } else {
       px_state_dict sd;

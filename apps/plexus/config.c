@@ -54,7 +54,7 @@ static const opt_def opts[] = {
   {"model", "dropout", "dropout", T_NUM, F(dropout), "0", NULL, 0, 0.999, ALL, "gpt: dropout probability"},
   {"model", "init", "init", T_STR, F(init), "", NULL, 0, 0, CFG_TRAIN,
    "initial weights: a safetensors file with the model's names (torchvision ResNet, GPT-2, a plexus checkpoint's "
-   "model.safetensors)"},
+   "model.safetensors), or a plexus checkpoint directory of any layout"},
 
   {"data", "source", "data", T_STR, F(data), "mnist", "mnist|images|imagenet|tokens|text", 0, 0, ALL,
    "dataset format (docs/DATA.md)"},

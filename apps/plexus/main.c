@@ -17,6 +17,7 @@ static void usage(FILE *f) {
           "  generate   sample text from a language-model checkpoint\n"
           "  inspect    list a safetensors file's tensors, or a checkpoint's files and training state\n"
           "  tokenize   turn a text file into token shards and a vocabulary\n"
+          "  checkpoint consolidate CKPT --out FILE: the whole model of a checkpoint of any layout, one file\n"
           "\n"
           "`plexus COMMAND --help` lists a command's options with their defaults.\n"
           "Launch: `plexus train --threads 2 ...` (ranks as threads, no MPI), `mpirun -n 4 plexus train ...`,\n"
@@ -44,7 +45,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "generate") == 0) return px_cmd_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "inspect") == 0) return px_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenize") == 0) return px_cmd_tokenize(argc - 1, argv + 1);
-  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect or tokenize\n", cmd);
+  if (strcmp(cmd, "checkpoint") == 0) return px_cmd_checkpoint(argc - 1, argv + 1);
+  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect, tokenize or checkpoint\n", cmd);
   usage(stderr);
   return 2;
 }

@@ -163,6 +163,19 @@ px_status px_checkpoint_load_pieces(const char *ckpt_path, const char *name, con
  * (Loading a sharded checkpoint into one process.) */
 px_status px_checkpoint_assemble(const char *ckpt_path, const char *prefix, const px_state_dict *sd, bool strict);
 
+/* Load by intersection (resharding): fill each wanted piece (a flat range of
+ * a named tensor, any layout: a ZeRO slice of any world size and stage, or a
+ * whole tensor) from whatever the checkpoint's files "<prefix>*.safetensors"
+ * hold.  A file is either a file of pieces (any saved layout) or a plain
+ * state dict (DDP's model.safetensors, optim.safetensors: each tensor the
+ * piece [0, numel) of itself).  Each file is checked against SHA256SUMS;
+ * saved pieces of keys nothing wants are skipped.  Every wanted element must
+ * be found in exactly one saved piece, with the same whole shape: a hole
+ * (a missing rank's file) or an overlap is PX_ERR_FORMAT naming the tensor,
+ * the elements and the file.  All or nothing: on error no wanted piece has
+ * changed. */
+px_status px_checkpoint_load_boxes(const char *ckpt_path, const char *prefix, const px_tensor_piece *want, int n);
+
 #ifdef __cplusplus
 }
 #endif

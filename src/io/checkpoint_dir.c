@@ -286,6 +286,15 @@ px_status px_ckpt_rotate(const char *dir, int64_t written, int keep_last) {
       snprintf(path, plen, "%s/%s", dir, e->name);
       bool complete = looks_complete(path);
       if (e->step != written && complete_newer >= keep_last) {
+        // Renamed out of the step_* names first (one atomic rename), so that
+        // a crash in the middle of the removal never leaves a step_*
+        // directory with some of its files gone: what is left is a
+        // .partial directory, which readers skip and the next rotation on
+        // this host removes.
+        char temp[384];
+        px_ckpt_temp_name(e->step, PX_CKPT_PARTIAL, host, me, temp, sizeof temp);
+        snprintf(to, plen, "%s/%s", dir, temp);
+        if (rename(path, to) == 0) snprintf(path, plen, "%s", to);
         px_status s = px_ckpt_remove_tree(path);
         if (s != PX_OK) failed(&fl, px_error_wrap(s, "removing an old checkpoint (keep_last %d)", keep_last));
       }

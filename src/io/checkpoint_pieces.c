@@ -309,3 +309,160 @@ px_status px_checkpoint_assemble(const char *ckpt_path, const char *prefix, cons
   px_ckpt_sums_free(&sums);
   return st;
 }
+
+/* ---- loading by intersection (any saved layout into any current one) ----- */
+
+// One saved range copied into a wanted piece: elements [lo, hi) of the
+// tensor, from file `file` (an index into SHA256SUMS, for messages).
+typedef struct hit {
+  int    want;
+  size_t lo, hi;
+  int    file;
+} hit;
+
+static int by_want_lo(const void *a, const void *b) {
+  const hit *x = a, *y = b;
+  if (x->want != y->want) return x->want < y->want ? -1 : 1;
+  return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : 0;
+}
+
+// A saved range [offset, offset + count) of tensor `key` (whole shape
+// ndim/shape), its elements at `data`: copy what overlaps each wanted piece
+// of the same key into that piece's staging buffer and note the hit.
+static px_status intersect(const px_tensor_piece *want, int n_want, float *const *stage, const char *path, int file,
+                           const char *key, int ndim, const int64_t *shape, size_t offset, size_t count,
+                           const float *data, hit **hits, size_t *n_hits, size_t *cap_hits) {
+  for (int w = 0; w < n_want; w++) {
+    const px_tensor_piece *p = &want[w];
+    if (strcmp(p->key, key) != 0) continue;
+    bool same = p->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = p->shape[d] == shape[d];
+    if (!same) {
+      char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
+      return px_error(PX_ERR_SHAPE, "%s: tensor \"%s\" has shape %s in the checkpoint but this run expects %s; was it "
+                      "saved from another model?", path, key, px_shape_str(ndim, shape, a, sizeof a),
+                      px_shape_str(p->ndim, p->shape, b, sizeof b));
+    }
+    // [lo, hi) = [offset, offset + count) ∩ [p.offset, p.offset + p.count)
+    const size_t lo = offset > p->offset ? offset : p->offset;
+    const size_t hi = offset + count < p->offset + p->count ? offset + count : p->offset + p->count;
+    if (hi <= lo) continue;
+    if (*n_hits == *cap_hits) {
+      *cap_hits = *cap_hits ? 2 * *cap_hits : 64;
+      hit *grown = realloc(*hits, *cap_hits * sizeof **hits);
+      if (!grown) return px_error(PX_ERR_NOMEM, "%s: out of memory", path);
+      *hits = grown;
+    }
+    (*hits)[(*n_hits)++] = (hit){w, lo, hi, file};
+    memcpy(stage[w] + (lo - p->offset), data + (lo - offset), (hi - lo) * sizeof(float));
+  }
+  return PX_OK;
+}
+
+px_status px_checkpoint_load_boxes(const char *ckpt_path, const char *prefix, const px_tensor_piece *want, int n) {
+  if (!ckpt_path || !prefix || n < 0 || (n > 0 && !want))
+    return px_error(PX_ERR_INVALID, "checkpoint: load_boxes: NULL argument");
+  for (int w = 0; w < n; w++) {
+    const px_tensor_piece *p = &want[w];
+    const size_t whole = numel_of(p->ndim, p->shape);
+    if (p->ndim < 0 || p->ndim > PX_MAX_DIMS || p->offset > whole || p->count > whole - p->offset ||
+        (p->count && !p->data))
+      return px_error(PX_ERR_INVALID, "checkpoint: load_boxes: wanted piece %d of \"%s\" covers [%zu, %zu) of a "
+                      "tensor of %zu elements", w, p->key, p->offset, p->offset + p->count, whole);
+  }
+  px_ckpt_sums sums;
+  px_status st = px_ckpt_sums_read(ckpt_path, &sums);
+  if (st != PX_OK) return st;
+  // Staging: what is read goes here first, and into the caller's memory
+  // only once every wanted element is found exactly once (all or nothing).
+  size_t total = 0;
+  for (int w = 0; w < n; w++) total += want[w].count;
+  float *buf = malloc((total ? total : 1) * sizeof(float));
+  float **stage = calloc(n > 0 ? (size_t)n : 1, sizeof *stage);
+  hit *hits = NULL;
+  size_t n_hits = 0, cap_hits = 0;
+  if (!buf || !stage) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", ckpt_path);
+  for (size_t w = 0, at = 0; st == PX_OK && w < (size_t)n; at += want[w].count, w++) stage[w] = buf + at;
+  int files = 0;
+  for (int s = 0; s < sums.n && st == PX_OK; s++) {
+    const char *name = sums.items[s].name;
+    if (strncmp(name, prefix, strlen(prefix)) != 0 || !has_suffix(name, ".safetensors")) continue;
+    files++;
+    if (n == 0) continue;
+    px_safetensors *f = NULL;
+    cJSON *table = NULL;
+    if ((st = open_checked(ckpt_path, name, &f)) != PX_OK) break;
+    const char *path = px_safetensors_path(f);
+    const char *fmt = px_safetensors_metadata(f, "format");
+    if (fmt && strcmp(fmt, PX_PIECES_FORMAT) == 0) {
+      // A file of pieces: each tensor a flat range of a named tensor.
+      st = pieces_table(f, &table);
+      for (const cJSON *e = table ? table->child : NULL; st == PX_OK && e; e = e->next) {
+        piece_entry pe;
+        if ((st = read_entry(e, path, &pe)) != PX_OK) break;
+        const px_named_tensor *t = px_safetensors_find(f, pe.name);
+        if (!t || t->tensor.dtype != PX_F32 || t->tensor.ndim != 1 || (size_t)t->tensor.shape[0] != pe.count) {
+          st = px_error(PX_ERR_FORMAT, "%s: piece \"%s\" is listed in the metadata but the file holds no F32 tensor "
+                        "of %zu elements by that name", path, pe.name, pe.count);
+          break;
+        }
+        st = intersect(want, n, stage, path, s, pe.key, pe.ndim, pe.shape, pe.offset, pe.count, t->tensor.data,
+                       &hits, &n_hits, &cap_hits);
+      }
+    } else {
+      // A whole state dict (DDP's model.safetensors, optim.safetensors): each
+      // tensor is the piece [0, numel) of itself.
+      for (int i = 0; st == PX_OK && i < px_safetensors_count(f); i++) {
+        const px_named_tensor *t = px_safetensors_get(f, i);
+        bool wanted = false;
+        for (int w = 0; !wanted && w < n; w++) wanted = strcmp(want[w].key, t->name) == 0;
+        if (!wanted) continue;
+        if (t->tensor.dtype != PX_F32) {
+          st = px_error(PX_ERR_FORMAT, "%s: tensor \"%s\" is %s; this plexus loads F32", path, t->name,
+                        px_dtype_name(t->tensor.dtype));
+          break;
+        }
+        st = intersect(want, n, stage, path, s, t->name, t->tensor.ndim, t->tensor.shape, 0,
+                       (size_t)px_tensor_numel(&t->tensor), t->tensor.data, &hits, &n_hits, &cap_hits);
+      }
+    }
+    cJSON_Delete(table);
+    px_safetensors_close(f);
+  }
+  if (st == PX_OK && files == 0)
+    st = px_error(PX_ERR_NOT_FOUND, "checkpoint %s has no file \"%s*.safetensors\"", ckpt_path, prefix);
+  // Every wanted element exactly once: sorted by (piece, lo), the hits of a
+  // wanted piece must tile it without gap or overlap.
+  if (st == PX_OK) {
+    if (n_hits) qsort(hits, n_hits, sizeof *hits, by_want_lo);
+    size_t k = 0;
+    for (int w = 0; w < n && st == PX_OK; w++) {
+      const px_tensor_piece *p = &want[w];
+      size_t at = p->offset;
+      int last_file = -1;
+      for (; k < n_hits && hits[k].want == w; k++) {
+        if (hits[k].lo != at) {
+          const bool two = hits[k].lo < at;
+          st = px_error(PX_ERR_FORMAT, "checkpoint %s: tensor \"%s\": elements [%zu, %zu) are %s (%s%s%s)",
+                        ckpt_path, p->key, two ? hits[k].lo : at, two ? at : hits[k].lo,
+                        two ? "in two saved pieces" : "in no saved piece", sums.items[hits[k].file].name,
+                        last_file >= 0 ? ", after " : "", last_file >= 0 ? sums.items[last_file].name : "");
+          break;
+        }
+        at = hits[k].hi;
+        last_file = hits[k].file;
+      }
+      if (st == PX_OK && at != p->offset + p->count)
+        st = px_error(PX_ERR_FORMAT, "checkpoint %s: tensor \"%s\": elements [%zu, %zu) are in no saved piece of the "
+                      "files %s*.safetensors (a rank's file missing, or another model?)", ckpt_path, p->key, at,
+                      p->offset + p->count, prefix);
+    }
+  }
+  if (st == PX_OK)
+    for (int w = 0; w < n; w++) memcpy(want[w].data, stage[w], want[w].count * sizeof(float));
+  free(hits);
+  free(stage);
+  free(buf);
+  px_ckpt_sums_free(&sums);
+  return st;
+}

@@ -342,6 +342,25 @@ static px_status json_int(const cJSON *j, const char *key, const char *path, int
   return PX_OK;
 }
 
+// Every tensor of sd, whole, from the checkpoint's files "<prefix>*":
+// model.safetensors or model.rank*, optim.safetensors or optim.rank*.
+static px_status load_whole(const char *path, const char *prefix, const px_state_dict *sd) {
+  px_tensor_piece *pc = calloc(sd->count > 0 ? (size_t)sd->count : 1, sizeof *pc);
+  if (!pc) return px_error(PX_ERR_NOMEM, "resume: out of memory");
+  for (int i = 0; i < sd->count; i++) {
+    const px_tensor *x = &sd->items[i].tensor;
+    snprintf(pc[i].key, sizeof pc[i].key, "%s", sd->items[i].name);
+    pc[i].ndim = x->ndim;
+    memcpy(pc[i].shape, x->shape, sizeof pc[i].shape);
+    pc[i].offset = 0;
+    pc[i].count = (size_t)px_tensor_numel(x);
+    pc[i].data = x->data;
+  }
+  px_status st = px_checkpoint_load_boxes(path, prefix, pc, sd->count);
+  free(pc);
+  return st;
+}
+
 // On rank 0: the checkpoint's path and its state, into the model and optimizer.
 static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t cap, char *note, size_t note_cap) {
   const char *r = t->o.resume;
@@ -401,16 +420,14 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   if (st == PX_OK && (!cJSON_IsString(opt) || strcmp(opt->valuestring, optim_name(t->o.optim.kind)) != 0))
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry over)",
                   path, cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(t->o.optim.kind));
-  // A sharded checkpoint holds each rank's slice as cut for its world size
-  // and stage; loading it into another layout means intersecting pieces
-  // (not done yet), so it is refused here with both layouts named.
-  if (st == PX_OK && (ck_stage != stage || (stage > 0 && world != t->world))) {
+  // Any saved layout loads into this one (DESIGN decision 8): every load
+  // below intersects the saved pieces with the pieces this rank needs.
+  if (st == PX_OK && (ck_stage != stage || world != t->world)) {
     char a[48], b[48];
-    st = px_error(PX_ERR_INVALID, "checkpoint %s was saved by %s on %lld rank(s); this run is %s on %d rank(s): a "
-                  "ZeRO checkpoint loads only into the same world size and stage for now (train on with --zero %lld "
-                  "and %lld rank(s), or start afresh)", path, layout_name((int)ck_stage, a, sizeof a),
-                  (long long)world, layout_name(stage, b, sizeof b), t->world, (long long)ck_stage,
-                  (long long)world);
+    size_t m = strlen(note);
+    snprintf(note + m, note_cap - m, "%sresume: checkpoint saved by %s on %lld rank(s); this run is %s on %d "
+             "rank(s): its tensors are resharded (loaded by intersecting pieces)", m ? "\n" : "",
+             layout_name((int)ck_stage, a, sizeof a), (long long)world, layout_name(stage, b, sizeof b), t->world);
   }
   if (st == PX_OK && (size_t)params != t->model->n_param_elems)
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved from a model of %lld parameters; this model has %zu (another "
@@ -418,50 +435,66 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   cJSON_Delete(j);
   if (st != PX_OK) return st;
 
+  // Rank 0 holds the whole model before the wrap (which hands every rank
+  // its part) and, under DDP, the whole optimizer state: whole pieces, from
+  // whatever files the checkpoint's layout wrote.
   px_state_dict sd;
   st = px_model_state_dict(t->model, &sd);
   if (st != PX_OK) return st;
-  if (stage < 3) {
-    st = px_checkpoint_load_tensors(path, "model.safetensors", &sd, true);
-  } else if (t->model->n_buffers > 0) {
-    // Stage 3: the buffers, whole in rank 0's file; the parameters are the
-    // ranks' own pieces (px_trainer_resume_shards).
-    px_state_dict buffers = {calloc((size_t)t->model->n_buffers, sizeof(px_named_tensor)), 0};
-    if (!buffers.items) st = px_error(PX_ERR_NOMEM, "resume: out of memory");
-    for (int b = 0; st == PX_OK && b < t->model->n_buffers; b++) {
-      const px_param *p = t->model->buffers[b];
-      px_named_tensor *it = &buffers.items[buffers.count++];
-      snprintf(it->name, sizeof it->name, "%s", p->name);
-      it->tensor = px_tensor_view(p->data, PX_F32, p->ndim, p->shape);
-    }
-    char first[96], prefix[96];
-    rank_file(first, sizeof first, "model", 0, t->world);
-    snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(first) - strlen(".safetensors")), first);
-    if (st == PX_OK) st = px_checkpoint_assemble(path, prefix, &buffers, false);
-    px_state_dict_free(&buffers);
-  }
+  st = load_whole(path, "model", &sd);
   px_state_dict_free(&sd);
   if (st != PX_OK) return st;
   if (stage == 0) {
     st = optim_state_dict(t, &sd);
     if (st != PX_OK) return st;
-    if (sd.count > 0) st = px_checkpoint_load_tensors(path, "optim.safetensors", &sd, true);
+    if (sd.count > 0) st = load_whole(path, "optim", &sd);
     px_state_dict_free(&sd);
     if (st != PX_OK) return st;
   }
 
-  // Another layout: the same samples seen so far, but not the same order.
+  // Another layout.  What depends on the rank count: the data position
+  // (batches are per rank: rank r takes positions r, r + N, ... of the
+  // epoch's order, so a step of global batch G = N·B·A takes positions
+  // [k·G, (k+1)·G) whatever N is), and the step counter when the run's
+  // length is in epochs (steps per epoch = samples / G).  The epoch, the
+  // optimizer's update count, the seed and the dropout counter carry over
+  // as they are (dropout masks are drawn per rank, so a resharded run's
+  // masks differ from the unstopped run's).
   if (world != t->world || (size_t)batch != t->o.batch_size || accum != t->o.accum_steps) {
-    size_t seen = (size_t)pos->next_batch * (size_t)batch * (size_t)world;
-    size_t per_step = t->o.batch_size * (size_t)t->world * (size_t)t->o.accum_steps;
-    pos->next_batch = (int64_t)(seen / per_step * (size_t)t->o.accum_steps);
+    const size_t g_old = (size_t)batch * (size_t)world * (size_t)accum;
+    const size_t g_new = t->o.batch_size * (size_t)t->world * (size_t)t->o.accum_steps;
+    // Samples of this epoch already trained on, from the position saved.
+    const size_t seen = (size_t)pos->next_batch * (size_t)batch * (size_t)world;
+    pos->next_batch = (int64_t)(seen / g_new * (size_t)t->o.accum_steps);
     if ((size_t)pos->next_batch > t->batches_per_epoch) pos->next_batch = (int64_t)t->batches_per_epoch;
     size_t m = strlen(note);
-    snprintf(note + m, note_cap - m,
-             "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld, this run on %d × %zu × "
-             "%d: training goes on from the same sample count, not bit-exactly",
-             m ? "\n" : "", (long long)world, (long long)batch, (long long)accum, t->world, t->o.batch_size,
-             t->o.accum_steps);
+    if (g_old == g_new) {
+      snprintf(note + m, note_cap - m,
+               "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld, this run on %d × %zu "
+               "× %d: the same global batch (%zu), so the same samples in each step and the same step count; batch "
+               "%lld of epoch %lld is next", m ? "\n" : "", (long long)world, (long long)batch, (long long)accum,
+               t->world, t->o.batch_size, t->o.accum_steps, g_new, (long long)pos->next_batch,
+               (long long)pos->epoch + 1);
+    } else {
+      // The steps so far, counted in this run's steps, so that the end of
+      // an epoch-long run and the schedule fall where the samples put them.
+      const int64_t old_step = pos->step;
+      if (t->o.max_steps == 0)
+        pos->step = pos->epoch * t->steps_per_epoch +
+                    (int64_t)(((size_t)pos->next_batch + (size_t)t->o.accum_steps - 1) / (size_t)t->o.accum_steps);
+      snprintf(note + m, note_cap - m,
+               "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld (global batch %zu), "
+               "this run on %d × %zu × %d (global batch %zu): training goes on from the same sample count (%zu "
+               "samples into epoch %lld), not on the same trajectory; %s", m ? "\n" : "", (long long)world,
+               (long long)batch, (long long)accum, g_old, t->world, t->o.batch_size, t->o.accum_steps, g_new,
+               (size_t)pos->next_batch * t->o.batch_size * (size_t)t->world, (long long)pos->epoch + 1,
+               t->o.max_steps == 0 ? "the step counter is counted in this run's steps" : "the step counter stays "
+               "(the run's length is --steps)");
+      if (t->o.max_steps == 0 && pos->step != old_step) {
+        m = strlen(note);
+        snprintf(note + m, note_cap - m, ": step %lld is step %lld here", (long long)old_step, (long long)pos->step);
+      }
+    }
   }
   pos->found = 1;
   return PX_OK;
@@ -528,24 +561,18 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
 px_status px_trainer_resume_shards(px_trainer *t) {
   if (!t->zero || !t->resumed) return PX_OK;
   const int stage = stage_of(t);
-  char file[96];
   px_tensor_piece *pc = NULL;
   int n = 0;
+  // This rank's pieces now, from whatever pieces the checkpoint holds (any
+  // world size, any stage): the saved ranges that overlap them are copied.
   px_status st = rank_pieces(t, false, false, &pc, &n);
-  if (st == PX_OK) {
-    rank_file(file, sizeof file, "optim", t->rank, t->world);
-    st = px_checkpoint_load_pieces(t->last_checkpoint, file, pc, n);
-  }
+  if (st == PX_OK) st = px_checkpoint_load_boxes(t->last_checkpoint, "optim", pc, n);
   free(pc);
   pc = NULL;
   if (st == PX_OK && stage == 3) {
-    // Rank 0's file also holds the buffers (already here through the
-    // wrap's broadcast; read again, the same bytes).
-    st = rank_pieces(t, true, t->rank == 0, &pc, &n);
-    if (st == PX_OK) {
-      rank_file(file, sizeof file, "model", t->rank, t->world);
-      st = px_checkpoint_load_pieces(t->last_checkpoint, file, pc, n);
-    }
+    // The buffers came whole with the wrap's broadcast from rank 0.
+    st = rank_pieces(t, true, false, &pc, &n);
+    if (st == PX_OK) st = px_checkpoint_load_boxes(t->last_checkpoint, "model", pc, n);
     free(pc);
   }
   // Every rank learns whether all loaded: none trains on alone.
