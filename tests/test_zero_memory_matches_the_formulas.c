@@ -3,13 +3,15 @@
  * parameters each, n = 1632), buckets and units of one layer, N = 2 (every
  * layer splits evenly) and N = 3 (padded to 273):
  *
- *   stage 1  params = full + shard       grads = full + shard (+ <= 2 padded copies)
- *   stage 2  params = full + shard       grads = shard + buckets in flight
+ *   stage 1  params = full               grads = full (+ <= 2 padded copies)
+ *   stage 2  params = full               grads = shard + buckets in flight
  *                                        (at most PXZ_MAX_RS_IN_FLIGHT + 1)
  *   stage 3  params = shard              grads = shard + units in flight
  *            gathered = 2 units (the one computing and the one prefetched)
  *
- * with shard = 6·ceil(272/N) floats.  "In flight" is observed by a second
+ * with shard = 6·ceil(272/N) floats; stages 1-2 update their pieces in
+ * place inside the full buffers (no copy of them), and the optimizer's
+ * state is 2 × shard (Adam) in every stage.  "In flight" is observed by a second
  * listener that counts, after every hook, the layers whose gradient
  * storage (stage 2-3) or gathered parameters (stage 3) exist; the pools
  * must hold exactly the most it saw at once.  If it fails, the memory
@@ -68,9 +70,14 @@ static int run_all(px_comm *c, void *arg) {
     size_t sn;
     px_zero_shard(z, &p, &g, &sn);
     CHECK(sn == shard, "stage %d: shard of %zu floats, expected %zu", stage, sn, shard);
+    CHECK((p != NULL) == (stage == 3) && (g != NULL) == (stage >= 2),
+          "stage %d: contiguous shard params %p grads %p (stages 1-2 keep their pieces in place)", stage, (void *)p,
+          (void *)g);
     px_optim *opt;
     px_optim_opts so = px_adam_defaults(1e-3f);
-    CHECK_OK(px_optim_create(&opt, p, g, sn, &so));
+    CHECK_OK(px_zero_optim_create(z, &opt, &so));
+    CHECK(opt->n_state == 2 && opt->n == shard, "stage %d: optimizer state %d x %zu, expected 2 x %zu", stage,
+          opt->n_state, opt->n, shard);
     float x[4 * W], dyv[4 * W];
     for (int i = 0; i < 4 * W; i++) { x[i] = (float)((i * 7 + rank) % 11) / 11.0f - 0.5f; dyv[i] = 0.01f * (float)(i % 5); }
     for (int s = 0; s < 3; s++) {
@@ -97,12 +104,12 @@ static int run_all(px_comm *c, void *arg) {
     const size_t copies = even ? 0 : PXZ_MAX_RS_IN_FLIGHT * padded * f;
     size_t want_params, want_grads, want_gathered;
     if (stage == 1) {
-      want_params = n * f + shard * f;
-      size_t extra = m.grads - (n * f + shard * f);
-      want_grads = m.grads >= n * f + shard * f && extra % (padded * f) == 0 && extra <= copies ? m.grads : 0;
+      want_params = n * f;
+      size_t extra = m.grads - n * f;
+      want_grads = m.grads >= n * f && extra % (padded * f) == 0 && extra <= copies ? m.grads : 0;
       want_gathered = copies;
     } else if (stage == 2) {
-      want_params = n * f + shard * f;
+      want_params = n * f;
       want_grads = shard * f + (size_t)pr.most_grads * padded * f;
       want_gathered = copies;
     } else {
