@@ -95,18 +95,20 @@ static int run_all(px_comm *c, void *arg) {
     px_zero_memory m;
     px_zero_memory_of(z, &m);
     // Padded copies (N = 3 only: with N = 2 every layer splits evenly):
-    // stage 1's reduce-scatters send one per bucket, and stages 1-2's
-    // px_zero_after_step receives every bucket into one, each at most
-    // PXZ_MAX_RS_IN_FLIGHT at once.  The all-gathers are a fixed window:
-    // exactly that many; how many reduce-scatter copies were alive depends
-    // on how fast they completed, so stage 1's grads are checked as "full +
-    // shard + k copies" for k <= the window.
-    const size_t copies = even ? 0 : PXZ_MAX_RS_IN_FLIGHT * padded * f;
+    // stage 1's reduce-scatters send one per bucket, at most
+    // PXZ_MAX_RS_IN_FLIGHT at once, and stages 1-2's px_zero_after_step
+    // receives every bucket into one, PXZ_MAX_AG_IN_FLIGHT at once.  The
+    // all-gathers are a fixed window: exactly that many; how many
+    // reduce-scatter copies were alive depends on how fast they completed,
+    // so stage 1's grads are checked as "full + k copies" for k <= the
+    // window.
+    const size_t copies = even ? 0 : PXZ_MAX_AG_IN_FLIGHT * padded * f;
+    const size_t rs_copies = even ? 0 : PXZ_MAX_RS_IN_FLIGHT * padded * f;
     size_t want_params, want_grads, want_gathered;
     if (stage == 1) {
       want_params = n * f;
       size_t extra = m.grads - n * f;
-      want_grads = m.grads >= n * f && extra % (padded * f) == 0 && extra <= copies ? m.grads : 0;
+      want_grads = m.grads >= n * f && extra % (padded * f) == 0 && extra <= rs_copies ? m.grads : 0;
       want_gathered = copies;
     } else if (stage == 2) {
       want_params = n * f;

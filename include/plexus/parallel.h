@@ -115,7 +115,8 @@ double px_ddp_bucket_start_time(const px_ddp *d, int b);
  * into their own slice. */
 typedef struct px_zero_opts {
   int    stage;               /* 1, 2 or 3 */
-  size_t bucket_bytes;        /* stages 1-2: reduce-scatter bucket capacity (default 25 MiB) */
+  size_t bucket_bytes;        /* stages 1-2: reduce-scatter bucket capacity; 0 (the default): the
+                                 stage's, PX_ZERO1_BUCKET_BYTES or PX_ZERO2_BUCKET_BYTES */
   size_t first_bucket_bytes;  /* the first bucket to fill (default 1 MiB) */
   bool   find_unused_parameters;
   int    root;                /* rank whose parameters everyone starts from */
@@ -136,8 +137,17 @@ typedef struct px_zero_opts {
                                  reduce-scatter, so a missing wait shows */
 } px_zero_opts;
 
+/* Stage 1 holds the whole gradient anyway: DDP's 25 MiB buckets.  Stage 2
+ * holds only the buckets being written or reduce-scattered (up to two,
+ * plus a tied embedding's from the head's backward to its own), so its
+ * buckets are smaller (DeepSpeed sizes reduce_bucket_size per stage too):
+ * on the 63 M-parameter GPT of docs/PERFORMANCE.md, 8 MiB holds the
+ * gradient storage to the embedding's 24 MiB + two 9 MiB MLP weights. */
+#define PX_ZERO1_BUCKET_BYTES ((size_t)25 << 20)
+#define PX_ZERO2_BUCKET_BYTES ((size_t)8 << 20)
+
 #define PX_ZERO_DEFAULTS \
-  ((px_zero_opts){ .stage = 1, .bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20, \
+  ((px_zero_opts){ .stage = 1, .bucket_bytes = 0, .first_bucket_bytes = 1u << 20, \
                    .find_unused_parameters = false, .root = 0, .units = NULL, .n_units = 0, \
                    .reshard_after_forward = true, .prefetch = true, .test_delay_s = 0 })
 

@@ -41,11 +41,20 @@ static float *alloc_floats(size_t n) {
 }
 
 float *pxz_pool_get(zpool *p, size_t n) {
-  // The smallest free buffer that fits, else a new one of exactly n.
+  // The smallest free buffer that fits, else a new one of exactly n; free
+  // buffers too small for it are given back first, so the pool holds no
+  // more at once than the buffers in use (groups differ in size: a tied
+  // embedding's bucket, a block, the root unit).
   int best = -1;
   for (int i = 0; i < p->n; i++)
     if (!p->b[i].busy && p->b[i].cap >= n && (best < 0 || p->b[i].cap < p->b[best].cap)) best = i;
   if (best < 0) {
+    for (int i = 0; i < p->n;) {
+      if (p->b[i].busy) { i++; continue; }
+      free(p->b[i].data);
+      p->held -= p->b[i].cap * sizeof(float);
+      p->b[i] = p->b[--p->n];
+    }
     if (p->n == p->cap) {
       int cap = p->cap ? 2 * p->cap : 8;
       zbuf *b = realloc(p->b, (size_t)cap * sizeof *b);
@@ -56,7 +65,8 @@ float *pxz_pool_get(zpool *p, size_t n) {
     float *data = alloc_floats(n);
     if (!data) { px_error(PX_ERR_NOMEM, "ZeRO: cannot allocate %zu floats for a bucket or unit", n); return NULL; }
     p->b[p->n] = (zbuf){.data = data, .cap = n, .busy = false};
-    p->bytes += n * sizeof(float);
+    p->held += n * sizeof(float);
+    if (p->held > p->bytes) p->bytes = p->held;
     best = p->n++;
   }
   p->b[best].busy = true;
@@ -434,7 +444,8 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
   if (o.stage < 1 || o.stage > 3)
     return px_error(PX_ERR_INVALID, "ZeRO: stage %d; expected 1 (optimizer state sharded), 2 (and gradients) "
                     "or 3 (and parameters)", o.stage);
-  if (o.bucket_bytes == 0) o.bucket_bytes = 25u << 20;
+  if (o.bucket_bytes == 0) o.bucket_bytes = o.stage == 2 ? PX_ZERO2_BUCKET_BYTES : PX_ZERO1_BUCKET_BYTES;
+  if (o.first_bucket_bytes > o.bucket_bytes) o.first_bucket_bytes = o.bucket_bytes;
   if (o.first_bucket_bytes == 0) o.first_bucket_bytes = o.bucket_bytes;
   if (o.root < 0 || o.root >= px_comm_size(comm))
     return px_error(PX_ERR_INVALID, "ZeRO: root rank %d outside [0, %d)", o.root, px_comm_size(comm));
@@ -705,26 +716,26 @@ static px_status finish_param_gather(px_zero *z, int g, float **staged, px_reque
 
 px_status px_zero_after_step(px_zero *z) {
   if (z->stage == 3) return PX_OK;  // parameters stay sharded
-  // A window of PXZ_MAX_RS_IN_FLIGHT all-gathers: overlapped, and padded
+  // A window of PXZ_MAX_AG_IN_FLIGHT all-gathers: overlapped, and padded
   // buffers bounded whatever the number of buckets.
   px_status st = PX_OK;
-  int live[PXZ_MAX_RS_IN_FLIGHT];
-  float *staged[PXZ_MAX_RS_IN_FLIGHT] = {0};
-  px_request *req[PXZ_MAX_RS_IN_FLIGHT] = {0};
+  int live[PXZ_MAX_AG_IN_FLIGHT];
+  float *staged[PXZ_MAX_AG_IN_FLIGHT] = {0};
+  px_request *req[PXZ_MAX_AG_IN_FLIGHT] = {0};
   int head = 0, tail = 0;
   for (int g = 0; g < z->n_groups && st == PX_OK; g++) {
     if (z->groups[g].count == 0) continue;
-    if (tail - head == PXZ_MAX_RS_IN_FLIGHT) {
-      int k = head++ % PXZ_MAX_RS_IN_FLIGHT;
+    if (tail - head == PXZ_MAX_AG_IN_FLIGHT) {
+      int k = head++ % PXZ_MAX_AG_IN_FLIGHT;
       st = finish_param_gather(z, live[k], &staged[k], &req[k], st);
     }
-    int k = tail++ % PXZ_MAX_RS_IN_FLIGHT;
+    int k = tail++ % PXZ_MAX_AG_IN_FLIGHT;
     live[k] = g;
     px_status s2 = start_param_gather(z, g, &staged[k], &req[k]);
     if (s2 != PX_OK && st == PX_OK) st = s2;
   }
   while (head < tail) {
-    int k = head++ % PXZ_MAX_RS_IN_FLIGHT;
+    int k = head++ % PXZ_MAX_AG_IN_FLIGHT;
     st = finish_param_gather(z, live[k], &staged[k], &req[k], st);
   }
   return st;

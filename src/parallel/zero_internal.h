@@ -15,13 +15,17 @@
 
 #include "parallel/internal.h"
 
-/* Collectives that hold a temporary buffer, allowed in flight at once.
- * Stages 2-3: new gradient storage first finishes the oldest reduce-scatter
- * beyond this, so a rank holds its shard plus at most this many groups in
- * flight and the one being written (plus a tied embedding's, written early
- * by the head).  Stage 1's padded copies and stages 1-2's padded all-gather
- * buffers obey the same bound. */
-#define PXZ_MAX_RS_IN_FLIGHT 2
+/* Reduce-scatters allowed in flight at once.  Stages 2-3: new gradient
+ * storage first finishes the oldest reduce-scatter beyond this, so a rank
+ * holds its shard plus at most this many groups in flight and the one being
+ * written (plus a tied embedding's, written early by the head).  One: the
+ * next group's backward overlaps the previous group's reduce-scatter, and
+ * gradient storage stays at two groups (issue 11's memory bound).  Stage
+ * 1's padded copies obey the same bound. */
+#define PXZ_MAX_RS_IN_FLIGHT 1
+/* Stages 1-2: after-step all-gathers in flight at once (each may hold a
+ * padded buffer when its bucket does not divide by N). */
+#define PXZ_MAX_AG_IN_FLIGHT 2
 
 typedef struct zrange {
   size_t flat_off, count;  /* flat[flat_off, +count) */
@@ -58,7 +62,8 @@ typedef struct zbuf {
 typedef struct zpool {
   zbuf  *b;
   int    n, cap;
-  size_t bytes;        /* allocated: what the pool holds */
+  size_t held;         /* allocated now */
+  size_t bytes;        /* the most it has held at once (its high-water mark) */
 } zpool;
 
 struct px_zero {
