@@ -85,9 +85,11 @@ double px_ddp_bucket_start_time(const px_ddp *d, int b);
  * slices of the flat buffers (DESIGN decision 1): the flat layout is cut
  * into groups (stages 1-2: buckets in backward order, as DDP's; stage 3:
  * units), each group is padded to a multiple of N and split into N equal
- * pieces, and rank r owns piece r of every group, stored one after the
- * other in its shard buffer.  A group smaller than N gives some ranks
- * empty pieces.  px_zero_segments says which flat elements each part of
+ * pieces, and rank r owns piece r of every group; its shard is those
+ * pieces one after the other (the optimizer state's index space).  Stages
+ * 1-2 keep them in place in model->param_data (stage 1 in grad_data too),
+ * stage 2's gradients and stage 3 in shard buffers.  A group smaller than
+ * N gives some ranks empty pieces.  px_zero_segments says which flat elements each part of
  * the shard holds (what a checkpoint records as boxes).
  *
  *   px_zero_wrap       checks the layout as DDP does, broadcasts the root's

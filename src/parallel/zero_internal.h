@@ -15,12 +15,14 @@
 
 #include "parallel/internal.h"
 
-/* Reduce-scatters allowed in flight at once.  Stages 2-3: new gradient
- * storage first finishes the oldest reduce-scatter beyond this, so a rank
- * holds its shard plus at most this many groups in flight and the one being
- * written (plus a tied embedding's, written early by the head).  One: the
- * next group's backward overlaps the previous group's reduce-scatter, and
- * gradient storage stays at two groups (issue 11's memory bound).  Stage
+/* Reduce-scatters allowed in flight when new gradient storage is needed.
+ * Stages 2-3 first finish the oldest beyond this, so a rank holds its
+ * shard plus at most this many groups in flight and the one being written
+ * (plus a tied embedding's, written early by the head).  One (issue 11's
+ * memory bound): a group's reduce-scatter overlaps the backward that goes
+ * on in groups whose storage exists (the rest of a stage-2 bucket, the
+ * prefetch wait), and is finished when the next group's storage is made,
+ * so stage 3 holds one unit's gradients besides the root unit's.  Stage
  * 1's padded copies obey the same bound. */
 #define PXZ_MAX_RS_IN_FLIGHT 1
 /* Stages 1-2: after-step all-gathers in flight at once (each may hold a
