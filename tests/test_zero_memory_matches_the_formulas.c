@@ -120,6 +120,9 @@ static int run_all(px_comm *c, void *arg) {
       want_gathered = (size_t)pr.most_params * padded * f;
       CHECK(pr.most_params == 2, "stage 3: at most %d layers gathered at once, expected 2 (computing + prefetched)",
             pr.most_params);
+      // A unit's storage is made after the previous unit's reduce-scatter
+      // finished: one unit's gradients at a time.
+      CHECK(pr.most_grads == 1, "stage 3: %d layers' gradient storage at once, expected 1", pr.most_grads);
     }
     CHECK(m.params == want_params && m.grads == want_grads && m.gathered == want_gathered,
           "N %d stage %d: params %zu grads %zu gathered %zu bytes, expected %zu %zu %zu", N, stage, m.params, m.grads,
