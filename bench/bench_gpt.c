@@ -263,8 +263,8 @@ static int bench_rank(px_comm *comm, void *arg) {
     fprintf(stderr, "bench_gpt: DDP: %s\n", px_last_error());
     return 1;
   }
-  float *params = s.model->param_data, *grads = s.model->grad_data;
-  size_t n_params = s.model->n_param_elems;
+  px_optim_opts oo = px_adamw_defaults(3e-4f);
+  oo.weight_decay = 0.1f;
   if (o->zero > 0) {
     px_zero_opts zo = PX_ZERO_DEFAULTS;
     zo.stage = o->zero;
@@ -286,11 +286,10 @@ static int bench_rank(px_comm *comm, void *arg) {
       fprintf(stderr, "bench_gpt: ZeRO: %s\n", px_last_error());
       return 1;
     }
-    px_zero_shard(s.zero, &params, &grads, &n_params);
   }
-  px_optim_opts oo = px_adamw_defaults(3e-4f);
-  oo.weight_decay = 0.1f;
-  if (px_optim_create(&s.optim, params, grads, n_params, &oo) != PX_OK) {
+  if ((s.zero ? px_zero_optim_create(s.zero, &s.optim, &oo)
+              : px_optim_create(&s.optim, s.model->param_data, s.model->grad_data, s.model->n_param_elems, &oo))
+      != PX_OK) {
     fprintf(stderr, "bench_gpt: optimizer: %s\n", px_last_error());
     return 1;
   }

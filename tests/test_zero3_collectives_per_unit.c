@@ -83,12 +83,9 @@ static void run_case(px_comm *c, bool gpt, bool reshard, bool prefetch) {
   const int64_t U = px_zero_unit_count(z);
   CHECK(U == 4, "%s: %lld units, expected 4 (%s)", gpt ? "gpt" : "mlp", (long long)U,
         gpt ? "wte, wpe, h, ln_f" : "the four Linear layers");
-  float *p, *g;
-  size_t n;
-  px_zero_shard(z, &p, &g, &n);
   px_optim *opt;
   px_optim_opts so = px_sgd_defaults(0.01f);
-  CHECK_OK(px_optim_create(&opt, p, g, n, &so));
+  CHECK_OK(px_zero_optim_create(z, &opt, &so));
   int32_t targets[ROWS * T];
   for (int s = 0; s < 3; s++) {
     int64_t ag0, rs0, ag1, rs1, ag2, rs2, ag3, rs3;

@@ -3,13 +3,15 @@
  * parameters each, n = 1632), buckets and units of one layer, N = 2 (every
  * layer splits evenly) and N = 3 (padded to 273):
  *
- *   stage 1  params = full + shard       grads = full + shard (+ <= 2 padded copies)
- *   stage 2  params = full + shard       grads = shard + buckets in flight
+ *   stage 1  params = full               grads = full (+ <= 2 padded copies)
+ *   stage 2  params = full               grads = shard + buckets in flight
  *                                        (at most PXZ_MAX_RS_IN_FLIGHT + 1)
  *   stage 3  params = shard              grads = shard + units in flight
  *            gathered = 2 units (the one computing and the one prefetched)
  *
- * with shard = 6·ceil(272/N) floats.  "In flight" is observed by a second
+ * with shard = 6·ceil(272/N) floats; stages 1-2 update their pieces in
+ * place inside the full buffers (no copy of them), and the optimizer's
+ * state is 2 × shard (Adam) in every stage.  "In flight" is observed by a second
  * listener that counts, after every hook, the layers whose gradient
  * storage (stage 2-3) or gathered parameters (stage 3) exist; the pools
  * must hold exactly the most it saw at once.  If it fails, the memory
@@ -68,9 +70,14 @@ static int run_all(px_comm *c, void *arg) {
     size_t sn;
     px_zero_shard(z, &p, &g, &sn);
     CHECK(sn == shard, "stage %d: shard of %zu floats, expected %zu", stage, sn, shard);
+    CHECK((p != NULL) == (stage == 3) && (g != NULL) == (stage >= 2),
+          "stage %d: contiguous shard params %p grads %p (stages 1-2 keep their pieces in place)", stage, (void *)p,
+          (void *)g);
     px_optim *opt;
     px_optim_opts so = px_adam_defaults(1e-3f);
-    CHECK_OK(px_optim_create(&opt, p, g, sn, &so));
+    CHECK_OK(px_zero_optim_create(z, &opt, &so));
+    CHECK(opt->n_state == 2 && opt->n == shard, "stage %d: optimizer state %d x %zu, expected 2 x %zu", stage,
+          opt->n_state, opt->n, shard);
     float x[4 * W], dyv[4 * W];
     for (int i = 0; i < 4 * W; i++) { x[i] = (float)((i * 7 + rank) % 11) / 11.0f - 0.5f; dyv[i] = 0.01f * (float)(i % 5); }
     for (int s = 0; s < 3; s++) {
@@ -88,21 +95,23 @@ static int run_all(px_comm *c, void *arg) {
     px_zero_memory m;
     px_zero_memory_of(z, &m);
     // Padded copies (N = 3 only: with N = 2 every layer splits evenly):
-    // stage 1's reduce-scatters send one per bucket, and stages 1-2's
-    // px_zero_after_step receives every bucket into one, each at most
-    // PXZ_MAX_RS_IN_FLIGHT at once.  The all-gathers are a fixed window:
-    // exactly that many; how many reduce-scatter copies were alive depends
-    // on how fast they completed, so stage 1's grads are checked as "full +
-    // shard + k copies" for k <= the window.
-    const size_t copies = even ? 0 : PXZ_MAX_RS_IN_FLIGHT * padded * f;
+    // stage 1's reduce-scatters send one per bucket, at most
+    // PXZ_MAX_RS_IN_FLIGHT at once, and stages 1-2's px_zero_after_step
+    // receives every bucket into one, PXZ_MAX_AG_IN_FLIGHT at once.  The
+    // all-gathers are a fixed window: exactly that many; how many
+    // reduce-scatter copies were alive depends on how fast they completed,
+    // so stage 1's grads are checked as "full + k copies" for k <= the
+    // window.
+    const size_t copies = even ? 0 : PXZ_MAX_AG_IN_FLIGHT * padded * f;
+    const size_t rs_copies = even ? 0 : PXZ_MAX_RS_IN_FLIGHT * padded * f;
     size_t want_params, want_grads, want_gathered;
     if (stage == 1) {
-      want_params = n * f + shard * f;
-      size_t extra = m.grads - (n * f + shard * f);
-      want_grads = m.grads >= n * f + shard * f && extra % (padded * f) == 0 && extra <= copies ? m.grads : 0;
+      want_params = n * f;
+      size_t extra = m.grads - n * f;
+      want_grads = m.grads >= n * f && extra % (padded * f) == 0 && extra <= rs_copies ? m.grads : 0;
       want_gathered = copies;
     } else if (stage == 2) {
-      want_params = n * f + shard * f;
+      want_params = n * f;
       want_grads = shard * f + (size_t)pr.most_grads * padded * f;
       want_gathered = copies;
     } else {
@@ -111,6 +120,9 @@ static int run_all(px_comm *c, void *arg) {
       want_gathered = (size_t)pr.most_params * padded * f;
       CHECK(pr.most_params == 2, "stage 3: at most %d layers gathered at once, expected 2 (computing + prefetched)",
             pr.most_params);
+      // A unit's storage is made after the previous unit's reduce-scatter
+      // finished: one unit's gradients at a time.
+      CHECK(pr.most_grads == 1, "stage 3: %d layers' gradient storage at once, expected 1", pr.most_grads);
     }
     CHECK(m.params == want_params && m.grads == want_grads && m.gathered == want_gathered,
           "N %d stage %d: params %zu grads %zu gathered %zu bytes, expected %zu %zu %zu", N, stage, m.params, m.grads,

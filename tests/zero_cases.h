@@ -134,12 +134,9 @@ static px_model *train_zero(px_comm *c, const zrun *r, const px_zero_opts *zo, p
   CHECK_OK(px_model_create(&md, zmake_model(r->kind), 100 + (uint64_t)rank));
   px_zero *z;
   CHECK_OK(px_zero_wrap(&z, md, c, zo));
-  float *params, *grads;
-  size_t n;
-  px_zero_shard(z, &params, &grads, &n);
   px_optim *opt;
   px_optim_opts oo = zopt_opts(r->opt);
-  CHECK_OK(px_optim_create(&opt, params, grads, n, &oo));
+  CHECK_OK(px_zero_optim_create(z, &opt, &oo));
   for (int s = 0; s < r->steps; s++) {
     px_zero_zero_grad(z);
     for (int m = 0; m < r->micro; m++) {

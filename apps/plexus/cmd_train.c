@@ -266,6 +266,23 @@ static void train_usage(FILE *f) {
   px_config_print_help(f, CFG_TRAIN);
 }
 
+/* --zero 3 without --zero-unit: the zoo's natural units (issue 11), so a
+ * unit is what gathers at once: a GPT's blocks "h.0" ... "h.L-1" (its root
+ * children would make all of "h" one unit), a ResNet's stages "layer1" ...
+ * (stem and head join the root unit).  Other models: "" (the library's
+ * default, each child of the root). */
+static const char *default_units(const px_config *c, char *buf, size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  if (strcmp(c->model, "gpt") == 0) {
+    for (int64_t l = 0; l < c->n_layer && used + 16 < cap; l++)
+      used += (size_t)snprintf(buf + used, cap - used, "%sh.%lld", l ? "," : "", (long long)l);
+  } else if (strcmp(c->model, "resnet") == 0 || strcmp(c->model, "resnet18") == 0) {
+    snprintf(buf, cap, strcmp(c->model, "resnet18") == 0 ? "layer1,layer2,layer3,layer4" : "layer1,layer2,layer3");
+  }
+  return buf;
+}
+
 int px_cmd_train(int argc, char **argv) {
   for (int a = 1; a < argc; a++)
     if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
@@ -329,8 +346,10 @@ int px_cmd_train(int argc, char **argv) {
     goto out;
   }
   job.num_threads = (int)c->num_threads;
-  if (*c->zero_unit) {
-    job.unit_names = strdup(c->zero_unit);
+  char zoo_units[4096];
+  const char *unit_spec = *c->zero_unit ? c->zero_unit : c->zero == 3 ? default_units(c, zoo_units, sizeof zoo_units) : "";
+  if (*unit_spec) {
+    job.unit_names = strdup(unit_spec);
     if (!job.unit_names) {
       px_error(PX_ERR_NOMEM, "out of memory");
       rc = px_app_fail("train");

@@ -152,8 +152,8 @@ static const opt_def opts[] = {
    "sharded data parallel (ZeRO): 0 DDP (every rank holds everything), 1 shard the optimizer state, 2 and the "
    "gradients, 3 and the parameters (docs/PARALLEL.md)"},
   {"parallel", "zero_unit", "zero-unit", T_STR, F(zero_unit), "", NULL, 0, 0, CFG_TRAIN,
-   "--zero 3: the modules whose parameters are gathered together, NAME[,NAME...] (\"h.0,h.1\"; default: each "
-   "child of the model's root)"},
+   "--zero 3: the modules whose parameters are gathered together, NAME[,NAME...] (\"h.0,h.1\"; default: a GPT's "
+   "blocks h.0..h.L-1, a ResNet's stages layer1..., other models each child of the model's root)"},
   {"parallel", "zero_prefetch", "zero-prefetch", T_BOOL, F(zero_prefetch), "true", NULL, 0, 0, CFG_TRAIN,
    "--zero 3: gather the next unit's parameters while this one computes"},
   {"parallel", "zero_reshard", "zero-reshard", T_BOOL, F(zero_reshard), "true", NULL, 0, 0, CFG_TRAIN,

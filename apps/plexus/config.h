@@ -43,7 +43,7 @@ typedef struct px_config {
   int64_t threads, num_threads;
   double  bucket_mb, timeout;
   int64_t zero;                /* ZeRO stage: 0 = DDP */
-  char   *zero_unit;           /* stage-3 units, "h.0,h.1" ("" = the root's children) */
+  char   *zero_unit;           /* stage-3 units, "h.0,h.1" ("": a GPT's blocks, a ResNet's stages, else the root's children) */
   bool    zero_prefetch, zero_reshard;
   /* checkpoint */
   char   *ckpt_dir;

@@ -3,8 +3,10 @@
  * Every optimizer works over flat buffers (DESIGN decision 1): a params
  * array, a grads array of the same length, and its own state arrays of the
  * same length again (SGD: momentum; Adam/AdamW: exp_avg, exp_avg_sq) in one
- * allocation.  A ZeRO shard is just a smaller (params, grads, n).  The
- * update rules are PyTorch's (torch.optim, single parameter group). */
+ * allocation.  A ZeRO shard is just a smaller (params, grads, n), or a
+ * list of segments (px_optim_create_segments) when its pieces lie in place
+ * inside the whole buffers.  The update rules are PyTorch's (torch.optim,
+ * single parameter group). */
 #ifndef PLEXUS_OPTIM_H
 #define PLEXUS_OPTIM_H
 
@@ -34,18 +36,37 @@ px_optim_opts px_sgd_defaults(float lr);
 px_optim_opts px_adam_defaults(float lr);
 px_optim_opts px_adamw_defaults(float lr); /* weight_decay 0.01 as in PyTorch */
 
+/* A segment: params[0..count) and grads[0..count), not owned, whose state
+ * is state index [offset, offset + count) of every slot. */
+typedef struct px_optim_segment {
+  float  *params;
+  float  *grads;
+  size_t  count;
+  size_t  offset;
+} px_optim_segment;
+
 typedef struct px_optim {
   px_optim_opts opts;
-  float   *params;   /* (n,) not owned */
-  float   *grads;    /* (n,) not owned */
-  size_t   n;
+  float   *params;   /* (n,) not owned; NULL when made of several segments */
+  float   *grads;    /* (n,) not owned; NULL when made of several segments */
+  size_t   n;        /* the state index space: each slot is (n,) */
   float   *state;    /* (n_state, n) owned: one allocation */
   int      n_state;
   int64_t  step;     /* updates taken so far */
+  px_optim_segment *seg; /* (n_seg,) owned: what px_optim_step updates */
+  int      n_seg;
 } px_optim;
 
 px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
                           const px_optim_opts *opts);
+/* The same optimizer over n_seg segments of separate buffers (a ZeRO
+ * shard in place inside the model's flat buffers), with its state ONE
+ * allocation (n_state, n) indexed as the segments' offsets say.  Segments
+ * come in increasing offset order, do not overlap, and end within n; state
+ * elements no segment covers (a shard's padding) stay zero.  A step gives
+ * every element exactly the bits the contiguous optimizer would. */
+px_status px_optim_create_segments(px_optim **out, const px_optim_segment *segs, int n_seg, size_t n,
+                                   const px_optim_opts *opts);
 void px_optim_free(px_optim *o);
 /* One update of params from grads with the current lr. */
 px_status px_optim_step(px_optim *o);

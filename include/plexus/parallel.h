@@ -26,6 +26,7 @@
 
 #include "plexus/comm.h"
 #include "plexus/nn.h"
+#include "plexus/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,9 +89,11 @@ double px_ddp_bucket_done_time(const px_ddp *d, int b);
  * slices of the flat buffers (DESIGN decision 1): the flat layout is cut
  * into groups (stages 1-2: buckets in backward order, as DDP's; stage 3:
  * units), each group is padded to a multiple of N and split into N equal
- * pieces, and rank r owns piece r of every group, stored one after the
- * other in its shard buffer.  A group smaller than N gives some ranks
- * empty pieces.  px_zero_segments says which flat elements each part of
+ * pieces, and rank r owns piece r of every group; its shard is those
+ * pieces one after the other (the optimizer state's index space).  Stages
+ * 1-2 keep them in place in model->param_data (stage 1 in grad_data too),
+ * stage 2's gradients and stage 3 in shard buffers.  A group smaller than
+ * N gives some ranks empty pieces.  px_zero_segments says which flat elements each part of
  * the shard holds (what a checkpoint records as boxes).
  *
  *   px_zero_wrap       checks the layout as DDP does, broadcasts the root's
@@ -105,8 +108,9 @@ double px_ddp_bucket_done_time(const px_ddp *d, int b);
  *                      gradients in grads_ready.
  *   px_zero_sync       waits for every reduce-scatter and averages: the
  *                      shard's gradients are ready (call after backward).
- *   optimizer          px_optim_create over px_zero_shard()'s slice; clip
- *                      with px_zero_clip_grad_norm; px_optim_step.
+ *   optimizer          px_zero_optim_create (this rank's pieces: in place
+ *                      in param_data in stages 1-2, the shard in stage 3);
+ *                      clip with px_zero_clip_grad_norm; px_optim_step.
  *   px_zero_after_step stage 1/2: all-gathers the updated parameters so
  *                      every rank holds the whole model again; stage 3: no
  *                      communication (parameters stay sharded).
@@ -117,7 +121,8 @@ double px_ddp_bucket_done_time(const px_ddp *d, int b);
  * into their own slice. */
 typedef struct px_zero_opts {
   int    stage;               /* 1, 2 or 3 */
-  size_t bucket_bytes;        /* stages 1-2: reduce-scatter bucket capacity (default 25 MiB) */
+  size_t bucket_bytes;        /* stages 1-2: reduce-scatter bucket capacity; 0 (the default): the
+                                 stage's, PX_ZERO1_BUCKET_BYTES or PX_ZERO2_BUCKET_BYTES */
   size_t first_bucket_bytes;  /* the first bucket to fill (default 1 MiB) */
   bool   find_unused_parameters;
   int    root;                /* rank whose parameters everyone starts from */
@@ -138,8 +143,17 @@ typedef struct px_zero_opts {
                                  reduce-scatter, so a missing wait shows */
 } px_zero_opts;
 
+/* Stage 1 holds the whole gradient anyway: DDP's 25 MiB buckets.  Stage 2
+ * holds only the buckets being written or reduce-scattered (up to two,
+ * plus a tied embedding's from the head's backward to its own), so its
+ * buckets are smaller (DeepSpeed sizes reduce_bucket_size per stage too):
+ * on the 63 M-parameter GPT of docs/PERFORMANCE.md, 8 MiB holds the
+ * gradient storage to the embedding's 24 MiB + two 9 MiB MLP weights. */
+#define PX_ZERO1_BUCKET_BYTES ((size_t)25 << 20)
+#define PX_ZERO2_BUCKET_BYTES ((size_t)8 << 20)
+
 #define PX_ZERO_DEFAULTS \
-  ((px_zero_opts){ .stage = 1, .bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20, \
+  ((px_zero_opts){ .stage = 1, .bucket_bytes = 0, .first_bucket_bytes = 1u << 20, \
                    .find_unused_parameters = false, .root = 0, .units = NULL, .n_units = 0, \
                    .reshard_after_forward = true, .prefetch = true, .test_delay_s = 0 })
 
@@ -164,9 +178,16 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
  * why). */
 px_status px_zero_free(px_zero *z);
 
-/* This rank's shard: params[0..n) and grads[0..n), what the optimizer
- * works on (px_optim_create(&o, params, grads, n, ...)). */
+/* This rank's shard as contiguous buffers where the stage keeps one, and
+ * its length n (padding included: the optimizer state's index space).
+ * params: stage 3's shard; NULL in stages 1-2, whose pieces lie in place
+ * in model->param_data.  grads: stages 2-3's shard; NULL in stage 1, whose
+ * pieces lie in place in model->grad_data.  px_zero_segments says where. */
 void px_zero_shard(const px_zero *z, float **params, float **grads, size_t *n);
+/* The optimizer over this rank's pieces wherever the stage keeps them
+ * (px_optim_create_segments over px_zero_segments; stage 3: the contiguous
+ * shard); its state is (n_state, shard n), shard-indexed (padding zero). */
+px_status px_zero_optim_create(px_zero *z, px_optim **out, const px_optim_opts *opts);
 /* The shard as segments: segment k is shard[shard_off[k], +count[k]) =
  * flat[flat_off[k], +count[k]) (padding excluded).  Returns the number of
  * segments; fills at most max of them (call with max 0 to count). */
@@ -203,11 +224,11 @@ px_status px_zero_gather_params(px_zero *z, float *out);
 
 /* Memory this rank holds, in bytes, exactly (the library's own accounting;
  * temporary buffers are pooled and reused, so theirs are high-water marks).
- * Shard = the padded pieces px_zero_shard returns.  At most 2 reduce-scatters
+ * Shard = the padded pieces (px_zero_shard's n).  At most 2 reduce-scatters
  * (or padded all-gathers) hold a temporary buffer at once. */
 typedef struct px_zero_memory {
-  size_t params;          /* full parameters + the shard (stages 1-2); the shard (stage 3) */
-  size_t grads;           /* stage 1: full gradients + the shard + padded copies in flight;
+  size_t params;          /* full parameters (stages 1-2: the pieces are in place); the shard (stage 3) */
+  size_t grads;           /* stage 1: full gradients (pieces in place) + padded copies in flight;
                              stages 2-3: the shard + gradient buckets / units in flight */
   size_t optim_state;     /* 0 here: the caller fills in its optimizer's n_state × shard × 4 */
   size_t gathered;        /* stage 3: gathered units (the one computing, the one prefetched,

@@ -1,6 +1,7 @@
 // SGD, Adam and AdamW over flat buffers, with torch.optim's update rules
 // (PyTorch 1.13, single parameter group, foreach=False, maximize=False,
-// amsgrad=False).  params, grads: (n,); state: (n_state, n) in one block.
+// amsgrad=False).  params, grads: (n,) or segments of separate buffers,
+// each with its offset into the state: (n_state, n) in one block.
 //
 // Each loop below is one kind of update with its choices (momentum,
 // Nesterov, coupled or decoupled decay) made before the loop, so the loop
@@ -79,8 +80,20 @@ static px_status check_opts(const px_optim_opts *o) {
   return PX_OK;
 }
 
-px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
-                          const px_optim_opts *opts) {
+// Checks one segment's buffers; the loops read grads through restrict
+// pointers while writing params, so they must not overlap.
+static px_status check_segment(const char *name, int k, const float *params, const float *grads, size_t count) {
+  if (count > 0 && (!params || !grads))
+    return px_error(PX_ERR_INVALID, "%s: segment %d: params or grads is NULL for %zu elements", name, k, count);
+  uintptr_t pa = (uintptr_t)params, ga = (uintptr_t)grads, bytes_n = count * sizeof(float);
+  if (count > 0 && pa < ga + bytes_n && ga < pa + bytes_n)
+    return px_error(PX_ERR_INVALID, "%s: segment %d: params and grads overlap; they must be separate buffers",
+                    name, k);
+  return PX_OK;
+}
+
+px_status px_optim_create_segments(px_optim **out, const px_optim_segment *segs, int n_seg, size_t n,
+                                   const px_optim_opts *opts) {
   if (!out) return px_error(PX_ERR_INVALID, "optim: out is NULL");
   *out = NULL;
   if (!opts) return px_error(PX_ERR_INVALID, "optim: opts is NULL (use px_sgd_defaults(lr) or px_adam_defaults(lr))");
@@ -89,20 +102,31 @@ px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
   const char *name = kind_name(opts->kind);
   if (n > SIZE_MAX / sizeof(float) / 2 - 64)
     return px_error(PX_ERR_INVALID, "%s: n = %zu is too large", name, n);
-  if (n > 0 && (!params || !grads))
-    return px_error(PX_ERR_INVALID, "%s: params or grads is NULL for n = %zu", name, n);
-  // The loops read grads through restrict pointers while writing params.
-  uintptr_t pa = (uintptr_t)params, ga = (uintptr_t)grads, bytes_n = n * sizeof(float);
-  if (n > 0 && pa < ga + bytes_n && ga < pa + bytes_n)
-    return px_error(PX_ERR_INVALID, "%s: params and grads overlap; they must be separate buffers", name);
+  if (n_seg < 0 || (n_seg > 0 && !segs))
+    return px_error(PX_ERR_INVALID, "%s: %d segments but no array of segments", name, n_seg);
+  size_t end = 0;
+  for (int k = 0; k < n_seg; k++) {
+    const px_optim_segment *g = &segs[k];
+    if ((st = check_segment(name, k, g->params, g->grads, g->count)) != PX_OK) return st;
+    if (g->offset < end || g->offset > n || g->count > n - g->offset)
+      return px_error(PX_ERR_INVALID, "%s: segment %d covers state [%zu, %zu), which overlaps the previous segment "
+                      "(ending at %zu) or ends past n = %zu; segments go in increasing offset order within n",
+                      name, k, g->offset, g->offset + g->count, end, n);
+    end = g->offset + g->count;
+  }
 
   int n_state = opts->kind == PX_OPTIM_SGD ? (opts->momentum != 0.0f ? 1 : 0) : 2;
 
   px_optim *o = calloc(1, sizeof *o);
   if (!o) return px_error(PX_ERR_NOMEM, "%s: cannot allocate the optimizer", name);
+  o->seg = malloc((size_t)(n_seg > 0 ? n_seg : 1) * sizeof *o->seg);
+  if (!o->seg) {
+    free(o);
+    return px_error(PX_ERR_NOMEM, "%s: cannot allocate the optimizer", name);
+  }
+  if (n_seg > 0) memcpy(o->seg, segs, (size_t)n_seg * sizeof *segs);
+  o->n_seg = n_seg;
   o->opts = *opts;
-  o->params = params;
-  o->grads = grads;
   o->n = n;
   o->n_state = n_state;
   o->step = 0;
@@ -114,6 +138,7 @@ px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
     if (rounded == 0) rounded = 64;
     o->state = aligned_alloc(64, rounded);
     if (!o->state) {
+      free(o->seg);
       free(o);
       return px_error(PX_ERR_NOMEM, "%s: cannot allocate %zu bytes of optimizer state", name, bytes);
     }
@@ -123,9 +148,30 @@ px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
   return PX_OK;
 }
 
+px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
+                          const px_optim_opts *opts) {
+  if (!out) return px_error(PX_ERR_INVALID, "optim: out is NULL");
+  *out = NULL;
+  if (!opts) return px_error(PX_ERR_INVALID, "optim: opts is NULL (use px_sgd_defaults(lr) or px_adam_defaults(lr))");
+  px_status st = check_opts(opts);
+  if (st != PX_OK) return st;
+  const char *name = kind_name(opts->kind);
+  if (n > 0 && (!params || !grads))
+    return px_error(PX_ERR_INVALID, "%s: params or grads is NULL for n = %zu", name, n);
+  uintptr_t pa = (uintptr_t)params, ga = (uintptr_t)grads, bytes_n = n * sizeof(float);
+  if (n > 0 && pa < ga + bytes_n && ga < pa + bytes_n)
+    return px_error(PX_ERR_INVALID, "%s: params and grads overlap; they must be separate buffers", name);
+  px_optim_segment one = {.params = params, .grads = grads, .count = n, .offset = 0};
+  if ((st = px_optim_create_segments(out, &one, 1, n, opts)) != PX_OK) return st;
+  (*out)->params = params;
+  (*out)->grads = grads;
+  return PX_OK;
+}
+
 void px_optim_free(px_optim *o) {
   if (!o) return;
   free(o->state);
+  free(o->seg);
   free(o);
 }
 
@@ -149,10 +195,8 @@ float *px_optim_state_slot(px_optim *o, int k, const char **name) {
 //   buf = momentum·buf + (1 - dampening)·d later
 //   d   = d + momentum·buf   (Nesterov)   or   d = buf   (heavy ball)
 //   p  -= lr·d
-static void sgd_step(px_optim *o) {
-  const size_t n = o->n;
-  float *restrict p = o->params;
-  const float *restrict g = o->grads;
+static void sgd_segment(const px_optim *o, float *restrict p, const float *restrict g, float *restrict buf,
+                        size_t n) {
   const float lr = o->opts.lr, wd = o->opts.weight_decay, mom = o->opts.momentum;
 
   if (o->n_state == 0) {
@@ -166,7 +210,6 @@ static void sgd_step(px_optim *o) {
 
   // The first step copies d into the buffer: buf = 0·buf + 1·d is exactly d
   // (buf starts zeroed), so both cases share the loop through (keep, take).
-  float *restrict buf = o->state;
   const float keep = o->step == 0 ? 0.0f : mom;
   const float take = o->step == 0 ? 1.0f : (float)(1.0 - (double)o->opts.dampening);
   if (o->opts.nesterov) {
@@ -188,6 +231,13 @@ static void sgd_step(px_optim *o) {
   }
 }
 
+static void sgd_step(px_optim *o) {
+  for (int k = 0; k < o->n_seg; k++) {
+    const px_optim_segment *s = &o->seg[k];
+    sgd_segment(o, s->params, s->grads, o->n_state ? o->state + s->offset : NULL, s->count);
+  }
+}
+
 // ---- Adam and AdamW -------------------------------------------------------
 // With t = step + 1 (1-based), in PyTorch's order:
 //   p    *= 1 - lr·wd                       (AdamW only: decoupled decay)
@@ -199,25 +249,14 @@ static void sgd_step(px_optim *o) {
 //   p    += (-lr / bc1)·m / denom
 // Adam runs the same loop with decay 1 (p·1 = p exactly); AdamW with L2
 // coefficient 0 (grad + 0·p = grad exactly for finite p).
-static void adam_step(px_optim *o) {
-  const size_t n = o->n;
-  float *restrict p = o->params;
-  const float *restrict g = o->grads;
-  float *restrict m = o->state;
-  float *restrict v = o->state + n;
-  const px_optim_opts *op = &o->opts;
-  const bool decoupled = op->kind == PX_OPTIM_ADAMW;
+typedef struct adam_consts {
+  float decay, l2, b1, b2, eps, c1, c2, neg_step_size, bc2_sqrt;
+} adam_consts;
 
-  const double t = (double)(o->step + 1);
-  const double bc1 = 1.0 - pow((double)op->beta1, t);
-  const double bc2 = 1.0 - pow((double)op->beta2, t);
-  const float decay = decoupled ? (float)(1.0 - (double)op->lr * op->weight_decay) : 1.0f;
-  const float l2 = decoupled ? 0.0f : op->weight_decay;
-  const float b1 = op->beta1, b2 = op->beta2, eps = op->eps;
-  const float c1 = (float)(1.0 - (double)op->beta1);
-  const float c2 = (float)(1.0 - (double)op->beta2);
-  const float neg_step_size = (float)(-(double)op->lr / bc1);
-  const float bc2_sqrt = (float)sqrt(bc2);
+static void adam_segment(const adam_consts *c, float *restrict p, const float *restrict g, float *restrict m,
+                         float *restrict v, size_t n) {
+  const float decay = c->decay, l2 = c->l2, b1 = c->b1, b2 = c->b2, eps = c->eps, c1 = c->c1, c2 = c->c2;
+  const float neg_step_size = c->neg_step_size, bc2_sqrt = c->bc2_sqrt;
 
   #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) {
@@ -229,6 +268,28 @@ static void adam_step(px_optim *o) {
     v[i] = vi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
     p[i] = pi + neg_step_size * mi / denom;
+  }
+}
+
+static void adam_step(px_optim *o) {
+  const px_optim_opts *op = &o->opts;
+  const bool decoupled = op->kind == PX_OPTIM_ADAMW;
+
+  const double t = (double)(o->step + 1);
+  const double bc1 = 1.0 - pow((double)op->beta1, t);
+  const double bc2 = 1.0 - pow((double)op->beta2, t);
+  const adam_consts c = {
+    .decay = decoupled ? (float)(1.0 - (double)op->lr * op->weight_decay) : 1.0f,
+    .l2 = decoupled ? 0.0f : op->weight_decay,
+    .b1 = op->beta1, .b2 = op->beta2, .eps = op->eps,
+    .c1 = (float)(1.0 - (double)op->beta1),
+    .c2 = (float)(1.0 - (double)op->beta2),
+    .neg_step_size = (float)(-(double)op->lr / bc1),
+    .bc2_sqrt = (float)sqrt(bc2),
+  };
+  for (int k = 0; k < o->n_seg; k++) {
+    const px_optim_segment *s = &o->seg[k];
+    adam_segment(&c, s->params, s->grads, o->state + s->offset, o->state + o->n + s->offset, s->count);
   }
 }
 

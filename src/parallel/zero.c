@@ -4,12 +4,16 @@
 //   stage 1  full parameters and gradients; each bucket of the flat gradient
 //            buffer is reduce-scattered as backward completes it (buckets as
 //            DDP's: reverse layout order, launched in index order on every
-//            rank); the optimizer updates this rank's pieces; after the step
-//            every bucket's pieces are all-gathered into param_data.
+//            rank) in place: rank r's piece of the sum lands in grad_data
+//            itself; the optimizer updates this rank's pieces in place in
+//            param_data (px_zero_optim_create: segments, no shard copy);
+//            after the step every bucket is all-gathered in place.
 //   stage 2  as stage 1, but a bucket's gradient storage exists only from
 //            the first backward that writes it (pre_backward) until its
 //            reduce-scatter completes; then its piece is added into the
-//            shard and the storage goes back to a pool.  grad_data is freed.
+//            shard and the storage goes back to a pool.  grad_data is freed;
+//            the optimizer updates param_data's pieces in place from the
+//            shard's gradients.
 //   stage 3  parameters are sharded too: units all-gather in pre_forward and
 //            pre_backward and reshard after use (zero_units.c).
 //
@@ -37,11 +41,20 @@ static float *alloc_floats(size_t n) {
 }
 
 float *pxz_pool_get(zpool *p, size_t n) {
-  // The smallest free buffer that fits, else a new one of exactly n.
+  // The smallest free buffer that fits, else a new one of exactly n; free
+  // buffers too small for it are given back first, so the pool holds no
+  // more at once than the buffers in use (groups differ in size: a tied
+  // embedding's bucket, a block, the root unit).
   int best = -1;
   for (int i = 0; i < p->n; i++)
     if (!p->b[i].busy && p->b[i].cap >= n && (best < 0 || p->b[i].cap < p->b[best].cap)) best = i;
   if (best < 0) {
+    for (int i = 0; i < p->n;) {
+      if (p->b[i].busy) { i++; continue; }
+      free(p->b[i].data);
+      p->held -= p->b[i].cap * sizeof(float);
+      p->b[i] = p->b[--p->n];
+    }
     if (p->n == p->cap) {
       int cap = p->cap ? 2 * p->cap : 8;
       zbuf *b = realloc(p->b, (size_t)cap * sizeof *b);
@@ -52,7 +65,8 @@ float *pxz_pool_get(zpool *p, size_t n) {
     float *data = alloc_floats(n);
     if (!data) { px_error(PX_ERR_NOMEM, "ZeRO: cannot allocate %zu floats for a bucket or unit", n); return NULL; }
     p->b[p->n] = (zbuf){.data = data, .cap = n, .busy = false};
-    p->bytes += n * sizeof(float);
+    p->held += n * sizeof(float);
+    if (p->held > p->bytes) p->bytes = p->held;
     best = p->n++;
   }
   p->b[best].busy = true;
@@ -133,6 +147,9 @@ static void launch_rs(px_zero *z, int g) {
   const size_t padded = G->piece * (size_t)z->size;
   float *send, *recv;
   if (z->stage == 1) {
+    // In place: rank r's piece of the sum replaces its own local piece in
+    // grad_data (through the padded copy, finished by finish_rs, when the
+    // bucket does not divide by N).
     float *full = z->model->grad_data + G->ranges[0].flat_off;  // a bucket is one range
     send = full;
     if (padded != G->count) {
@@ -142,7 +159,7 @@ static void launch_rs(px_zero *z, int g) {
       memcpy(send, full, G->count * sizeof(float));
       memset(send + G->count, 0, (padded - G->count) * sizeof(float));
     }
-    recv = z->shard_grads + G->shard_off;
+    recv = send + (size_t)z->rank * G->piece;
   } else {
     if (!G->gbuf) { pxz_fail(z, px_error(PX_ERR_INTERNAL, "ZeRO: group %d launched without storage", g)); return; }
     send = G->gbuf;
@@ -158,7 +175,8 @@ static void launch_rs(px_zero *z, int g) {
 
 /* Wait for group g's reduce-scatter; stages 2-3 add the piece into the
  * shard (shard += piece: the first micro-step gives the sum exactly) and
- * give the storage back. */
+ * give the storage back; stage 1 copies a padded copy's piece (padding
+ * left out) back into grad_data. */
 static px_status finish_rs(px_zero *z, int g) {
   zgroup *G = &z->groups[g];
   px_status st = PX_OK;
@@ -174,6 +192,10 @@ static px_status finish_rs(px_zero *z, int g) {
       for (size_t i = 0; i < G->piece; i++) dst[i] += src[i];
     }
     pxz_set_views(z, g, NULL, true);
+  }
+  if (z->stage == 1 && G->gbuf && st == PX_OK) {
+    size_t lo = (size_t)z->rank * G->piece, hi = lo + G->piece < G->count ? lo + G->piece : G->count;
+    if (lo < hi) memcpy(z->model->grad_data + G->ranges[0].flat_off + lo, G->gbuf + lo, (hi - lo) * sizeof(float));
   }
   if (G->gbuf) { pxz_pool_put(&z->gpool, G->gbuf); G->gbuf = NULL; }
   return st;
@@ -422,7 +444,8 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
   if (o.stage < 1 || o.stage > 3)
     return px_error(PX_ERR_INVALID, "ZeRO: stage %d; expected 1 (optimizer state sharded), 2 (and gradients) "
                     "or 3 (and parameters)", o.stage);
-  if (o.bucket_bytes == 0) o.bucket_bytes = 25u << 20;
+  if (o.bucket_bytes == 0) o.bucket_bytes = o.stage == 2 ? PX_ZERO2_BUCKET_BYTES : PX_ZERO1_BUCKET_BYTES;
+  if (o.first_bucket_bytes > o.bucket_bytes) o.first_bucket_bytes = o.bucket_bytes;
   if (o.first_bucket_bytes == 0) o.first_bucket_bytes = o.bucket_bytes;
   if (o.root < 0 || o.root >= px_comm_size(comm))
     return px_error(PX_ERR_INVALID, "ZeRO: root rank %d outside [0, %d)", o.root, px_comm_size(comm));
@@ -461,9 +484,12 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
   if (st == PX_OK) st = lay_out_groups(z);
   if (st == PX_OK) {
     z->inflight = calloc((size_t)z->n_groups + 1, sizeof *z->inflight);
-    z->shard_params = alloc_floats(z->shard_n);
-    z->shard_grads = alloc_floats(z->shard_n);
-    if (!z->inflight || !z->shard_params || !z->shard_grads) st = px_error(PX_ERR_NOMEM, "ZeRO: out of memory");
+    // Stages 1-2 keep their parameter pieces in place in param_data, and
+    // stage 1 its gradient pieces in grad_data: no separate copy.
+    if (z->stage == 3) z->shard_params = alloc_floats(z->shard_n);
+    if (z->stage >= 2) z->shard_grads = alloc_floats(z->shard_n);
+    if (!z->inflight || (z->stage == 3 && !z->shard_params) || (z->stage >= 2 && !z->shard_grads))
+      st = px_error(PX_ERR_NOMEM, "ZeRO: out of memory");
   }
   // Everyone starts from the root's parameters and running statistics.
   if (st == PX_OK) {
@@ -478,7 +504,7 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
   if (st != PX_OK) { zero_destroy(z); return st; }
 
   // Keep this rank's pieces; let go of what the stage shards.
-  for (int g = 0; g < z->n_groups; g++) {
+  for (int g = 0; z->stage == 3 && g < z->n_groups; g++) {
     const zgroup *G = &z->groups[g];
     size_t lo = (size_t)z->rank * G->piece;
     piece_copy(G, lo, lo + G->piece, z->shard_params + G->shard_off, model->param_data, false);
@@ -534,6 +560,58 @@ void px_zero_shard(const px_zero *z, float **params, float **grads, size_t *n) {
   if (n) *n = z->shard_n;
 }
 
+/* Where segment k of the shard (shard[shard_off, +count) = flat[flat_off,
+ * +count)) keeps its parameters and gradients in this stage. */
+static float *seg_params(const px_zero *z, size_t flat_off, size_t shard_off) {
+  return z->stage == 3 ? z->shard_params + shard_off : z->model->param_data + flat_off;
+}
+static float *seg_grads(const px_zero *z, size_t flat_off, size_t shard_off) {
+  return z->stage == 1 ? z->model->grad_data + flat_off : z->shard_grads + shard_off;
+}
+
+px_status px_zero_optim_create(px_zero *z, px_optim **out, const px_optim_opts *opts) {
+  if (!out) return px_error(PX_ERR_INVALID, "ZeRO optim: out is NULL");
+  *out = NULL;
+  if (!z) return px_error(PX_ERR_INVALID, "ZeRO optim: no ZeRO wrap given");
+  if (z->stage == 3) return px_optim_create(out, z->shard_params, z->shard_grads, z->shard_n, opts);
+  const int n = px_zero_segments(z, NULL, NULL, NULL, 0);
+  size_t *v = malloc(3 * (size_t)(n > 0 ? n : 1) * sizeof *v);
+  px_optim_segment *seg = malloc((size_t)(n > 0 ? n : 1) * sizeof *seg);
+  if (!v || !seg) {
+    free(v);
+    free(seg);
+    return px_error(PX_ERR_NOMEM, "ZeRO optim: out of memory");
+  }
+  size_t *flat_off = v, *shard_off = v + n, *count = v + 2 * n;
+  px_zero_segments(z, flat_off, shard_off, count, n);
+  for (int k = 0; k < n; k++)
+    seg[k] = (px_optim_segment){.params = seg_params(z, flat_off[k], shard_off[k]),
+                                .grads = seg_grads(z, flat_off[k], shard_off[k]),
+                                .count = count[k], .offset = shard_off[k]};
+  px_status st = px_optim_create_segments(out, seg, n, z->shard_n, opts);
+  free(v);
+  free(seg);
+  return st;
+}
+
+/* Apply f to every segment of this rank's gradient pieces. */
+static void each_grad_segment(const px_zero *z, void (*f)(float *g, size_t n, void *user), void *user) {
+  if (z->stage >= 2) { f(z->shard_grads, z->shard_n, user); return; }  // contiguous; padding is zero
+  for (int g = 0; g < z->n_groups; g++) {
+    const zgroup *G = &z->groups[g];
+    size_t lo = (size_t)z->rank * G->piece, hi = lo + G->piece < G->count ? lo + G->piece : G->count;
+    if (lo < hi) f(z->model->grad_data + G->ranges[0].flat_off + lo, hi - lo, user);  // a bucket is one range
+  }
+}
+
+static void scale_cb(float *g, size_t n, void *user) { px_scale(g, n, *(const float *)user); }
+static void sumsq_cb(float *g, size_t n, void *user) { *(double *)user += px_sumsq(g, n); }
+typedef struct clip_args { float total, max_norm; } clip_args;
+static void clip_cb(float *g, size_t n, void *user) {
+  const clip_args *a = user;
+  px_clip_grad_scale(g, n, a->total, a->max_norm);
+}
+
 int px_zero_segments(const px_zero *z, size_t *flat_off, size_t *shard_off, size_t *count, int max) {
   int n = 0;
   for (int g = 0; g < z->n_groups; g++) {
@@ -579,37 +657,46 @@ px_status px_zero_sync(px_zero *z) {
   }
   if ((st = drain(z)) != PX_OK) return st;
   if (z->stage == 3) pxz_release_all(z);
-  px_scale(z->shard_grads, z->shard_n, 1.0f / (float)z->size);
+  float inv = 1.0f / (float)z->size;
+  each_grad_segment(z, scale_cb, &inv);
   begin_step(z);
   return PX_OK;
 }
 
 px_status px_zero_clip_grad_norm(px_zero *z, float max_norm, double *norm) {
   // ‖g‖² = Σ_ranks Σ_shard g²  (padding is zero), one all-reduce.
-  double ss = px_sumsq(z->shard_grads, z->shard_n);
+  double ss = 0;
+  each_grad_segment(z, sumsq_cb, &ss);
   px_comm_set_label(z->comm, "ZeRO clip: sum of squares");
   px_status st = px_comm_allreduce(z->comm, &ss, 1, PX_F64, PX_SUM);
   if (st != PX_OK) return st;
   const float total = (float)sqrt(ss);  // as px_clip_grad_norm rounds it
-  if (max_norm > 0) px_clip_grad_scale(z->shard_grads, z->shard_n, total, max_norm);
+  clip_args a = {.total = total, .max_norm = max_norm};
+  if (max_norm > 0) each_grad_segment(z, clip_cb, &a);
   if (norm) *norm = total;
   return PX_OK;
 }
 
-/* All-gather group g's pieces back into param_data: straight into the flat
- * buffer when the bucket divides evenly, else through a padded buffer. */
+/* All-gather group g's pieces in place in param_data (each rank's piece is
+ * already there, updated by the optimizer): straight in the flat buffer
+ * when the bucket divides evenly, else through a padded buffer holding
+ * this rank's piece and zero padding. */
 static px_status start_param_gather(px_zero *z, int g, float **staged, px_request **req) {
   zgroup *G = &z->groups[g];
-  const size_t padded = G->piece * (size_t)z->size;
+  const size_t padded = G->piece * (size_t)z->size, lo = (size_t)z->rank * G->piece;
   float *recv = z->model->param_data + G->ranges[0].flat_off;  // a bucket is one range
   if (padded != G->count) {
-    recv = *staged = pxz_pool_get(&z->ppool, padded);
-    if (!recv) return PX_ERR_NOMEM;
+    float *buf = *staged = pxz_pool_get(&z->ppool, padded);
+    if (!buf) return PX_ERR_NOMEM;
+    size_t hi = lo + G->piece < G->count ? lo + G->piece : G->count, have = lo < hi ? hi - lo : 0;
+    if (have) memcpy(buf + lo, recv + lo, have * sizeof(float));
+    memset(buf + lo + have, 0, (G->piece - have) * sizeof(float));
+    recv = buf;
   }
   set_label(z, "all-gather", g);
   pxz_delay(z);
   z->n_allgather++;
-  return px_comm_iallgather(z->comm, z->shard_params + G->shard_off, recv, G->piece, PX_F32, req);
+  return px_comm_iallgather(z->comm, recv + lo, recv, G->piece, PX_F32, req);
 }
 
 static px_status finish_param_gather(px_zero *z, int g, float **staged, px_request **req, px_status st) {
@@ -629,39 +716,39 @@ static px_status finish_param_gather(px_zero *z, int g, float **staged, px_reque
 
 px_status px_zero_after_step(px_zero *z) {
   if (z->stage == 3) return PX_OK;  // parameters stay sharded
-  // A window of PXZ_MAX_RS_IN_FLIGHT all-gathers: overlapped, and padded
+  // A window of PXZ_MAX_AG_IN_FLIGHT all-gathers: overlapped, and padded
   // buffers bounded whatever the number of buckets.
   px_status st = PX_OK;
-  int live[PXZ_MAX_RS_IN_FLIGHT];
-  float *staged[PXZ_MAX_RS_IN_FLIGHT] = {0};
-  px_request *req[PXZ_MAX_RS_IN_FLIGHT] = {0};
+  int live[PXZ_MAX_AG_IN_FLIGHT];
+  float *staged[PXZ_MAX_AG_IN_FLIGHT] = {0};
+  px_request *req[PXZ_MAX_AG_IN_FLIGHT] = {0};
   int head = 0, tail = 0;
   for (int g = 0; g < z->n_groups && st == PX_OK; g++) {
     if (z->groups[g].count == 0) continue;
-    if (tail - head == PXZ_MAX_RS_IN_FLIGHT) {
-      int k = head++ % PXZ_MAX_RS_IN_FLIGHT;
+    if (tail - head == PXZ_MAX_AG_IN_FLIGHT) {
+      int k = head++ % PXZ_MAX_AG_IN_FLIGHT;
       st = finish_param_gather(z, live[k], &staged[k], &req[k], st);
     }
-    int k = tail++ % PXZ_MAX_RS_IN_FLIGHT;
+    int k = tail++ % PXZ_MAX_AG_IN_FLIGHT;
     live[k] = g;
     px_status s2 = start_param_gather(z, g, &staged[k], &req[k]);
     if (s2 != PX_OK && st == PX_OK) st = s2;
   }
   while (head < tail) {
-    int k = head++ % PXZ_MAX_RS_IN_FLIGHT;
+    int k = head++ % PXZ_MAX_AG_IN_FLIGHT;
     st = finish_param_gather(z, live[k], &staged[k], &req[k], st);
   }
   return st;
 }
 
 void px_zero_zero_grad(px_zero *z) {
-  px_fill(z->shard_grads, z->shard_n, 0.0f);
+  if (z->shard_grads) px_fill(z->shard_grads, z->shard_n, 0.0f);
   if (z->model->grad_data) px_fill(z->model->grad_data, z->model->n_param_elems, 0.0f);
 }
 
 px_status px_zero_set_params(px_zero *z, const float *flat) {
   if (!flat) return px_error(PX_ERR_INVALID, "ZeRO set_params: no parameters given");
-  for (int g = 0; g < z->n_groups; g++) {
+  for (int g = 0; z->stage == 3 && g < z->n_groups; g++) {
     const zgroup *G = &z->groups[g];
     size_t lo = (size_t)z->rank * G->piece;
     piece_copy(G, lo, lo + G->piece, z->shard_params + G->shard_off, (float *)flat, false);
@@ -681,11 +768,11 @@ px_status px_zero_gather_params(px_zero *z, float *out) {
 void px_zero_memory_of(const px_zero *z, px_zero_memory *m) {
   const size_t f = sizeof(float), n = z->model->n_param_elems, s = z->shard_n;
   *m = (px_zero_memory){0};
-  // Held for the whole run: the shard (params and grads, what the
-  // optimizer updates) plus what the stage keeps whole.  Temporary buffers
+  // Held for the whole run: what the stage keeps whole (stages 1-2's
+  // pieces lie in place inside it), else the shard.  Temporary buffers
   // are counted by what their pools hold (their high-water mark).
-  m->params = s * f + (z->stage < 3 ? n * f : 0);
-  m->grads = s * f + (z->stage == 1 ? n * f : 0) + z->gpool.bytes;
+  m->params = z->stage < 3 ? n * f : s * f;
+  m->grads = (z->stage == 1 ? n * f : s * f) + z->gpool.bytes;
   m->gathered = z->ppool.bytes;
   m->arena_peak = px_arena_high_water(z->model->arena);
 }

@@ -15,13 +15,19 @@
 
 #include "parallel/internal.h"
 
-/* Collectives that hold a temporary buffer, allowed in flight at once.
- * Stages 2-3: new gradient storage first finishes the oldest reduce-scatter
- * beyond this, so a rank holds its shard plus at most this many groups in
- * flight and the one being written (plus a tied embedding's, written early
- * by the head).  Stage 1's padded copies and stages 1-2's padded all-gather
- * buffers obey the same bound. */
-#define PXZ_MAX_RS_IN_FLIGHT 2
+/* Reduce-scatters allowed in flight when new gradient storage is needed.
+ * Stages 2-3 first finish the oldest beyond this, so a rank holds its
+ * shard plus at most this many groups in flight and the one being written
+ * (plus a tied embedding's, written early by the head).  One (issue 11's
+ * memory bound): a group's reduce-scatter overlaps the backward that goes
+ * on in groups whose storage exists (the rest of a stage-2 bucket, the
+ * prefetch wait), and is finished when the next group's storage is made,
+ * so stage 3 holds one unit's gradients besides the root unit's.  Stage
+ * 1's padded copies obey the same bound. */
+#define PXZ_MAX_RS_IN_FLIGHT 1
+/* Stages 1-2: after-step all-gathers in flight at once (each may hold a
+ * padded buffer when its bucket does not divide by N). */
+#define PXZ_MAX_AG_IN_FLIGHT 2
 
 typedef struct zrange {
   size_t flat_off, count;  /* flat[flat_off, +count) */
@@ -58,7 +64,8 @@ typedef struct zbuf {
 typedef struct zpool {
   zbuf  *b;
   int    n, cap;
-  size_t bytes;        /* allocated: what the pool holds */
+  size_t held;         /* allocated now */
+  size_t bytes;        /* the most it has held at once (its high-water mark) */
 } zpool;
 
 struct px_zero {

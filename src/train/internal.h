@@ -10,8 +10,8 @@ typedef struct px_trainer {
   px_model      *model;
   px_ddp        *ddp;      /* NULL in a world of one, and under ZeRO */
   px_zero       *zero;     /* ZeRO stage >= 1 (o.zero.stage), else NULL */
-  float         *shard_params, *shard_grads; /* what the optimizer works on: the */
-  size_t         shard_n;                     /* whole flat buffers, or the ZeRO shard */
+  float         *shard_params, *shard_grads; /* DDP: the whole flat buffers; ZeRO: px_zero_shard's */
+  size_t         shard_n;                     /* (NULL where the pieces lie in place) */
   px_optim      *opt;
   px_loader     *loader;
   px_dataset    *train, *val;

@@ -284,7 +284,7 @@ static px_status setup_parallel(px_trainer *t, px_model *model, bool *resumed) {
   px_comm_set_label(t->comm, "ZeRO wrap");
   TRY(px_zero_wrap(&t->zero, model, t->comm, &t->o.zero));
   px_zero_shard(t->zero, &t->shard_params, &t->shard_grads, &t->shard_n);
-  TRY(px_optim_create(&t->opt, t->shard_params, t->shard_grads, t->shard_n, &t->o.optim));
+  TRY(px_zero_optim_create(t->zero, &t->opt, &t->o.optim));
   return px_trainer_resume_shards(t);
 }
 
