@@ -103,11 +103,8 @@ static void tpg_case(px_comm *world, int tp, int zero_stage, bool verbose) {
     zo.stage = zero_stage;
     zo.bucket_bytes = zo.first_bucket_bytes = 1024;  // several buckets
     CHECK_OK(px_zero_wrap(&z, md, mesh->dp_comm, &zo));
-    float *sp, *sg;
-    size_t sn;
-    px_zero_shard(z, &sp, &sg, &sn);
     px_optim_opts oo = px_adamw_defaults(3e-3f);
-    CHECK_OK(px_optim_create(&o, sp, sg, sn, &oo));
+    CHECK_OK(px_zero_optim_create(z, &o, &oo));
   } else {
     if (dp > 1) CHECK_OK(px_ddp_wrap(&ddp, md, mesh->dp_comm, NULL));
     o = tpg_adamw(md);

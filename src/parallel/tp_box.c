@@ -174,6 +174,15 @@ px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, px_zero *z, px_model *m
   if (!buf) return px_error(PX_ERR_NOMEM, "tensor parallel: out of memory for %d shard segments", nseg);
   size_t *flat_off = buf, *shard_off = buf + nseg, *count = buf + 2 * nseg;
   px_zero_segments(z, flat_off, shard_off, count, nseg);
+  // Stage 1 steps its pieces in place in grad_data; stage 2 keeps them in
+  // its contiguous shard (px_zero_shard's grads).
+  const bool in_place = px_zero_stage(z) == 1;
+  float **seg_grads = malloc((size_t)(nseg > 0 ? nseg : 1) * sizeof *seg_grads);
+  if (!seg_grads) {
+    free(buf);
+    return px_error(PX_ERR_NOMEM, "tensor parallel: out of memory for %d shard segments", nseg);
+  }
+  for (int k = 0; k < nseg; k++) seg_grads[k] = in_place ? model->grad_data + flat_off[k] : grads + shard_off[k];
   const bool first = mesh->tp_rank == 0;
   double ss = 0;
   // Parameters are laid out in order (model->params[i]->offset increasing):
@@ -184,15 +193,21 @@ px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, px_zero *z, px_model *m
       const px_param *p = model->params[i];
       const size_t lo = p->offset > a ? p->offset : a, hi = p->offset + p->numel < b ? p->offset + p->numel : b;
       if (lo >= hi || !(first || px_tp_param_box(p).split_dim >= 0)) continue;
-      ss += px_sumsq(grads + shard_off[k] + (lo - a), hi - lo);
+      ss += px_sumsq(seg_grads[k] + (lo - a), hi - lo);
     }
   }
-  free(buf);
   px_status st = px_comm_allreduce(mesh->dp_comm, &ss, 1, PX_F64, PX_SUM);
   if (st == PX_OK && mesh->tp > 1) st = px_comm_allreduce(mesh->tp_comm, &ss, 1, PX_F64, PX_SUM);
-  if (st != PX_OK) return px_error_wrap(st, "tensor parallel: the ZeRO gradient norm's all-reduce");
   const float norm = (float)sqrt(ss);
-  px_clip_grad_scale(grads, n, norm, max_norm);
+  if (st == PX_OK) {
+    if (in_place)
+      for (int k = 0; k < nseg; k++) px_clip_grad_scale(seg_grads[k], count[k], norm, max_norm);
+    else
+      px_clip_grad_scale(grads, n, norm, max_norm);
+  }
+  free(seg_grads);
+  free(buf);
+  if (st != PX_OK) return px_error_wrap(st, "tensor parallel: the ZeRO gradient norm's all-reduce");
   if (norm_out) *norm_out = norm;
   return PX_OK;
 }
