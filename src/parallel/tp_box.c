@@ -103,9 +103,9 @@ void px_tp_init_boxes(px_module *m, px_rng *rng) {
     px_param *p = &m->params[k];
     if (!p->data) continue;  // sharded away (ZeRO stage 3)
     const px_tp_box b = px_tp_param_box(p);
-    // model.c's default: one stream per parameter, (uid << 8) | k, drawn
+    // model.c's default: one stream per parameter, (stream << 8) | k, drawn
     // over the whole (global) tensor in row-major order; keep our box.
-    px_rng r = px_rng_make(rng->seed, ((uint64_t)m->uid << 8) | (uint64_t)k);
+    px_rng r = px_rng_make(rng->seed, ((uint64_t)m->stream << 8) | (uint64_t)k);
     const int64_t lc = local_cols_of(p);
     for (int64_t i = 0; i < b.global_shape[0]; i++)
       for (int64_t j = 0; j < b.global_shape[1]; j++) {
