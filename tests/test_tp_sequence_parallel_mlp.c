@@ -7,7 +7,10 @@
  * all-gather and one reduce-scatter forward, one of each backward, and no
  * all-reduce.  If this fails, the gather's backward does not sum the
  * partial input gradients, the scatter sums the wrong positions, or the
- * row-parallel bias is counted once per rank instead of once. */
+ * row-parallel bias is counted once per rank instead of once.  The same
+ * holds with the collectives inside the layers (px_tp_set_sequence_split:
+ * the single process's module tree fc, act, proj); if only that fails, a
+ * split layer saves the wrong input or scatters the wrong gradient. */
 #include "px_test.h"
 
 #include <string.h>
@@ -15,7 +18,7 @@
 enum { N = 2, T = 8, IN = 6, HID = 16 };
 
 static int run(px_comm *c, void *arg) {
-  (void)arg;
+  const bool split = *(const bool *)arg;  // the collectives inside the layers (px_tp_set_sequence_split)
   px_comm_set_timeout(c, 60);
   px_tp_group g = px_tp_group_of(c);
   const int P = g.size, rank = g.rank, Tl = T / P;
@@ -25,12 +28,19 @@ static int run(px_comm *c, void *arg) {
   for (int i = 0; i < 3; i++) CHECK_OK(px_chain_add_named(full_root, fnames[i], fkids[i]));
   px_module *col = px_tp_column_parallel(&g, PX_TP_LINEAR, IN, HID, true, 1, false);
   px_module *row = px_tp_row_parallel(&g, PX_TP_LINEAR, HID, IN, true);
-  px_tp_set_sequence_parallel(col, true);
-  px_tp_set_sequence_parallel(row, true);
-  const char *tnames[5] = {"gather", "fc", "act", "proj", "scatter"};
-  px_module *tkids[5] = {px_tp_sequence_gather(&g), col, px_gelu(true), row, px_tp_sequence_scatter(&g)};
   px_module *tp_root = px_chain();
-  for (int i = 0; i < 5; i++) CHECK_OK(px_chain_add_named(tp_root, tnames[i], tkids[i]));
+  if (split) {  // the single process's tree: fc, act, proj
+    px_tp_set_sequence_split(col, true);
+    px_tp_set_sequence_split(row, true);
+    px_module *tkids[3] = {col, px_gelu(true), row};
+    for (int i = 0; i < 3; i++) CHECK_OK(px_chain_add_named(tp_root, fnames[i], tkids[i]));
+  } else {
+    px_tp_set_sequence_parallel(col, true);
+    px_tp_set_sequence_parallel(row, true);
+    const char *tnames[5] = {"gather", "fc", "act", "proj", "scatter"};
+    px_module *tkids[5] = {px_tp_sequence_gather(&g), col, px_gelu(true), row, px_tp_sequence_scatter(&g)};
+    for (int i = 0; i < 5; i++) CHECK_OK(px_chain_add_named(tp_root, tnames[i], tkids[i]));
+  }
   px_model *full, *tp;
   CHECK_OK(px_model_create(&full, full_root, 3));
   CHECK_OK(px_model_create(&tp, tp_root, 99));
@@ -69,7 +79,8 @@ static int run(px_comm *c, void *arg) {
         wy = fmax(wy, fabs(px_f32(&yt)[lo] - px_f32(&yf)[gl]) / fmax(1.0, fabs(px_f32(&yf)[gl])));
         wdx = fmax(wdx, fabs(px_f32(&dxt)[lo] - px_f32(&dxf)[gl]) / fmax(1.0, fabs(px_f32(&dxf)[gl])));
       }
-  CHECK(wy <= 1e-5 && wdx <= 1e-5, "tp %d rank %d: output differs by %.3g, input gradient by %.3g", P, rank, wy, wdx);
+  CHECK(wy <= 1e-5 && wdx <= 1e-5, "%s, tp %d rank %d: output differs by %.3g, input gradient by %.3g", split ? "split layers" : "operator pair", P,
+        rank, wy, wdx);
   double wg = 0;
   const char *worst = "";
   for (int i = 0; i < tp->n_params; i++) {
@@ -87,18 +98,20 @@ static int run(px_comm *c, void *arg) {
         (unsigned long long)fwd.fwd_allreduce, (unsigned long long)all.bwd_allgather,
         (unsigned long long)all.bwd_reduce_scatter, (unsigned long long)all.bwd_allreduce);
   if (rank == 0)
-    printf("  tp %d: output %.1e, input gradient %.1e, parameter gradients %.1e from one process; 1 all-gather + 1 "
-           "reduce-scatter each way\n", P, wy, wdx, wg);
+    printf("  %s, tp %d: output %.1e, input gradient %.1e, parameter gradients %.1e from one process; 1 all-gather + 1 "
+           "reduce-scatter each way\n", split ? "split layers" : "operator pair", P, wy, wdx, wg);
   px_model_free(tp);
   px_model_free(full);
   return px_test_failures ? 1 : 0;
 }
 
 int main(void) {
-  for (int n = 2; n <= 4; n *= 2) {
-    int code = 0;
-    CHECK_OK(px_comm_run(n, run, NULL, &code));
-    CHECK(code == 0, "tp %d: a rank failed (%d)", n, code);
-  }
+  for (int k = 0; k < 2; k++)
+    for (int n = 2; n <= 4; n *= 2) {
+      bool split = k == 1;
+      int code = 0;
+      CHECK_OK(px_comm_run(n, run, &split, &code));
+      CHECK(code == 0, "%s, tp %d: a rank failed (%d)", split ? "split layers" : "operator pair", n, code);
+    }
   return px_test_finish("test_tp_sequence_parallel_mlp");
 }

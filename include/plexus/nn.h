@@ -245,6 +245,12 @@ px_module *px_tanh(void);
 px_module *px_sigmoid(void);
 px_module *px_softmax(void);
 px_module *px_dropout(float p);
+/* Dropout on part `part` of `parts` equal pieces of axis 1 (sequence
+ * parallelism): the input (N, T, …) is positions [part·T, (part+1)·T) of
+ * (N, parts·T, …), and each element keeps or drops as the same element of
+ * the whole does under px_dropout (same module uid, seed and step).
+ * part = 0, parts = 1 is px_dropout. */
+px_module *px_dropout_part(float p, int part, int parts);
 px_module *px_flatten(void);      /* (N, ...) -> (N, prod(...)), a view */
 px_module *px_conv2d(int in_channels, int out_channels, int kernel_size,
                      int stride, int padding, bool bias);
@@ -271,6 +277,12 @@ px_module *px_embedding(int num_embeddings, int dim);
 /* Learned positions, added to the input: y[n, t] = x[n, t] + weight[t],
  * weight (context, dim), N(0, 0.02); T <= context. */
 px_module *px_pos_embedding(int context, int dim);
+/* The same for one of `parts` equal pieces of each sequence (sequence
+ * parallelism): the input (N, T, dim) holds positions [part·T, (part+1)·T)
+ * of a sequence of parts·T <= context, so y[n, t] = x[n, t] +
+ * weight[part·T + t] and backward adds only to those rows of the gradient.
+ * part = 0, parts = 1 is px_pos_embedding. */
+px_module *px_pos_embedding_part(int context, int dim, int part, int parts);
 /* GPT-2's Conv1D: y = x · W + b with weight stored (in, out) as Hugging
  * Face's GPT-2 stores it; weight N(0, 0.02), bias 0. */
 px_module *px_conv1d(int in_features, int out_features, bool bias);

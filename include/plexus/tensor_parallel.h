@@ -141,6 +141,14 @@ px_module *px_tp_row_parallel(px_tp_group *g, px_tp_layout layout, int in_featur
 px_module *px_tp_sequence_gather(px_tp_group *g);
 px_module *px_tp_sequence_scatter(px_tp_group *g);
 void px_tp_set_sequence_parallel(px_module *tp_linear, bool on);
+/* The same with the collectives inside the layers, so the module tree is
+ * the single process's (dropout masks and init streams are keyed by the
+ * pre-order uid: an inserted gather/scatter module would shift them).  A
+ * column-parallel layer takes (N, T/P, in), all-gathers it to (N, T, in)
+ * and reduce-scatters dx back; a row-parallel one reduce-scatters its
+ * partial (N, T, out) to (N, T/P, out), adds its bias on every rank, and
+ * all-gathers dy backward.  Not for a gathered output. */
+void px_tp_set_sequence_split(px_module *tp_linear, bool on);
 
 /* The vocabulary split: rank r holds rows [first, first + count) of a
  * (vocab, dim) table, first = r·vocab/P (integer division), so a vocabulary

@@ -14,6 +14,7 @@
 typedef struct dropout {
   px_module base;
   float     p;
+  int       part, parts; /* px_dropout_part: the input is part `part` of `parts` along axis 1; 0, 1 */
   // Saved by forward for backward.
   bool      identity;  /* forward was y = x */
   uint64_t  seed, step;
@@ -34,8 +35,43 @@ static void apply_mask(const dropout *d, const float *in, float *out, size_t n) 
   }
 }
 
+// The same for part `part` of `parts` along axis 1: in is (N, Tl, …), the
+// whole (N, parts·Tl, …); local row (n, t) is the whole's row
+// n·parts·Tl + part·Tl + t, so its elements draw the whole's u_i.
+static void apply_mask_part(const dropout *d, const float *in, float *out, int64_t N, int64_t Tl, size_t inner) {
+  const float p = d->p, scale = 1.0f / (1.0f - p);
+  const uint64_t hi = ((uint64_t)d->base.uid << 40) ^ d->step;
+  const int64_t rows = N * Tl;
+  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)rows * inner))
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t n = r / Tl, t = r % Tl;
+    const uint64_t g0 = (uint64_t)((n * d->parts + d->part) * Tl + t) * inner;
+    const float *restrict xr = in + (size_t)r * inner;
+    float *restrict yr = out + (size_t)r * inner;
+    uint32_t w[4];
+    uint64_t blk = UINT64_MAX;
+    for (size_t j = 0; j < inner; j++) {
+      const uint64_t gi = g0 + j;
+      if (gi / 4 != blk) { blk = gi / 4; px_philox4x32(d->seed, hi, blk, w); }
+      yr[j] = px_u32_to_unit(w[gi % 4]) >= p ? xr[j] * scale : 0.0f;
+    }
+  }
+}
+
+static void mask(const dropout *d, const float *in, float *out, const px_tensor *shape_of) {
+  const size_t n = (size_t)px_tensor_numel(shape_of);
+  if (d->parts == 1) { apply_mask(d, in, out, n); return; }
+  const int64_t N = shape_of->shape[0], Tl = shape_of->shape[1];
+  apply_mask_part(d, in, out, N, Tl, N * Tl > 0 ? n / (size_t)(N * Tl) : 0);
+}
+
 static px_status dropout_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   dropout *d = (dropout *)m;
+  if (d->parts > 1 && x->ndim < 2) {
+    char b[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "Dropout(p=%g) part %d of %d: input must be (N, T, …), split along T, got %s",
+                    (double)d->p, d->part, d->parts, px_shape_str(x->ndim, x->shape, b, sizeof b));
+  }
   d->x = *x;
   d->identity = !m->training || d->p == 0.0f;
   if (d->identity) {
@@ -47,7 +83,7 @@ static px_status dropout_forward(px_module *m, px_ctx *ctx, const px_tensor *x, 
   if (st != PX_OK) return st;
   d->seed = ctx->seed;
   d->step = ctx->step;
-  apply_mask(d, px_f32(x), px_f32(y), (size_t)px_tensor_numel(x));
+  mask(d, px_f32(x), px_f32(y), x);
   return PX_OK;
 }
 
@@ -61,7 +97,7 @@ static px_status dropout_backward(px_module *m, px_ctx *ctx, const px_tensor *dy
   }
   px_status st = px_ctx_tensor_like(ctx, dx, &d->x);
   if (st != PX_OK) return st;
-  apply_mask(d, px_f32(dy), px_f32(dx), (size_t)px_tensor_numel(dy));
+  mask(d, px_f32(dy), px_f32(dx), dy);
   return PX_OK;
 }
 
@@ -77,5 +113,18 @@ px_module *px_dropout(float p) {
   dropout *d = (dropout *)px_module_alloc(sizeof *d, &dropout_ops);
   if (!d) return NULL;
   d->p = p;
+  d->parts = 1;
   return &d->base;
+}
+
+px_module *px_dropout_part(float p, int part, int parts) {
+  if (parts <= 0 || part < 0 || part >= parts) {
+    px_error(PX_ERR_INVALID, "Dropout(p=%g): part %d of %d: need 0 <= part < parts", (double)p, part, parts);
+    return NULL;
+  }
+  px_module *m = px_dropout(p);
+  if (!m) return NULL;
+  ((dropout *)m)->part = part;
+  ((dropout *)m)->parts = parts;
+  return m;
 }

@@ -137,7 +137,9 @@ bool px_is_embedding(const px_module *m) { return m && m->ops == &embedding_ops;
 typedef struct pos_embedding {
   px_module base;
   int       context, dim;
+  int       part, parts; /* positions part·T .. of a sequence of parts·T (px_pos_embedding_part); 0, 1 */
   int64_t   n, t;  /* saved input shape (N, T, C) */
+  int64_t   offset;      /* saved: the first position, part·T */
 } pos_embedding;
 
 static px_status pos_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -148,15 +150,22 @@ static px_status pos_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
                     pe->context, pe->dim, m->params[0].name, pe->dim, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
-  if (x->shape[1] > pe->context)
-    return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\": sequence length T = %lld exceeds the context "
-                    "of %d positions", pe->context, pe->dim, m->params[0].name, (long long)x->shape[1],
-                    pe->context);
+  if (x->shape[1] * pe->parts > pe->context) {
+    if (pe->parts == 1)
+      return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\": sequence length T = %lld exceeds the context "
+                      "of %d positions", pe->context, pe->dim, m->params[0].name, (long long)x->shape[1],
+                      pe->context);
+    return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\" part %d of %d: %lld positions per part make a "
+                    "sequence of %lld, more than the context of %d positions", pe->context, pe->dim,
+                    m->params[0].name, pe->part, pe->parts, (long long)x->shape[1],
+                    (long long)x->shape[1] * pe->parts, pe->context);
+  }
   px_status st = px_ctx_tensor_like(ctx, y, x);
   if (st != PX_OK) return st;
   const int64_t N = x->shape[0], T = x->shape[1];
   const size_t C = (size_t)pe->dim;
-  const float *X = px_f32(x), *W = m->params[0].data;
+  const int64_t off = (int64_t)pe->part * T;
+  const float *X = px_f32(x), *W = m->params[0].data + (size_t)off * C;
   float *Y = px_f32(y);
   #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
   for (int64_t r = 0; r < N * T; r++) {
@@ -167,6 +176,7 @@ static px_status pos_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   }
   pe->n = N;
   pe->t = T;
+  pe->offset = off;
   return PX_OK;
 }
 
@@ -175,8 +185,8 @@ static px_status pos_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   const int64_t N = pe->n, T = pe->t;
   const size_t C = (size_t)pe->dim;
   const float *DY = px_f32(dy);
-  float *dW = m->params[0].grad;
-  // dW[t, :] += Σ_n dy[n, t, :], n in order: one thread per position t.
+  float *dW = m->params[0].grad + (size_t)pe->offset * C;
+  // dW[offset + t, :] += Σ_n dy[n, t, :], n in order: one thread per position t.
   #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
   for (int64_t t = 0; t < T; t++) {
     float *restrict w = dW + (size_t)t * C;
@@ -207,8 +217,23 @@ px_module *px_pos_embedding(int context, int dim) {
   if (!pe) return NULL;
   pe->context = context;
   pe->dim = dim;
+  pe->parts = 1;
   int64_t shape[2] = {context, dim};
   // GPT-2's initialisation: N(0, 0.02).
   px_module_add_param(&pe->base, "weight", 2, shape, PX_INIT_NORMAL, 0.02f, false);
   return &pe->base;
+}
+
+px_module *px_pos_embedding_part(int context, int dim, int part, int parts) {
+  if (parts <= 0 || part < 0 || part >= parts) {
+    px_error(PX_ERR_INVALID, "PosEmbedding(%d, %d): part %d of %d: need 0 <= part < parts", context, dim, part,
+             parts);
+    return NULL;
+  }
+  px_module *m = px_pos_embedding(context, dim);
+  if (!m) return NULL;
+  pos_embedding *pe = (pos_embedding *)m;
+  pe->part = part;
+  pe->parts = parts;
+  return m;
 }

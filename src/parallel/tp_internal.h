@@ -26,6 +26,15 @@ void px_tp_init_boxes(px_module *m, px_rng *rng);
 px_status px_tp_allreduce(px_tp_group *g, float *buf, size_t n, px_reduce_op op, bool backward);
 px_status px_tp_allgather(px_tp_group *g, const float *send, float *recv, size_t n, bool backward);
 
+// Sequence parallelism's collectives on (N, T, C) tensors, T = P·Tl, rank r
+// holding positions [r·Tl, (r+1)·Tl) (tp_sequence.c): all-gather
+// (N, Tl, C) -> (N, T, C), and reduce-scatter of (N, T, C) partial sums ->
+// (N, Tl, C).  Counted in g->counts; scratch from ctx's arena.
+px_status px_tp_seq_all_gather(px_tp_group *g, px_ctx *ctx, const float *in, float *out, int64_t N, int64_t T,
+                               int64_t C, bool backward);
+px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in, float *out, int64_t N, int64_t T,
+                                   int64_t C, bool backward);
+
 // Internal constructors of the ops tables (for px_tp_is_module).
 extern const px_module_ops px_tp_column_ops, px_tp_row_ops, px_tp_vocab_embedding_ops;
 

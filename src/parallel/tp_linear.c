@@ -35,6 +35,8 @@ typedef struct tp_linear {
   px_tp_layout layout;
   bool         column, has_bias, gather;
   bool         seq;          /* sequence parallel: no all-reduce (a gather / scatter does it) */
+  bool         split;        /* sequence split at the boundary: the layer gathers / scatters itself */
+  int64_t      sn, st;       /* split: the saved N and the full T */
   int          in, out;      /* global features */
   int          lin, lout;    /* this rank's: column (in, out/P), row (in/P, out) */
   px_tensor    x;            /* saved input (R, lin) */
@@ -62,8 +64,99 @@ static void local_gemm(const tp_linear *l, const float *X, int R, float *Y) {
     px_sgemm(false, false, R, l->lout, l->lin, 1.0f, X, l->lin, m->params[0].data, l->lout, beta, Y, l->lout);
 }
 
+// dW += …, db += Σ dy  for R rows of dy (R, lout) against the saved input.
+static void param_grads(tp_linear *l, const float *DY, int R) {
+  px_module *m = &l->tm.base;
+  const int lin = l->lin, lout = l->lout;
+  const float *X = px_f32(&l->x);
+  if (l->layout == PX_TP_LINEAR)  // dW += dyᵀ · x    (lout, R)·(R, lin)
+    px_sgemm(true, false, lout, lin, R, 1.0f, DY, lout, X, lin, 1.0f, m->params[0].grad, lin);
+  else                            // dW += xᵀ · dy    (lin, R)·(R, lout)
+    px_sgemm(true, false, lin, lout, R, 1.0f, X, lin, DY, lout, 1.0f, m->params[0].grad, lout);
+  if (l->has_bias) {
+    float *db = m->params[1].grad;  // db += Σ_r dy[r, :]
+    for (int r = 0; r < R; r++) px_axpy(db, DY + (size_t)r * lout, (size_t)lout, 1.0f);
+  }
+}
+
+// DX (R, lin) = dy · W (Linear) or dy · Wᵀ (Conv1D).
+static void input_grad(const tp_linear *l, const float *DY, int R, float *DX) {
+  const px_module *m = &l->tm.base;
+  const int lin = l->lin, lout = l->lout;
+  if (l->layout == PX_TP_LINEAR)  // dx = dy · W      (R, lout)·(lout, lin)
+    px_sgemm(false, false, R, lin, lout, 1.0f, DY, lout, m->params[0].data, lin, 0.0f, DX, lin);
+  else                            // dx = dy · Wᵀ     W stored (lin, lout)
+    px_sgemm(false, true, R, lin, lout, 1.0f, DY, lout, m->params[0].data, lout, 0.0f, DX, lin);
+}
+
+// Sequence split at the boundary (px_tp_set_sequence_split).  Column: x
+// (N, T/P, in) is all-gathered to (N, T, in) (kept for backward), y (N, T,
+// out/P); backward reduce-scatters the partial dx back to (N, T/P, in).
+// Row: y = reduce-scatter of the partial x_r · W_r to (N, T/P, out), then b
+// on every rank (the scatter made y whole); backward all-gathers dy to
+// (N, T, out), so db and dx are complete.
+static px_status split_forward(tp_linear *l, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  px_tp_group *g = l->tm.g;
+  const int P = g->size;
+  if (l->gather || x->dtype != PX_F32 || x->ndim != 3 || x->shape[2] != l->lin ||
+      (!l->column && x->shape[1] % P != 0)) {
+    char b[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "%s(%d -> %d, tp %d) \"%s\", sequence split: input must be f32 (N, T, %d)%s, "
+                    "got %s %s", l->tm.base.ops->type, l->in, l->out, P, l->tm.base.params[0].name, l->lin,
+                    l->column ? "" : " with T a multiple of tp", px_dtype_name(x->dtype),
+                    px_shape_str(x->ndim, x->shape, b, sizeof b));
+  }
+  const int64_t N = x->shape[0], T = l->column ? x->shape[1] * P : x->shape[1];
+  const int R = (int)(N * T);
+  l->sn = N;
+  l->st = T;
+  px_status st;
+  if (l->column) {
+    if ((st = px_ctx_tensor(ctx, &l->x, 3, (int64_t[]){N, T, l->lin})) != PX_OK) return st;
+    if ((st = px_tp_seq_all_gather(g, ctx, px_f32(x), px_f32(&l->x), N, T, l->lin, false)) != PX_OK) return st;
+    if ((st = px_ctx_tensor(ctx, y, 3, (int64_t[]){N, T, l->lout})) != PX_OK) return st;
+    local_gemm(l, px_f32(&l->x), R, px_f32(y));
+    return PX_OK;
+  }
+  l->x = *x;
+  float *part = px_arena_alloc(ctx->arena, (size_t)R * l->out * sizeof(float));
+  if (!part) return PX_ERR_NOMEM;
+  local_gemm(l, px_f32(x), R, part);
+  if ((st = px_ctx_tensor(ctx, y, 3, (int64_t[]){N, T / P, l->out})) != PX_OK) return st;
+  if ((st = px_tp_seq_reduce_scatter(g, ctx, part, px_f32(y), N, T, l->out, false)) != PX_OK) return st;
+  if (l->has_bias)
+    for (int64_t r = 0; r < N * (T / P); r++)
+      px_axpy(px_f32(y) + (size_t)r * l->out, l->tm.base.params[1].data, (size_t)l->out, 1.0f);
+  return PX_OK;
+}
+
+static px_status split_backward(tp_linear *l, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  px_tp_group *g = l->tm.g;
+  const int64_t N = l->sn, T = l->st, Tl = T / g->size;
+  const int R = (int)(N * T);
+  px_status st;
+  if (l->column) {
+    param_grads(l, px_f32(dy), R);
+    if (!dx) return PX_OK;
+    float *part = px_arena_alloc(ctx->arena, (size_t)R * l->lin * sizeof(float));
+    if (!part) return PX_ERR_NOMEM;
+    input_grad(l, px_f32(dy), R, part);
+    if ((st = px_ctx_tensor(ctx, dx, 3, (int64_t[]){N, Tl, l->lin})) != PX_OK) return st;
+    return px_tp_seq_reduce_scatter(g, ctx, part, px_f32(dx), N, T, l->lin, true);
+  }
+  float *whole = px_arena_alloc(ctx->arena, (size_t)R * l->out * sizeof(float));
+  if (!whole) return PX_ERR_NOMEM;
+  if ((st = px_tp_seq_all_gather(g, ctx, px_f32(dy), whole, N, T, l->out, true)) != PX_OK) return st;
+  param_grads(l, whole, R);
+  if (!dx) return PX_OK;
+  if ((st = px_ctx_tensor_like(ctx, dx, &l->x)) != PX_OK) return st;
+  input_grad(l, whole, R, px_f32(dx));
+  return PX_OK;
+}
+
 static px_status tp_linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   tp_linear *l = (tp_linear *)m;
+  if (l->split) return split_forward(l, ctx, x, y);
   if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != l->lin) return shape_error(l, x);
   const int R = (int)(px_tensor_numel(x) / l->lin);
   const int yout = l->gather ? l->out : l->lout;
@@ -106,6 +199,7 @@ static px_status tp_linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x
 
 static px_status tp_linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy_in, px_tensor *dx) {
   tp_linear *l = (tp_linear *)m;
+  if (l->split) return split_backward(l, ctx, dy_in, dx);
   const int R = (int)(px_tensor_numel(&l->x) / l->lin), lin = l->lin, lout = l->lout;
   const float *DY = px_f32(dy_in);
   if (l->gather) {
@@ -116,22 +210,11 @@ static px_status tp_linear_backward(px_module *m, px_ctx *ctx, const px_tensor *
     for (int r = 0; r < R; r++) memcpy(mine + (size_t)r * lout, DY + (size_t)r * l->out + c0, (size_t)lout * sizeof(float));
     DY = mine;
   }
-  const float *X = px_f32(&l->x);
-  if (l->layout == PX_TP_LINEAR)  // dW += dyᵀ · x    (lout, R)·(R, lin)
-    px_sgemm(true, false, lout, lin, R, 1.0f, DY, lout, X, lin, 1.0f, m->params[0].grad, lin);
-  else                            // dW += xᵀ · dy    (lin, R)·(R, lout)
-    px_sgemm(true, false, lin, lout, R, 1.0f, X, lin, DY, lout, 1.0f, m->params[0].grad, lout);
-  if (l->has_bias) {
-    float *db = m->params[1].grad;  // db += Σ_r dy[r, :]
-    for (int r = 0; r < R; r++) px_axpy(db, DY + (size_t)r * lout, (size_t)lout, 1.0f);
-  }
+  param_grads(l, DY, R);
   if (!dx) return PX_OK;
   px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
   if (st != PX_OK) return st;
-  if (l->layout == PX_TP_LINEAR)  // dx = dy · W      (R, lout)·(lout, lin)
-    px_sgemm(false, false, R, lin, lout, 1.0f, DY, lout, m->params[0].data, lin, 0.0f, px_f32(dx), lin);
-  else                            // dx = dy · Wᵀ     W stored (lin, lout)
-    px_sgemm(false, true, R, lin, lout, 1.0f, DY, lout, m->params[0].data, lout, 0.0f, px_f32(dx), lin);
+  input_grad(l, DY, R, px_f32(dx));
   // Copy to the tp region, backward: every rank used x, so dx = Σ_r dx_r.
   // (Sequence parallel: px_tp_sequence_gather's backward sums it instead.)
   if (l->column && !l->seq) return px_tp_allreduce(l->tm.g, px_f32(dx), (size_t)R * lin, PX_SUM, true);
@@ -242,4 +325,9 @@ px_module *px_tp_row_parallel(px_tp_group *g, px_tp_layout layout, int in_featur
 void px_tp_set_sequence_parallel(px_module *m, bool on) {
   if (m && (m->ops == &px_tp_column_ops || m->ops == &px_tp_row_ops) && !((tp_linear *)m)->gather)
     ((tp_linear *)m)->seq = on;
+}
+
+void px_tp_set_sequence_split(px_module *m, bool on) {
+  if (m && (m->ops == &px_tp_column_ops || m->ops == &px_tp_row_ops) && !((tp_linear *)m)->gather)
+    ((tp_linear *)m)->split = on;
 }

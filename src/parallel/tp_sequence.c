@@ -41,30 +41,40 @@ static px_status count_rs(px_tp_group *g, bool backward, size_t n) {
   return PX_OK;
 }
 
-// out (N, Tl, C) = Σ_q rank q's rows r·Tl… of in (N, T, C).
-static px_status reduce_scatter(tp_seq *s, px_ctx *ctx, const float *in, float *out, bool backward) {
-  const int P = s->g->size;
-  const size_t chunk = (size_t)(s->n * (s->t / P) * s->c);
+px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in, float *out, int64_t N, int64_t T,
+                                   int64_t C, bool backward) {
+  const int P = g->size;
+  const size_t chunk = (size_t)(N * (T / P) * C);
   if (P == 1) { memcpy(out, in, chunk * sizeof(float)); return PX_OK; }
   float *blocks = px_arena_alloc(ctx->arena, chunk * (size_t)P * sizeof(float));
   if (!blocks) return PX_ERR_NOMEM;
-  pack(in, blocks, s->n, s->t, s->c, P, true);
-  count_rs(s->g, backward, chunk * (size_t)P);
-  px_status st = px_comm_reduce_scatter(s->g->comm, blocks, out, chunk, PX_F32, PX_SUM);
+  pack(in, blocks, N, T, C, P, true);
+  count_rs(g, backward, chunk * (size_t)P);
+  px_status st = px_comm_reduce_scatter(g->comm, blocks, out, chunk, PX_F32, PX_SUM);
   return st == PX_OK ? st : px_error_wrap(st, "sequence parallel (tp %d): reduce-scatter in %s", P,
                                           backward ? "backward" : "forward");
 }
 
-// out (N, T, C) = every rank's (N, Tl, C) at its positions.
-static px_status all_gather(tp_seq *s, px_ctx *ctx, const float *in, float *out, bool backward) {
-  const int P = s->g->size;
-  const size_t chunk = (size_t)(s->n * (s->t / P) * s->c);
+px_status px_tp_seq_all_gather(px_tp_group *g, px_ctx *ctx, const float *in, float *out, int64_t N, int64_t T,
+                               int64_t C, bool backward) {
+  const int P = g->size;
+  const size_t chunk = (size_t)(N * (T / P) * C);
   float *blocks = px_arena_alloc(ctx->arena, chunk * (size_t)P * sizeof(float));
   if (!blocks) return PX_ERR_NOMEM;
-  px_status st = px_tp_allgather(s->g, in, blocks, chunk, backward);
+  px_status st = px_tp_allgather(g, in, blocks, chunk, backward);
   if (st != PX_OK) return st;
-  pack(out, blocks, s->n, s->t, s->c, P, false);
+  pack(out, blocks, N, T, C, P, false);
   return PX_OK;
+}
+
+// out (N, Tl, C) = Σ_q rank q's rows r·Tl… of in (N, T, C).
+static px_status reduce_scatter(tp_seq *s, px_ctx *ctx, const float *in, float *out, bool backward) {
+  return px_tp_seq_reduce_scatter(s->g, ctx, in, out, s->n, s->t, s->c, backward);
+}
+
+// out (N, T, C) = every rank's (N, Tl, C) at its positions.
+static px_status all_gather(tp_seq *s, px_ctx *ctx, const float *in, float *out, bool backward) {
+  return px_tp_seq_all_gather(s->g, ctx, in, out, s->n, s->t, s->c, backward);
 }
 
 static px_status seq_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
