@@ -186,18 +186,6 @@ static px_status train_step(rank_state *s, int k) {
   return st;
 }
 
-// VmHWM of /proc/self/status in bytes (0 if unknown).
-static size_t vm_hwm(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  size_t kib = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
-  fclose(f);
-  return kib * 1024;
-}
-
 // Resets VmHWM to the current resident size (Linux >= 4.0); false if it
 // cannot.
 static bool reset_hwm(void) {
@@ -218,7 +206,7 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline, size_t s
     m.arena_peak = px_arena_high_water(s->model->arena);
   }
   m.optim_state = (size_t)s->optim->n_state * s->optim->n * sizeof(float);
-  const size_t hwm = vm_hwm();
+  const size_t hwm = px_train_peak_rss();
   // Max over ranks of each figure, and of VmHWM - baseline.
   int64_t v[8] = {(int64_t)m.params, (int64_t)m.grads, (int64_t)m.optim_state, (int64_t)m.gathered,
                   (int64_t)m.arena_peak, (int64_t)(hwm - baseline), (int64_t)baseline,
@@ -256,7 +244,7 @@ static int bench_rank(px_comm *comm, void *arg) {
   const bench_opts *o = sh->o;
   const int rank = comm ? px_comm_rank(comm) : 0;
   rank_state s = {.o = o};
-  const size_t baseline = vm_hwm();  // before the model: program, MPI, BLAS
+  const size_t baseline = px_train_peak_rss();  // before the model: program, MPI, BLAS
   px_status st = px_model_create(&s.model, px_zoo_gpt(&o->cfg), 42);
   if (st != PX_OK) { fprintf(stderr, "bench_gpt: model: %s\n", px_last_error()); return 1; }
   if (o->zero == 0 && comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, NULL)) != PX_OK) {
@@ -303,7 +291,7 @@ static int bench_rank(px_comm *comm, void *arg) {
     s.y[i] = (int32_t)px_rng_below(&r, (uint64_t)o->cfg.vocab_size);
   }
   if (o->memory_steps > 0) {
-    const size_t setup_hwm = vm_hwm();
+    const size_t setup_hwm = px_train_peak_rss();
     if (!reset_hwm()) fprintf(stderr, "bench_gpt: cannot reset VmHWM (/proc/self/clear_refs): train_delta is the run's\n");
     for (int k = 0; st == PX_OK && k < o->memory_steps; k++) st = train_step(&s, k % N_BATCHES);
     if (st != PX_OK) { fprintf(stderr, "bench_gpt: rank %d: training step: %s\n", rank, px_last_error()); return 1; }
