@@ -92,6 +92,10 @@ px_status px_ckpt_make_dirs(char *dir, const char *ckpt);
 // SHA-256 into digest; errors name the checkpoint and the file.
 px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
                              int n, unsigned char digest[PX_SHA256_BYTES]);
+// One item (a safetensors image or raw bytes) written as tmp/<name>, fsynced,
+// its SHA-256 in hex into hex; messages name final/<name>.
+px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
+                             char hex[PX_SHA256_HEX]);
 // Item names are valid and distinct (see px_checkpoint_write).
 px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items);
 // dir without trailing slashes, malloc'ed (NULL: out of memory).

@@ -77,23 +77,9 @@ static px_status write_mine(const char *tmp, const char *final, const px_ckpt_it
   size_t used = 0;
   for (int i = 0; i < n_items; i++) {
     const px_ckpt_item *it = &items[i];
-    char file[4400], label[4400];
-    unsigned char digest[PX_SHA256_BYTES];
-    snprintf(file, sizeof file, "%s/%s", tmp, it->name);
-    px_status st;
-    if (it->tensors) {
-      px_st_image img;
-      snprintf(label, sizeof label, "%s/%s", final, it->name);
-      if ((st = px_st_image_build(label, it->tensors, it->metadata, it->n_metadata, &img)) != PX_OK) return st;
-      st = px_ckpt_write_file(file, final, it->name, img.chunks, img.n_chunks, digest);
-      px_st_image_free(&img);
-    } else {
-      px_io_chunk c = {it->bytes, it->n_bytes};
-      st = px_ckpt_write_file(file, final, it->name, &c, 1, digest);
-    }
-    if (st != PX_OK) return st;
     char hex[PX_SHA256_HEX];
-    px_sha256_hex(digest, hex);
+    px_status st = px_ckpt_write_item(tmp, final, it, hex);
+    if (st != PX_OK) return st;
     int k = snprintf(r->text + used, REPORT_TEXT - used, "%s  %s\n", hex, it->name);
     if (k < 0 || (size_t)k >= REPORT_TEXT - used)
       return px_error(PX_ERR_INVALID, "checkpoint %s: one rank's file names exceed %d bytes in all", final, REPORT_TEXT);

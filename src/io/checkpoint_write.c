@@ -151,6 +151,36 @@ fail:
                   "are untouched", ckpt, step, name, px_io_strerror(err, why, sizeof why));
 }
 
+px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
+                             char hex[PX_SHA256_HEX]) {
+  size_t plen = strlen(tmp) + strlen(final) + strlen(it->name) + 2;
+  char *file = malloc(plen), *label = malloc(plen);
+  if (!file || !label) {
+    free(file);
+    free(label);
+    return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory for a path", final);
+  }
+  snprintf(file, plen, "%s/%s", tmp, it->name);
+  snprintf(label, plen, "%s/%s", final, it->name);  // the name a user will see in messages
+  unsigned char digest[PX_SHA256_BYTES];
+  px_status st;
+  if (it->tensors) {
+    px_st_image img;
+    st = px_st_image_build(label, it->tensors, it->metadata, it->n_metadata, &img);
+    if (st == PX_OK) {
+      st = px_ckpt_write_file(file, final, it->name, img.chunks, img.n_chunks, digest);
+      px_st_image_free(&img);
+    }
+  } else {
+    px_io_chunk c = {it->bytes, it->n_bytes};
+    st = px_ckpt_write_file(file, final, it->name, &c, 1, digest);
+  }
+  if (st == PX_OK) px_sha256_hex(digest, hex);
+  free(file);
+  free(label);
+  return st;
+}
+
 /* ---- arguments -------------------------------------------------------------------- */
 
 px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items) {
@@ -253,10 +283,10 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
 
   char *dir = px_ckpt_clean_dir(dir_in);
   size_t plen = strlen(dir_in) + 2 * PX_CKPT_NAME_MAX + 8;
-  char *final = malloc(plen), *tmp = malloc(plen), *file = malloc(plen), *old = malloc(plen), *label = malloc(plen);
+  char *final = malloc(plen), *tmp = malloc(plen), *file = malloc(plen), *old = malloc(plen);
   char *sums = malloc((size_t)n_items * (PX_SHA256_HEX + 2 + PX_CKPT_NAME_MAX + 1) + 1);
   bool made_tmp = false;
-  if (!dir || !final || !tmp || !file || !old || !label || !sums) {
+  if (!dir || !final || !tmp || !file || !old || !sums) {
     st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory writing step %" PRId64 " in %s", step, dir_in);
     goto done;
   }
@@ -284,21 +314,8 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
   size_t sums_len = 0;
   for (int i = 0; i < n_items; i++) {
     const px_ckpt_item *it = &items[i];
-    unsigned char digest[PX_SHA256_BYTES];
-    snprintf(file, plen, "%s/%s", tmp, it->name);
-    if (it->tensors) {
-      px_st_image img;
-      snprintf(label, plen, "%s/%s", final, it->name);  // the name a user will see in messages
-      if ((st = px_st_image_build(label, it->tensors, it->metadata, it->n_metadata, &img)) != PX_OK) goto done;
-      st = px_ckpt_write_file(file, final, it->name, img.chunks, img.n_chunks, digest);
-      px_st_image_free(&img);
-    } else {
-      px_io_chunk c = {it->bytes, it->n_bytes};
-      st = px_ckpt_write_file(file, final, it->name, &c, 1, digest);
-    }
-    if (st != PX_OK) goto done;
     char hex[PX_SHA256_HEX];
-    px_sha256_hex(digest, hex);
+    if ((st = px_ckpt_write_item(tmp, final, it, hex)) != PX_OK) goto done;
     sums_len += (size_t)sprintf(sums + sums_len, "%s  %s\n", hex, it->name);
   }
   // SHA256SUMS last: a directory that has it had all its files written.
@@ -329,7 +346,6 @@ done:
     px_error(st, "%s", msg);
   }
   free(sums);
-  free(label);
   free(old);
   free(file);
   free(tmp);
