@@ -126,16 +126,28 @@ px_status px_checkpoint_load_tensors(const char *ckpt_path, const char *name, co
 px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items,
                                   int n_items, int keep_last, char *path_out, size_t cap);
 
-/* A piece of a named tensor: the flat range [offset, offset + count) of the
- * tensor `key` (row-major), whose whole shape is shape (DESIGN decision 8:
- * a shard is a box of a named global tensor; for a flat shard the box is a
- * range of the flattened tensor).  key is independent of the layout:
- * "h.0.attn.c_attn.weight" for a parameter, "exp_avg.h.0.attn.c_attn.weight"
- * for optimizer state. */
+/* A piece of a named tensor (DESIGN decision 8: a shard is a box of a named
+ * global tensor).  Version 2 of the pieces format: a piece is the flat
+ * range [offset, offset + count) of a BOX of the tensor `key` whose whole
+ * (global) shape is `shape`:
+ *   box_offset[d], box_size[d]  for d < ndim: the box's corner and extent in
+ *                               the global tensor (a tensor-parallel column
+ *                               block: box_offset = {0, c0}, box_size =
+ *                               {rows, w});
+ *   offset, count               a flat range of the box in ITS row-major
+ *                               order (a ZeRO slice of this rank's box);
+ *   data                        count floats, contiguous, in that order.
+ * box_size all zero (a zero-initialised piece) means the whole tensor, so a
+ * version-1 piece (a flat range of the whole tensor: ZeRO over DDP) is the
+ * special case, and version-1 files still load.  key is independent of the
+ * layout: "h.0.attn.c_attn.weight" for a parameter,
+ * "exp_avg.h.0.attn.c_attn.weight" for optimizer state. */
 typedef struct px_tensor_piece {
   char     key[PX_NAME_MAX + 32];
   int      ndim;
   int64_t  shape[PX_MAX_DIMS];
+  int64_t  box_offset[PX_MAX_DIMS];
+  int64_t  box_size[PX_MAX_DIMS];  /* all 0: the whole tensor */
   size_t   offset, count;
   float   *data;             /* count floats (F32) */
 } px_tensor_piece;

@@ -9,6 +9,7 @@
 #include "plexus/io.h"
 #include "plexus/comm.h"
 #include "plexus/parallel.h"
+#include "plexus/pipeline.h"
 #include "plexus/tensor_parallel.h"
 #include "plexus/data.h"
 #include "plexus/log.h"
