@@ -1,11 +1,15 @@
 /* pp_schedule_sim.c — timing a pipeline table, and printing it for a person
  * (plexus/pipeline.h).
  *
- * The timing model is the executor's: a forward costs tf, a backward tb,
- * communication is free and sends do not wait (posted non-blocking); a
- * receive waits until its send has been executed, a rank runs its actions
- * in order.  The busy share of rank r is its compute time over the makespan
- * (the time the last rank finishes); 1 - busy is the bubble. */
+ * The timing model is the executor's (pp_schedule.c, "The executor's
+ * convention"): a rank runs its actions in order; a forward costs tf, a
+ * backward tb; communication is free; a SEND is posted and does not wait, a
+ * RECV is posted and does not wait either — the compute that needs the
+ * data waits for it (until its send has been posted).  So a receive placed
+ * early in the table never holds back a compute that does not need it, and
+ * the timing is that of the compute orders alone, whatever tf and tb are.
+ * The busy share of rank r is its compute time over the makespan (the time
+ * the last rank finishes); 1 - busy is the bubble. */
 #include "plexus/pipeline.h"
 
 #include <math.h>
@@ -14,7 +18,7 @@
 #include <string.h>
 
 /* Play the table: start[r][k] receives the time action k of rank r starts
- * (a compute) or completes (a transfer). */
+ * (a compute) or is posted (a transfer). */
 static px_status play(const px_pp_schedule *s, double tf, double tb, double **start, double *busy,
                       double *makespan) {
   int p = s->p, m = s->m, S = s->p * s->v;
@@ -38,6 +42,13 @@ static px_status play(const px_pp_schedule *s, double tf, double tb, double **st
         const px_pp_action *a = &s->actions[r][pc[r]];
         size_t x = (size_t)a->stage * (size_t)m + (size_t)a->micro;
         double t = clock[r];
+        /* A compute's input from another rank: the time its send was
+         * posted (not yet: wait for the sender to get there). */
+        double sent = 0;
+        if (p > 1 && a->op == PX_PP_FORWARD && a->stage > 0) sent = act_out[x - (size_t)m];
+        if (p > 1 && a->op == PX_PP_BACKWARD && a->stage < S - 1) sent = grad_in[x + (size_t)m];
+        if (sent < 0) goto wait;
+        if (sent > t) clock[r] = t = sent;
         switch (a->op) {
         case PX_PP_FORWARD:
           clock[r] += tf;
@@ -51,21 +62,11 @@ static px_status play(const px_pp_schedule *s, double tf, double tb, double **st
           break;
         case PX_PP_SEND_ACT: act_out[x] = t; break;
         case PX_PP_SEND_GRAD: grad_in[x] = t; break;
-        case PX_PP_RECV_ACT: {
-          double sent = act_out[x - (size_t)m];
-          if (sent < 0) goto wait;
-          if (sent > t) clock[r] = t = sent;
-          break;
-        }
-        case PX_PP_RECV_GRAD: {
-          double sent = grad_in[x + (size_t)m];
-          if (sent < 0) goto wait;
-          if (sent > t) clock[r] = t = sent;
-          break;
-        }
+        case PX_PP_RECV_ACT:
+        case PX_PP_RECV_GRAD:
         case PX_PP_OPTIM_STEP: break;
         }
-        if (start) start[r][pc[r]] = a->op == PX_PP_RECV_ACT || a->op == PX_PP_RECV_GRAD ? clock[r] : t;
+        if (start) start[r][pc[r]] = t;
         pc[r]++;
         progress = 1;
       }
