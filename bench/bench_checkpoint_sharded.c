@@ -24,7 +24,12 @@
 // the bytes each rank actually read per load (the loader reads every file
 // of a prefix whole to check its SHA-256).  One line per figure:
 //
-//   RESULT op=save ranks=2 bytes=629145600 median_s=.. best_s=.. agg_MBps=.. per_rank_MBps=..
+//   RESULT op=save ranks=2 bytes=629145600 median_s=.. best_s=.. agg_MBps=.. per_rank_MBps=.. cpu_s=..
+//
+// cpu_s: CPU seconds (user + system, getrusage) per save or load: of every
+// rank under the threads backend (one process), of rank 0's process under
+// MPI.  On a machine shared with other work the wall times follow the CPU
+// share the bench gets; cpu_s does not.
 #define _GNU_SOURCE
 #include "plexus/plexus.h"
 
@@ -33,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "io/sha256.h"
@@ -153,17 +159,27 @@ static void breakdown(const char *ckpt, size_t bytes) {
          bytes, bytes / t_read / 1e6, px_sha256_impl_name(), bytes / t_hash / 1e6, bytes / t_rf / 1e6);
 }
 
+// CPU seconds (user + system) this process has used: every rank's under
+// the threads backend, this rank's under MPI.
+static double cpu_now(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+         1e-6 * (double)u.ru_stime.tv_usec;
+}
+
 static double max_over_ranks(px_comm *c, double t) {
   px_comm_allreduce(c, &t, 1, PX_F64, PX_MAX);
   return t;
 }
 
-static void report(px_comm *c, const char *op, int N, size_t bytes, double *t, int n) {
+static void report(px_comm *c, const char *op, int N, size_t bytes, double *t, int n, double cpu) {
   if (px_comm_rank(c) != 0) return;
   double best = best_of(t, n), med = median(t, n);
   printf("RESULT op=%s ranks=%d bytes=%zu median_s=%.4f best_s=%.4f agg_MBps=%.1f per_rank_MBps=%.1f "
-         "best_agg_MBps=%.1f\n",
-         op, N, bytes, med, best, bytes / med / 1e6, bytes / med / 1e6 / N, bytes / best / 1e6);
+         "best_agg_MBps=%.1f cpu_s=%.3f (%s)\n",
+         op, N, bytes, med, best, bytes / med / 1e6, bytes / med / 1e6 / N, bytes / best / 1e6, cpu / n,
+         px_comm_backend_of(c) == PX_COMM_MPI ? "rank 0's process" : "every rank");
   fflush(stdout);
 }
 
@@ -216,13 +232,15 @@ static int run_rank(px_comm *c, void *arg) {
                            {.name = "state.json", .bytes = json, .n_bytes = strlen(json)}};
   const size_t bytes = 3 * b->params * sizeof(float);
   double t_save[MAX_REPEATS] = {0}, t_cold[MAX_REPEATS] = {0}, t_warm[MAX_REPEATS] = {0};
+  double cpu_save = 0, cpu_load[2] = {0, 0};
   char path[1024];
   int rc = 0;
   for (int rep = 0; rep < b->repeats && rc == 0; rep++) {
     px_comm_barrier(c);
-    double t0 = px_time_now();
+    double t0 = px_time_now(), c0 = cpu_now();
     st = px_checkpoint_write_all(c, b->dir, 1000 + rep, items, r == 0 ? 3 : 2, 1, path, sizeof path);
     t_save[rep] = max_over_ranks(c, px_time_now() - t0);
+    cpu_save += cpu_now() - c0;
     if (st != PX_OK) {
       fprintf(stderr, "bench_checkpoint_sharded: rank %d: save: %s\n", r, px_last_error());
       rc = 1;
@@ -233,9 +251,11 @@ static int run_rank(px_comm *c, void *arg) {
       memset(back, 0, 3 * n * sizeof *back);
       px_comm_barrier(c);
       t0 = px_time_now();
+      double c1 = cpu_now();
       st = px_checkpoint_load_boxes(path, "model", mw, n_mp);
       if (st == PX_OK) st = px_checkpoint_load_boxes(path, "optim", ow, n_op);
       const double t = max_over_ranks(c, px_time_now() - t0);
+      cpu_load[warm] += cpu_now() - c1;
       (warm ? t_warm : t_cold)[rep] = t;
       if (st != PX_OK || memcmp(back, w, n * sizeof *w) != 0 || memcmp(back + n, m, n * sizeof *m) != 0 ||
           memcmp(back + 2 * n, v, n * sizeof *v) != 0) {
@@ -246,9 +266,9 @@ static int run_rank(px_comm *c, void *arg) {
     }
   }
   if (rc == 0) {
-    report(c, "save", N, bytes, t_save, b->repeats);
-    report(c, "load_cold", N, bytes, t_cold, b->repeats);
-    report(c, "load_warm", N, bytes, t_warm, b->repeats);
+    report(c, "save", N, bytes, t_save, b->repeats, cpu_save);
+    report(c, "load_cold", N, bytes, t_cold, b->repeats, cpu_load[0]);
+    report(c, "load_warm", N, bytes, t_warm, b->repeats, cpu_load[1]);
     if (r == 0) {
       // What a load reads: every file of the prefix whole, on every rank.
       printf("NOTE each rank reads %zu bytes per load (every model.rank*/optim.rank* file whole) for the %zu it "

@@ -22,7 +22,12 @@
 #
 # Figures: medians over REPEATS; "per rank" = bytes / N / time, "aggregate"
 # = bytes / time, time = until the last rank (or dd) is done; ratio =
-# plexus aggregate / dd aggregate (aim: >= 0.7).
+# plexus aggregate / dd aggregate (aim: >= 0.7).  "CPU s per GB": user +
+# system seconds per GB of checkpoint, plexus's (every rank: threads
+# backend only) and dd's: on a machine shared with other work the wall
+# times follow the CPU share each side gets, the CPU cost does not.  On
+# stderr: what a load reads per rank, and (N = 1) where a warm load's time
+# goes (read(2), SHA-256, px_checkpoint_read_file, one thread).
 #
 # Settings (environment):
 #   BUILD_DIR   build folder                           (default: <repo>/build)
@@ -50,41 +55,32 @@ now() { date +%s.%N; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 # dd_round N: one write, cold read and warm read of N files of BYTES/N;
-# prints the three times in seconds.
+# prints for each the wall seconds and the CPU seconds (user + system) of
+# the dd processes.
 dd_round() {
-  local n=$1 count=$((BYTES / n / 1048576)) i t0 tw tc th
+  local n=$1 count=$((BYTES / n / 1048576)) i
+  local TIMEFORMAT='%R %U %S'
   rm -f "$WORK"/dd.*
-  t0=$(now)
-  for i in $(seq 1 "$n"); do dd if=/dev/zero of="$WORK/dd.$i" bs=1M count="$count" conv=fsync status=none & done
-  wait
-  tw=$(echo "$(now) - $t0" | bc -l)
+  { time { for i in $(seq 1 "$n"); do dd if=/dev/zero of="$WORK/dd.$i" bs=1M count="$count" conv=fsync status=none & done; wait; }; } 2>&1
   for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" iflag=nocache count=0 status=none; done
-  t0=$(now)
-  for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" of=/dev/null bs=1M status=none & done
-  wait
-  tc=$(echo "$(now) - $t0" | bc -l)
-  t0=$(now)
-  for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" of=/dev/null bs=1M status=none & done
-  wait
-  th=$(echo "$(now) - $t0" | bc -l)
+  { time { for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" of=/dev/null bs=1M status=none & done; wait; }; } 2>&1
+  { time { for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" of=/dev/null bs=1M status=none & done; wait; }; } 2>&1
   rm -f "$WORK"/dd.*
-  echo "$tw $tc $th"
 }
 
 echo "checkpoint of $PARAMS parameters + Adam state: $BYTES bytes ($(echo "$BYTES / 1048576" | bc) MiB) in $DIR" \
      "($(df -T "$DIR" | awk 'NR == 2 {print $1 ", " $2}')); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "plexus: $([ "$MPI" = 1 ] && echo "mpirun -n N" || echo "threads backend, N ranks in one process"); dd: N processes, conv=fsync; medians of $REPEATS"
-printf '\n| ranks | op | plexus MB/s per rank | plexus MB/s aggregate | dd MB/s aggregate | plexus / dd |\n'
-printf '|---:|---|---:|---:|---:|---:|\n'
+printf '\n| ranks | op | plexus MB/s per rank | plexus MB/s aggregate | dd MB/s aggregate | plexus / dd | CPU s per GB: plexus, dd |\n'
+printf '|---:|---|---:|---:|---:|---:|---:|\n'
 for n in $RANKS; do
-  w=() c=() h=()
+  w=() c=() h=() wc=() cc=() hc=()
   for _ in $(seq 1 "$REPEATS"); do
-    read -r tw tc th < <(dd_round "$n")
-    w+=("$tw") c+=("$tc") h+=("$th")
+    mapfile -t r < <(dd_round "$n")
+    read -r t u s <<<"${r[0]}"; w+=("$t"); wc+=("$(echo "$u + $s" | bc -l)")
+    read -r t u s <<<"${r[1]}"; c+=("$t"); cc+=("$(echo "$u + $s" | bc -l)")
+    read -r t u s <<<"${r[2]}"; h+=("$t"); hc+=("$(echo "$u + $s" | bc -l)")
   done
-  ddw=$(printf '%s\n' "${w[@]}" | median)
-  ddc=$(printf '%s\n' "${c[@]}" | median)
-  ddh=$(printf '%s\n' "${h[@]}" | median)
   if [ "$MPI" = 1 ]; then
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n "$n" --oversubscribe \
           "$BIN" --dir "$DIR" --params "$PARAMS" --repeats "$REPEATS")
@@ -94,9 +90,15 @@ for n in $RANKS; do
   for op in save load_cold load_warm; do
     line=$(grep "^RESULT op=$op " <<<"$out")
     t=$(sed 's/.* median_s=\([0-9.]*\).*/\1/' <<<"$line")
-    case $op in save) d=$ddw ;; load_cold) d=$ddc ;; load_warm) d=$ddh ;; esac
-    awk -v n="$n" -v op="$op" -v t="$t" -v d="$d" -v b="$BYTES" 'BEGIN {
-      printf "| %d | %s | %.0f | %.0f | %.0f | %.2f |\n", n, op, b / t / n / 1e6, b / t / 1e6, b / d / 1e6, d / t }'
+    cpu=$(sed 's/.* cpu_s=\([0-9.]*\).*/\1/' <<<"$line")
+    case $op in
+      save) d=$(printf '%s\n' "${w[@]}" | median); dc=$(printf '%s\n' "${wc[@]}" | median) ;;
+      load_cold) d=$(printf '%s\n' "${c[@]}" | median); dc=$(printf '%s\n' "${cc[@]}" | median) ;;
+      load_warm) d=$(printf '%s\n' "${h[@]}" | median); dc=$(printf '%s\n' "${hc[@]}" | median) ;;
+    esac
+    awk -v n="$n" -v op="$op" -v t="$t" -v d="$d" -v b="$BYTES" -v cpu="$cpu" -v dc="$dc" -v mpi="$MPI" 'BEGIN {
+      printf "| %d | %s | %.0f | %.0f | %.0f | %.2f | %s, %.2f |\n", n, op, b / t / n / 1e6, b / t / 1e6, b / d / 1e6,
+             d / t, mpi == 1 ? "-" : sprintf("%.2f", cpu / b * 1e9), dc / b * 1e9 }'
   done
-  grep '^NOTE' <<<"$out" | sed "s/^NOTE/  (N=$n:/; s/\$/)/" >&2
+  grep -E '^(NOTE|BREAKDOWN)' <<<"$out" | sed "s/^/  N=$n: /" >&2
 done
