@@ -270,7 +270,8 @@ static void print_layout(const char *ckpt) {
   }
   if (fs) fclose(fs);
   printf("  layout (as written):\n");
-  printf("    %-14s %d\n", "world size", world);
+  if (world > 0) printf("    %-14s %d\n", "world size", world);
+  else printf("    %-14s not recorded (no world_size in state.json)\n", "world size");
   if (stage == 0) printf("    %-14s DDP (every rank holds everything; rank 0 writes)\n", "strategy");
   else if (stage > 0)
     printf("    %-14s ZeRO stage %d (each rank writes its shard of the optimizer state%s)\n", "strategy", stage,
