@@ -1,0 +1,126 @@
+/* pp_cases.h — a pipelined chain model against one process, shared by
+ * test_pp_exec_equals_single_process.c (threads) and its _mpi twin.
+ *
+ * Every pipeline rank builds only its stages (px_pp_create) and, alongside,
+ * the whole single-process model of the same seed.  Both train STEPS AdamW
+ * steps on the same batches: the pipeline through a schedule's action table
+ * with m micro-batches, the reference on the whole batch in one forward.
+ * Every step's loss and, at the end, every parameter this rank holds (found
+ * in the reference by its whole-model name) must agree to 1e-5 relative
+ * (max |a - b| / max(|a|, |b|, rms of the tensor)); the initial parameters
+ * must be bit-for-bit the reference's. */
+#ifndef PX_PP_CASES_H
+#define PX_PP_CASES_H
+
+#include "px_test.h"
+#include "zoo.h"
+
+#include <string.h>
+
+enum { PPC_IN = 12, PPC_HIDDEN = 16, PPC_CLASSES = 5, PPC_B = 24, PPC_STEPS = 20 };
+
+typedef struct ppc_mlp {
+  int depth;  // hidden layers: 2·depth + 2 units (flatten, Linear/ReLU pairs, the last Linear)
+} ppc_mlp;
+
+static px_module *ppc_build(void *arg) {
+  const ppc_mlp *a = arg;
+  return px_zoo_mlp(PPC_IN, PPC_HIDDEN, a->depth, PPC_CLASSES);
+}
+
+// Step s's batch: inputs (B, IN) and class targets.
+static void ppc_batch(int step, float *x, int32_t *y) {
+  px_rng r = px_rng_make(900 + (uint64_t)step, 1);
+  for (int i = 0; i < PPC_B * PPC_IN; i++) x[i] = px_rng_normal(&r);
+  for (int i = 0; i < PPC_B; i++) y[i] = (int32_t)px_rng_below(&r, PPC_CLASSES);
+}
+
+// Worst relative difference of this rank's stage parameters from the reference's.
+static double ppc_compare(px_pp *pp, const px_model *ref, const char **worst_name, int *n_checked) {
+  double worst = 0;
+  for (int c = 0; c < px_pp_n_chunks(pp); c++) {
+    const px_model *md = px_pp_chunk_model(pp, c);
+    for (int i = 0; i < md->n_params; i++) {
+      const px_param *p = md->params[i];
+      const px_param *q = px_model_find(ref, p->name);
+      CHECK(q != NULL && q->numel == p->numel, "the single-process model has no \"%s\" of %zu elements", p->name,
+            p->numel);
+      if (!q || q->numel != p->numel) continue;
+      const double rms = sqrt(px_sumsq(q->data, q->numel) / (double)q->numel);
+      const double w = px_max_rel_diff(p->data, q->data, p->numel, rms > 0 ? rms : 1e-30);
+      if (w > worst || !*worst_name) { worst = fmax(worst, w); *worst_name = p->name; }
+      (*n_checked)++;
+    }
+  }
+  return worst;
+}
+
+static px_optim_opts ppc_optim(void) { return px_adamw_defaults(1e-2f); }
+
+/* One case: a pipeline over `pipe` with schedule `sched` (p = its size) and
+ * an MLP of `depth` hidden layers, split as `split` says (NULL: equal unit
+ * counts).  Returns the number of failed checks on this rank. */
+static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const px_pp_split *split,
+                    const char *what) {
+  const int before = px_test_failures;
+  ppc_mlp arg = {.depth = depth};
+  const px_optim_opts oo = ppc_optim();
+  px_pp_opts po = {.build = ppc_build, .build_arg = &arg, .split = split, .seed = 5, .optim = &oo};
+  px_pp *pp;
+  CHECK_OK(px_pp_create(&pp, pipe, sched, &po));
+  px_model *ref;
+  CHECK_OK(px_model_create(&ref, ppc_build(&arg), 5));
+  px_optim *oref;
+  CHECK_OK(px_optim_create(&oref, ref->param_data, ref->grad_data, ref->n_param_elems, &oo));
+  const char *name = NULL;
+  int n_checked = 0;
+  const double w0 = ppc_compare(pp, ref, &name, &n_checked);
+  CHECK(w0 == 0, "%s: the initial \"%s\" is not the single process's (%.3g)", what, name ? name : "", w0);
+  CHECK(n_checked > 0, "%s: rank %d holds no parameters", what, px_comm_rank(pipe));
+  float x[PPC_B * PPC_IN];
+  int32_t y[PPC_B];
+  const int m = sched->m;
+  px_pp_ce_targets tg = {.targets = y, .rows_per_micro = PPC_B / m};
+  double worst_loss = 0;
+  for (int s = 0; s < PPC_STEPS; s++) {
+    ppc_batch(s, x, y);
+    px_tensor xt = px_tensor_view(x, PX_F32, 2, (int64_t[]){PPC_B, PPC_IN}), logits;
+    px_model_zero_grad(ref);
+    CHECK_OK(px_model_forward(ref, &xt, &logits));
+    float *dl = px_model_scratch(ref, (size_t)px_tensor_numel(&logits)), lref;
+    CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, dl));
+    px_tensor dlt = logits;
+    dlt.data = dl;
+    CHECK_OK(px_model_backward(ref, &dlt, NULL));
+    CHECK_OK(px_optim_step(oref));
+    float l;
+    CHECK_OK(px_pp_step(pp, &xt, px_pp_ce_loss, &tg, &l));
+    const double d = fabs((double)l - lref) / fabs((double)lref);
+    worst_loss = fmax(worst_loss, d);
+    CHECK(d <= 1e-5, "%s rank %d step %d: loss %.8g, one process %.8g", what, px_comm_rank(pipe), s, (double)l,
+          (double)lref);
+  }
+  name = NULL;
+  const double w = ppc_compare(pp, ref, &name, &n_checked);
+  CHECK(w <= 1e-5, "%s rank %d: after %d steps \"%s\" differs by %.3g relative", what, px_comm_rank(pipe), PPC_STEPS,
+        name ? name : "", w);
+  // Evaluation through the pipeline: the reference's loss on a fresh batch.
+  ppc_batch(1000, x, y);
+  px_tensor xt = px_tensor_view(x, PX_F32, 2, (int64_t[]){PPC_B, PPC_IN}), logits;
+  px_model_train(ref, false);
+  CHECK_OK(px_model_forward(ref, &xt, &logits));
+  float lref, le;
+  CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, NULL));
+  CHECK_OK(px_pp_eval(pp, &xt, px_pp_ce_loss, &tg, &le));
+  CHECK(fabs((double)le - lref) <= 1e-5 * fabs((double)lref), "%s: eval loss %.8g, one process %.8g", what,
+        (double)le, (double)lref);
+  if (px_comm_rank(pipe) == 0)
+    printf("  %s: %d steps, worst loss difference %.1e, worst parameter %.1e (%s), eval %.6f\n", what, PPC_STEPS,
+           worst_loss, w, name ? name : "", (double)le);
+  px_optim_free(oref);
+  px_model_free(ref);
+  px_pp_free(pp);
+  return px_test_failures - before;
+}
+
+#endif
