@@ -49,6 +49,7 @@ int px_cmd_inspect(int argc, char **argv);
 int px_cmd_checkpoint(int argc, char **argv);
 int px_cmd_tokenize(int argc, char **argv);
 int px_cmd_generate(int argc, char **argv);
+int px_cmd_schedule(int argc, char **argv);
 
 /* Print "plexus <cmd>: <px_last_error()>" on stderr and return 1. */
 int px_app_fail(const char *cmd);

@@ -66,6 +66,11 @@ typedef struct px_pp_schedule {
 /* "gpipe", "1f1b", "interleaved" (and back). */
 const char *px_pp_kind_name(px_pp_kind k);
 px_status px_pp_kind_parse(const char *s, px_pp_kind *out);
+/* "FORWARD", "SEND_ACT", ... (for messages). */
+const char *px_pp_op_name(px_pp_op op);
+/* The bubble the formulas above predict: (p - 1)/(m + p - 1), or
+ * (p - 1)/(v·m + p - 1) for INTERLEAVED. */
+double px_pp_bubble_formula(px_pp_kind kind, int p, int m, int v);
 
 /* Generate the table for every rank.  p >= 1, m >= 1, v >= 1 (v > 1 only
  * with INTERLEAVED).  m < p is allowed where the schedule allows (GPipe and
