@@ -1,72 +1,61 @@
-/* Claim: a chain model cut into p pipeline stages (threads backend, p = 2,
- * 3, 4; an MLP of 14 units, not divisible by 3 or 4) and trained through a
- * GPipe action table with m micro-batches gives the single process's loss
- * at every one of 20 AdamW steps and its parameters after them, to 1e-5
- * relative, and its evaluation loss; the stages start bit-for-bit equal to
- * the single-process model (tests/pp_cases.h).
+/* Claim: a chain model cut into S = p·v pipeline stages and trained through
+ * the generated GPipe, 1F1B and interleaved (v = 2) action tables, p = 2, 3
+ * and 4 ranks as threads, gives the single process's loss at every one of
+ * 20 AdamW steps and its parameters after them to 1e-5 relative, and its
+ * evaluation loss; the stages start bit-for-bit equal to the single-process
+ * model (tests/pp_cases.h).  The MLP has 14 units (not divisible by 3, 4, 6
+ * or 8 stages), split by unit count, by parameter count and at named
+ * units; one micro-batch and fewer micro-batches than stages run too.
  * If this fails: a stage's modules draw other initial streams than in the
  * whole model, a micro-batch's activations were overwritten by another's
  * (slots), gradients are not summed over micro-batches or not scaled by
  * 1/m, or a message went to the wrong micro-batch (tags). */
 #include "pp_cases.h"
 
-// A GPipe table (until the schedule generators land): all forwards, then
-// all backwards.
-static px_pp_schedule *gpipe(int p, int m) {
-  px_pp_schedule *s = calloc(1, sizeof *s);
-  s->kind = PX_PP_GPIPE;
-  s->p = p, s->m = m, s->v = 1;
-  s->n_actions = calloc((size_t)p, sizeof *s->n_actions);
-  s->actions = calloc((size_t)p, sizeof *s->actions);
-  for (int r = 0; r < p; r++) {
-    px_pp_action *a = calloc((size_t)(6 * m + 1), sizeof *a);
-    int n = 0;
-    for (int j = 0; j < m; j++) {
-      if (r > 0) a[n++] = (px_pp_action){PX_PP_RECV_ACT, r, j, r - 1};
-      a[n++] = (px_pp_action){PX_PP_FORWARD, r, j, -1};
-      if (r < p - 1) a[n++] = (px_pp_action){PX_PP_SEND_ACT, r, j, r + 1};
-    }
-    for (int j = 0; j < m; j++) {
-      if (r < p - 1) a[n++] = (px_pp_action){PX_PP_RECV_GRAD, r, j, r + 1};
-      a[n++] = (px_pp_action){PX_PP_BACKWARD, r, j, -1};
-      if (r > 0) a[n++] = (px_pp_action){PX_PP_SEND_GRAD, r, j, r - 1};
-    }
-    a[n++] = (px_pp_action){PX_PP_OPTIM_STEP, -1, -1, -1};
-    s->actions[r] = a;
-    s->n_actions[r] = n;
-  }
-  return s;
-}
-
-static void free_sched(px_pp_schedule *s) {
-  for (int r = 0; r < s->p; r++) free(s->actions[r]);
-  free(s->actions);
-  free(s->n_actions);
-  free(s);
-}
-
-typedef struct run_arg { int m; } run_arg;
+typedef struct run_arg {
+  px_pp_kind kind;
+  int m, v;
+  const px_pp_split *split;
+  const char *split_name;
+} run_arg;
 
 static int run(px_comm *c, void *varg) {
   const run_arg *a = varg;
   px_comm_set_timeout(c, 60);
   const int p = px_comm_size(c);
-  px_pp_schedule *s = gpipe(p, a->m);
-  char what[64];
-  snprintf(what, sizeof what, "GPipe p %d m %d", p, a->m);
-  ppc_case(c, s, 6, NULL, what);
-  free_sched(s);
+  px_pp_schedule *s;
+  CHECK_OK(px_pp_schedule_make(a->kind, p, a->m, a->v, &s));
+  char what[96];
+  snprintf(what, sizeof what, "%s p %d m %d v %d, split %s", px_pp_kind_name(a->kind), p, a->m, a->v,
+           a->split_name);
+  ppc_case(c, s, 6, a->split, what);
+  px_pp_schedule_free(s);
   return px_test_failures ? 1 : 0;
 }
 
+static void one(int p, run_arg a) {
+  int code = 0;
+  CHECK_OK(px_comm_run(p, run, &a, &code));
+  CHECK(code == 0, "%s p %d m %d v %d: a rank failed (%d)", px_pp_kind_name(a.kind), p, a.m, a.v, code);
+}
+
 int main(void) {
+  const px_pp_split by_params = {.kind = PX_PP_SPLIT_PARAMS};
+  const char *const at3[] = {"2", "8"};  // stages: flatten 0 1 | 2 … 7 | 8 … 12
+  const px_pp_split by_name = {.kind = PX_PP_SPLIT_AT, .at = at3, .n_at = 2};
   const int ps[] = {2, 3, 4}, ms[] = {1, 2, 4, 8};
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 3; i++) {
+    const int p = ps[i];
     for (int k = 0; k < 4; k++) {
-      run_arg a = {.m = ms[k]};
-      int code = 0;
-      CHECK_OK(px_comm_run(ps[i], run, &a, &code));
-      CHECK(code == 0, "p %d m %d: a rank failed (%d)", ps[i], ms[k], code);
+      one(p, (run_arg){PX_PP_GPIPE, ms[k], 1, NULL, "units"});
+      one(p, (run_arg){PX_PP_1F1B, ms[k], 1, NULL, "units"});
     }
+    one(p, (run_arg){PX_PP_INTERLEAVED, p, 2, NULL, "units"});
+    one(p, (run_arg){PX_PP_INTERLEAVED, 2 * p, 2, NULL, "units"});
+    one(p, (run_arg){PX_PP_1F1B, 4, 1, &by_params, "params"});
+  }
+  one(3, (run_arg){PX_PP_1F1B, 6, 1, &by_name, "at 2, 8"});
+  // One rank: every stage local (interleaved with v = 3: stages handed over in memory).
+  one(1, (run_arg){PX_PP_INTERLEAVED, 2, 3, NULL, "units"});
   return px_test_finish("test_pp_exec_equals_single_process");
 }

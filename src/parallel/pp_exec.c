@@ -59,11 +59,11 @@ static int tag_of(const px_pp *pp, int kind, int stage, int micro) {
   return ((stage * pp->m) + micro) * TAG_KINDS + kind;
 }
 
-static const char *op_name(px_pp_op op) {
-  static const char *const names[] = {"FORWARD", "BACKWARD", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD",
-                                      "OPTIM_STEP"};
-  return (unsigned)op < sizeof names / sizeof *names ? names[op] : "?";
-}
+static const char *op_name(px_pp_op op) { return px_pp_op_name(op); }
+
+// p = 1: consecutive stages share the rank, so an activation or gradient is
+// handed over in memory (the schedule has no SEND/RECV for it).
+static bool local_prev(const px_pp *pp) { return pp->p == 1; }
 
 int px_pp_n_chunks(const px_pp *pp) { return pp->v; }
 px_model *px_pp_chunk_model(px_pp *pp, int chunk) {
@@ -164,6 +164,8 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
   if (sched->m < 1 || sched->v < 1)
     return px_error(PX_ERR_INVALID, "pipeline: schedule with %d micro-batches and %d chunks per rank", sched->m,
                     sched->v);
+  px_status st = px_pp_schedule_check(sched);
+  if (st != PX_OK) return st;
   px_pp *pp = calloc(1, sizeof *pp);
   if (!pp) return px_error(PX_ERR_NOMEM, "pipeline: out of memory");
   pp->comm = pipe;
@@ -173,7 +175,7 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
   pp->m = sched->m;
   pp->v = sched->v;
   pp->S = p * sched->v;
-  px_status st = px_pp_plan_make(opts->build, opts->build_arg, pp->S, opts->split, &pp->plan);
+  st = px_pp_plan_make(opts->build, opts->build_arg, pp->S, opts->split, &pp->plan);
   pp->chunk = st == PX_OK ? calloc((size_t)pp->v, sizeof *pp->chunk) : NULL;
   if (st == PX_OK && !pp->chunk) st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
   const int m = pp->m;
@@ -356,6 +358,11 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
     shape[0] = pp->rows;
     const size_t row_bytes = px_tensor_nbytes(x) / (size_t)x->shape[0];
     in = px_tensor_view((char *)x->data + (size_t)micro * (size_t)pp->rows * row_bytes, x->dtype, x->ndim, shape);
+  } else if (local_prev(pp)) {
+    pp_msg *g = &pp->chunk[(ch->stage - 1) / pp->p].out[micro];
+    if (!g->have) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD before stage %d's",
+                                  ch->stage, micro, ch->stage - 1);
+    in = g->t;
   } else {
     pp_msg *g = &ch->in[micro];
     if (!g->req) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD before its RECV_ACT",
@@ -398,6 +405,11 @@ static px_status do_backward(px_pp *pp, pp_chunk *ch, int micro, bool first) {
   if (ch->stage == pp->S - 1) {
     dy = *y;
     dy.data = ch->dloss[micro];
+  } else if (local_prev(pp)) {
+    pp_msg *g = &pp->chunk[(ch->stage + 1) / pp->p].dx[micro];
+    if (!g->have) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before stage %d's",
+                                  ch->stage, micro, ch->stage + 1);
+    dy = g->t;
   } else {
     pp_msg *g = &ch->dy[micro];
     if (!g->req) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before its RECV_GRAD",
@@ -465,7 +477,10 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
                     "must have the first step's shapes", (long long)rows, (long long)pp->rows);
   pp->rows = rows;
   pp->loss_sum = 0;
-  for (int c = 0; c < pp->v; c++) px_model_zero_grad(pp->chunk[c].slot[0].md);
+  for (int c = 0; c < pp->v; c++) {
+    px_model_zero_grad(pp->chunk[c].slot[0].md);
+    for (int j = 0; j < pp->m; j++) pp->chunk[c].out[j].have = pp->chunk[c].dx[j].have = false;
+  }
   const px_pp_action *acts = pp->sched->actions[pp->rank];
   for (int i = 0; st == PX_OK && i < pp->sched->n_actions[pp->rank]; i++) {
     const px_pp_action *a = &acts[i];
