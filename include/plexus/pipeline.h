@@ -238,7 +238,8 @@ const px_pp_plan *px_pp_plan_of(const px_pp *pp);
 
 typedef struct px_pp_stats {
   double step_s;       /* wall time of the last step */
-  double wait_s;       /* of which waiting for receives (idle) */
+  double wait_s;       /* of which waiting for receives */
+  double compute_s;    /* of which in forward, backward and the loss (1 - compute_s/step_s: idle share) */
   int    slots;        /* activation slots (micro-batches in flight), summed over chunks */
   size_t arena_high;   /* the slots' arena high-water marks summed (bytes): activations held */
   size_t comm_bytes;   /* send and receive buffers (bytes) */

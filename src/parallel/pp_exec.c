@@ -377,8 +377,10 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
     return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD with %d micro-batches in flight "
                     "already (or this one twice)", ch->stage, micro, ch->n_slots);
   pp_slot *sl = &ch->slot[k];
-  if ((st = with_where(px_model_forward(sl->md, &in, &ch->y[micro]), ch->stage, micro, "FORWARD")) != PX_OK)
-    return st;
+  const double t0 = px_time_now();
+  st = with_where(px_model_forward(sl->md, &in, &ch->y[micro]), ch->stage, micro, "FORWARD");
+  pp->stats.compute_s += px_time_now() - t0;
+  if (st != PX_OK) return st;
   sl->micro = micro;
   ch->slot_of[micro] = k;
   if (ch->stage == pp->S - 1) {  // the loss, and the gradient backward starts from
@@ -386,7 +388,10 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
     float *d = px_model_scratch(sl->md, (size_t)px_tensor_numel(y));
     if (!d) return px_error(PX_ERR_NOMEM, "pipeline: out of memory");
     float l = 0;
-    if ((st = with_where(loss_fn(user, y, micro, &l, d), ch->stage, micro, "loss")) != PX_OK) return st;
+    const double t1 = px_time_now();
+    st = with_where(loss_fn(user, y, micro, &l, d), ch->stage, micro, "loss");
+    pp->stats.compute_s += px_time_now() - t1;
+    if (st != PX_OK) return st;
     px_scale(d, (size_t)px_tensor_numel(y), 1.0f / (float)pp->m);
     ch->dloss[micro] = d;
     pp->loss_sum += l;
@@ -426,7 +431,9 @@ static px_status do_backward(px_pp *pp, pp_chunk *ch, int micro, bool first) {
   pp_slot *sl = &ch->slot[k];
   px_tensor dx;
   const bool want_dx = ch->stage > 0;
+  const double t0 = px_time_now();
   st = with_where(px_model_backward(sl->md, &dy, want_dx ? &dx : NULL), ch->stage, micro, "BACKWARD");
+  pp->stats.compute_s += px_time_now() - t0;
   if (st == PX_OK && want_dx) st = stash(&ch->dx[micro], &dx);
   sl->micro = -1;
   ch->slot_of[micro] = -1;
@@ -468,6 +475,7 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
   if (!loss_fn) return px_error(PX_ERR_INVALID, "pipeline: px_pp_step needs a loss function");
   const double t0 = px_time_now();
   pp->stats.wait_s = 0;
+  pp->stats.compute_s = 0;
   int64_t rows = 0;
   px_status st = agree_rows(pp, x, &rows);
   if (st != PX_OK) return st;
