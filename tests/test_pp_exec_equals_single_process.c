@@ -6,6 +6,10 @@
  * model (tests/pp_cases.h).  The MLP has 14 units (not divisible by 3, 4, 6
  * or 8 stages), split by unit count, by parameter count and at named
  * units; one micro-batch and fewer micro-batches than stages run too.
+ * And the GPT (8 units) with its embedding on the first stage and its tied
+ * head on the last: the head's stage holds a copy of wte.weight, and the
+ * two copies' gradients are summed, so both stay the single process's
+ * wte.weight.
  * If this fails: a stage's modules draw other initial streams than in the
  * whole model, a micro-batch's activations were overwritten by another's
  * (slots), gradients are not summed over micro-batches or not scaled by
@@ -13,6 +17,7 @@
 #include "pp_cases.h"
 
 typedef struct run_arg {
+  bool gpt;
   px_pp_kind kind;
   int m, v;
   const px_pp_split *split;
@@ -28,7 +33,8 @@ static int run(px_comm *c, void *varg) {
   char what[96];
   snprintf(what, sizeof what, "%s p %d m %d v %d, split %s", px_pp_kind_name(a->kind), p, a->m, a->v,
            a->split_name);
-  ppc_case(c, s, 6, a->split, what);
+  if (a->gpt) ppg_case(c, s, what);
+  else ppc_case(c, s, 6, a->split, what);
   px_pp_schedule_free(s);
   return px_test_failures ? 1 : 0;
 }
@@ -47,15 +53,22 @@ int main(void) {
   for (int i = 0; i < 3; i++) {
     const int p = ps[i];
     for (int k = 0; k < 4; k++) {
-      one(p, (run_arg){PX_PP_GPIPE, ms[k], 1, NULL, "units"});
-      one(p, (run_arg){PX_PP_1F1B, ms[k], 1, NULL, "units"});
+      one(p, (run_arg){false, PX_PP_GPIPE, ms[k], 1, NULL, "units"});
+      one(p, (run_arg){false, PX_PP_1F1B, ms[k], 1, NULL, "units"});
     }
-    one(p, (run_arg){PX_PP_INTERLEAVED, p, 2, NULL, "units"});
-    one(p, (run_arg){PX_PP_INTERLEAVED, 2 * p, 2, NULL, "units"});
-    one(p, (run_arg){PX_PP_1F1B, 4, 1, &by_params, "params"});
+    one(p, (run_arg){false, PX_PP_INTERLEAVED, p, 2, NULL, "units"});
+    one(p, (run_arg){false, PX_PP_INTERLEAVED, 2 * p, 2, NULL, "units"});
+    one(p, (run_arg){false, PX_PP_1F1B, 4, 1, &by_params, "params"});
   }
-  one(3, (run_arg){PX_PP_1F1B, 6, 1, &by_name, "at 2, 8"});
+  one(3, (run_arg){false, PX_PP_1F1B, 6, 1, &by_name, "at 2, 8"});
   // One rank: every stage local (interleaved with v = 3: stages handed over in memory).
-  one(1, (run_arg){PX_PP_INTERLEAVED, 2, 3, NULL, "units"});
+  one(1, (run_arg){false, PX_PP_INTERLEAVED, 2, 3, NULL, "units"});
+  // The GPT: wte on the first stage, its tied head on the last.
+  for (int i = 0; i < 3; i++) {
+    one(ps[i], (run_arg){true, PX_PP_GPIPE, 4, 1, NULL, "units"});
+    one(ps[i], (run_arg){true, PX_PP_1F1B, 8, 1, NULL, "units"});
+  }
+  one(2, (run_arg){true, PX_PP_INTERLEAVED, 4, 2, NULL, "units"});
+  one(1, (run_arg){true, PX_PP_INTERLEAVED, 2, 2, NULL, "units"});
   return px_test_finish("test_pp_exec_equals_single_process");
 }

@@ -3,7 +3,8 @@
  * and interleaved (v = 2) tables with 4 micro-batches gives the single
  * process's loss at every one of 20 AdamW steps, its parameters after them
  * (1e-5 relative) and its evaluation loss (tests/pp_cases.h).  With one
- * process every stage is on rank 0 and handed over in memory.
+ * process every stage is on rank 0 and handed over in memory.  And the GPT
+ * with its tied embedding and head on the first and last stage (1F1B).
  * If this fails and the threads twin passes: a message's size or tag
  * differs between the MPI and threads transports, or a send buffer was
  * reused before MPI finished with it. */
@@ -24,6 +25,11 @@ static int run(px_comm *c, void *arg) {
     ppc_case(c, s, 6, NULL, what);
     px_pp_schedule_free(s);
   }
+  // The GPT: wte on the first stage, its tied head (and a copy of wte.weight) on the last.
+  px_pp_schedule *s;
+  CHECK_OK(px_pp_schedule_make(PX_PP_1F1B, p, 4, 1, &s));
+  ppg_case(c, s, "1f1b m 4 (mpi)");
+  px_pp_schedule_free(s);
   return px_test_failures ? 1 : 0;
 }
 

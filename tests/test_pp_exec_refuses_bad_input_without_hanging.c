@@ -4,7 +4,8 @@
  *     gets an error naming both numbers;
  *   - more stages than the model has units: naming both numbers;
  *   - a split point that is not a unit: naming it and listing the units;
- *   - the GPT's tied head on another stage than its embedding: naming both;
+ *   - a tied head inside a unit on another stage than its embedding: naming
+ *     both (a head that is a unit itself, as the GPT's, is supported);
  *   - a stage whose forward fails mid-schedule (a model whose stage 1
  *     expects other features than stage 0 gives): that rank's error names
  *     the stage, the micro-batch and the action, and the other ranks fail at
@@ -33,6 +34,17 @@ static px_module *gpt(void *arg) {
   (void)arg;
   px_gpt_config cfg = {.vocab_size = 11, .context = 8, .n_layer = 2, .n_head = 2, .n_embd = 8, .dropout = 0};
   return px_zoo_gpt(&cfg);
+}
+
+// A tied head inside a unit ("out.head"), the embedding on another stage.
+static px_module *nested_tie(void *arg) {
+  (void)arg;
+  px_module *emb = px_embedding(11, 8), *out = px_chain(), *root = px_chain();
+  px_chain_add_named(out, "head", px_tied_head(emb));
+  px_chain_add_named(root, "emb", emb);
+  px_chain_add_named(root, "mid", px_linear(8, 8, true));
+  px_chain_add_named(root, "out", out);
+  return root;
 }
 
 static px_status loss(void *user, const px_tensor *out, int micro, float *l, float *d) {
@@ -111,10 +123,16 @@ int main(void) {
   CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "\"nope\"") && strstr(px_last_error(), "flatten 0 1 2"),
         "split at \"nope\": \"%s\"", px_last_error());
   printf("  refused: %s\n", px_last_error());
-  st = px_pp_plan_make(gpt, NULL, 2, NULL, &plan);
-  CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "\"lm_head\"") && strstr(px_last_error(), "\"wte\""),
-        "GPT over 2 stages: \"%s\"", px_last_error());
+  st = px_pp_plan_make(nested_tie, NULL, 2, NULL, &plan);
+  CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "\"out\"") && strstr(px_last_error(), "\"emb\""),
+        "a tied head inside a unit, on another stage: \"%s\"", px_last_error());
   printf("  refused: %s\n", px_last_error());
+  // The GPT over 2 stages: wte on the first, its tied head on the last.
+  CHECK_OK(px_pp_plan_make(gpt, NULL, 2, NULL, &plan));
+  CHECK(plan->tied_head_unit == 6 && plan->tied_emb_unit == 0 && strcmp(plan->tied_param, "wte.weight") == 0,
+        "GPT tie: head unit %d, embedding unit %d, \"%s\"", plan->tied_head_unit, plan->tied_emb_unit,
+        plan->tied_param);
+  px_pp_plan_free(plan);
   // The GPT's units and one stage's names.
   CHECK_OK(px_pp_plan_make(gpt, NULL, 1, NULL, &plan));
   CHECK(plan->n_units == 7 && strcmp(plan->unit[3], "h.0") == 0, "GPT units: %d, the fourth \"%s\"", plan->n_units,

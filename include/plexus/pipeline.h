@@ -148,17 +148,29 @@ typedef struct px_pp_plan {
   char  (*unit)[PX_NAME_MAX];  /* [n_units] paths: "flatten", "3", "h.0", "ln_f" */
   size_t *unit_params;         /* [n_units] trainable elements under each unit */
   int    *first;               /* [n_stages + 1]: stage s holds units [first[s], first[s + 1]) */
+  /* A tied head (px_tied_head) on another stage than its embedding (the
+   * GPT's lm_head and wte): -1 when none.  The head's stage then holds its
+   * own copy of the embedding's weight, under the embedding's name
+   * ("wte.weight"), initialised from the same stream (so equal), and the
+   * executor sums the two copies' gradients over the embedding group (the
+   * ranks of both stages) before the optimizer step, as Megatron does: the
+   * copies stay equal, one parameter in effect. */
+  int     tied_head_unit, tied_emb_unit;
+  char    tied_param[PX_NAME_MAX];  /* "wte.weight" */
 } px_pp_plan;
 
 /* PX_ERR_INVALID: fewer units than stages (naming both), an unknown or
  * out-of-order split name, a split that leaves a stage empty, or a module
- * that uses a parameter of a module on another stage (a tied head away
- * from its embedding: naming both). */
+ * that uses a parameter of a module on another stage (naming both) unless
+ * it is a tied head that is a unit itself, tied to an embedding that is a
+ * unit itself (the GPT's lm_head and wte: see tied_head_unit). */
 px_status px_pp_plan_make(px_pp_build_fn build, void *arg, int n_stages, const px_pp_split *split,
                           px_pp_plan **out);
 void px_pp_plan_free(px_pp_plan *plan);
 /* One line per stage: its units and parameter count. */
 void px_pp_plan_print(const px_pp_plan *plan, FILE *out);
+/* The stage (0 … S-1) that holds unit u. */
+int px_pp_plan_stage_of(const px_pp_plan *plan, int unit);
 
 /* Stage `stage`'s model alone: its units, the whole model's names and
  * initial values (seed as px_model_create's). */

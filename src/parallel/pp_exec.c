@@ -50,6 +50,10 @@ struct px_pp {
   px_request          **sends;  // pending sends of this step
   int                   n_sends, cap_sends;
   uint64_t              steps;  // completed training steps
+  // A tied head away from its embedding: the two stages, and the group of
+  // their ranks that sums the copies' gradients (NULL: not in it, or p = 1).
+  int                   tied_emb_stage, tied_head_stage;
+  px_comm              *emb_comm;
   int64_t               rows;   // rows per micro-batch of the first step
   double                loss_sum;
   px_pp_stats           stats;
@@ -121,6 +125,7 @@ void px_pp_free(px_pp *pp) {
     free(ch->slot_of);
   }
   free(pp->chunk);
+  px_comm_free(pp->emb_comm);
   px_pp_plan_free(pp->plan);
   free(pp);
 }
@@ -206,12 +211,39 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
       st = px_optim_create(&ch->opt, md->param_data, md->grad_data, md->n_param_elems, opts->optim);
     }
   }
+  pp->tied_emb_stage = pp->tied_head_stage = -1;
+  if (st == PX_OK && pp->plan->tied_head_unit >= 0) {
+    pp->tied_emb_stage = px_pp_plan_stage_of(pp->plan, pp->plan->tied_emb_unit);
+    pp->tied_head_stage = px_pp_plan_stage_of(pp->plan, pp->plan->tied_head_unit);
+    const int re = pp->tied_emb_stage % p, rh = pp->tied_head_stage % p;
+    if (re != rh)  // collective over pipe: every rank knows the plan
+      st = px_comm_split(pipe, rank == re || rank == rh ? 0 : -1, rank, &pp->emb_comm);
+  }
   if (st != PX_OK) {
     px_pp_free(pp);
     return st;
   }
   *out = pp;
   return PX_OK;
+}
+
+// The tied weight's two copies get the sum of their gradients (the
+// embedding's share and the head's), so they stay equal.
+static px_status sync_tied(px_pp *pp) {
+  if (pp->tied_emb_stage < 0) return PX_OK;
+  px_param *e = NULL, *h = NULL;
+  for (int c = 0; c < pp->v; c++) {
+    if (pp->chunk[c].stage == pp->tied_emb_stage) e = px_model_find(pp->chunk[c].slot[0].md, pp->plan->tied_param);
+    if (pp->chunk[c].stage == pp->tied_head_stage) h = px_model_find(pp->chunk[c].slot[0].md, pp->plan->tied_param);
+  }
+  if (!e && !h) return PX_OK;
+  if (e && h) {  // both stages on this rank
+    px_add(e->grad, e->grad, h->grad, e->numel);
+    px_copy(h->grad, e->grad, e->numel);
+    return PX_OK;
+  }
+  px_param *w = e ? e : h;
+  return px_comm_allreduce(pp->emb_comm, w->grad, w->numel, PX_F32, PX_SUM);
 }
 
 /* ---- Steps ---------------------------------------------------------------- */
@@ -495,6 +527,8 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
     set_label(pp, "step", a->stage, a->micro, a->op);
     if (a->op == PX_PP_OPTIM_STEP) {
       if ((st = wait_sends(pp)) != PX_OK) break;
+      set_label(pp, "step (tied embedding gradient)", a->stage, a->micro, a->op);
+      if ((st = sync_tied(pp)) != PX_OK) break;
       for (int c = 0; c < pp->v && st == PX_OK; c++)
         if (pp->chunk[c].opt) st = px_optim_step(pp->chunk[c].opt);
       continue;

@@ -109,15 +109,116 @@ static int stage_of_unit(const px_pp_plan *plan, int unit) {
   return plan->n_stages - 1;
 }
 
+int px_pp_plan_stage_of(const px_pp_plan *plan, int unit) { return stage_of_unit(plan, unit); }
+
+static bool has_type(const px_module *m, const char *type) {
+  return m && m->ops && m->ops->type && strcmp(m->ops->type, type) == 0;
+}
+
+/* ---- Tied weights across stages ---------------------------------------------
+ * The head's stage holds a copy of the embedding's weight in a "holder"
+ * module (a parameter and nothing else: the stage container skips it in
+ * forward and backward), named as the embedding, and the head is replaced
+ * by pp_head: the same product as px_tied_head, reading the holder's
+ * weight (its foreign parameter). */
+static px_status holder_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  (void)ctx; (void)x; (void)y;
+  return px_error(PX_ERR_INVALID, "pipeline: \"%s\" holds a tied weight and does not run", m->params[0].name);
+}
+static const px_module_ops holder_ops = {.type = "TiedWeight", .forward = holder_forward};
+
+typedef struct pp_head {
+  px_module base;
+  int       vocab, dim;
+  px_tensor x;
+} pp_head;
+
+static px_status pp_head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  pp_head *h = (pp_head *)m;
+  const px_param *E = m->foreign[0];
+  if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != h->dim) {
+    char s[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "TiedHead(%d -> %d, copy of \"%s\"): input %s must end in %d features", h->dim,
+                    h->vocab, E->name, px_shape_str(x->ndim, x->shape, s, sizeof s), h->dim);
+  }
+  int64_t shape[PX_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+  shape[x->ndim - 1] = h->vocab;
+  px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
+  if (st != PX_OK) return st;
+  const int R = (int)(px_tensor_numel(x) / h->dim);
+  px_sgemm(false, true, R, h->vocab, h->dim, 1.0f, px_f32(x), h->dim, E->data, h->dim, 0.0f, px_f32(y), h->vocab);
+  h->x = *x;
+  return PX_OK;
+}
+
+static px_status pp_head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  pp_head *h = (pp_head *)m;
+  const px_param *E = m->foreign[0];
+  const int R = (int)(px_tensor_numel(&h->x) / h->dim);
+  px_sgemm(true, false, h->vocab, h->dim, R, 1.0f, px_f32(dy), h->vocab, px_f32(&h->x), h->dim, 1.0f, E->grad, h->dim);
+  if (!dx) return PX_OK;
+  px_status st = px_ctx_tensor_like(ctx, dx, &h->x);
+  if (st != PX_OK) return st;
+  px_sgemm(false, false, R, h->dim, h->vocab, 1.0f, px_f32(dy), h->vocab, E->data, h->dim, 0.0f, px_f32(dx), h->dim);
+  return PX_OK;
+}
+static const px_module_ops pp_head_ops = {.type = "TiedHead", .forward = pp_head_forward,
+                                          .backward = pp_head_backward};
+
+// The stage's container: a chain that skips weight holders.
+static px_status stage_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  px_tensor cur = *x;
+  for (int i = 0; i < m->n_children; i++) {
+    if (m->children[i]->ops == &holder_ops) continue;
+    px_tensor next;
+    px_status st = px_module_forward(m->children[i], ctx, &cur, &next);
+    if (st != PX_OK) return st;
+    cur = next;
+  }
+  *y = cur;
+  return PX_OK;
+}
+
+static px_status stage_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  int first = 0;
+  while (first < m->n_children && m->children[first]->ops == &holder_ops) first++;
+  px_tensor cur = *dy;
+  for (int i = m->n_children - 1; i >= first; i--) {
+    if (m->children[i]->ops == &holder_ops) continue;
+    px_tensor next;
+    px_tensor *want = (i > first || dx) ? &next : NULL;
+    px_status st = px_module_backward(m->children[i], ctx, &cur, want);
+    if (st != PX_OK) return st;
+    if (want) cur = next;
+  }
+  if (dx) *dx = cur;
+  return PX_OK;
+}
+static const px_module_ops stage_ops = {.type = "PipelineStage", .forward = stage_forward,
+                                        .backward = stage_backward};
+
 // A module of one stage that reads a parameter owned on another stage (a
 // tied head away from its embedding) cannot run: refuse the plan.
-static px_status check_foreign(const px_pp_plan *plan, const units *u, const px_module *m, int unit) {
+static px_status check_foreign(px_pp_plan *plan, const units *u, const px_module *m, int unit) {
   for (int k = 0; k < m->n_foreign; k++) {
     const int owner = unit_of(u, m->foreign[k]->owner);
+    if (owner >= 0 && stage_of_unit(plan, owner) != stage_of_unit(plan, unit) && m == u->mod[unit] &&
+        has_type(m, "TiedHead") && m->foreign[k]->owner == u->mod[owner] && has_type(u->mod[owner], "Embedding") &&
+        plan->tied_head_unit < 0) {
+      plan->tied_head_unit = unit;
+      plan->tied_emb_unit = owner;
+      char full[2 * PX_NAME_MAX + 2];
+      snprintf(full, sizeof full, "%s.%s", u->path[owner], m->foreign[k]->name);
+      if (strlen(full) >= sizeof plan->tied_param)
+        return px_error(PX_ERR_INVALID, "pipeline: tied parameter name \"%s\" too long", full);
+      memcpy(plan->tied_param, full, strlen(full) + 1);
+      continue;
+    }
     if (owner >= 0 && stage_of_unit(plan, owner) != stage_of_unit(plan, unit))
       return px_error(PX_ERR_INVALID, "pipeline: unit \"%s\" (stage %d) uses parameter \"%s\" of unit \"%s\" "
-                      "(stage %d): weights tied across stages are not supported; put both units on one stage "
-                      "(PX_PP_SPLIT_AT)", u->path[unit], stage_of_unit(plan, unit), m->foreign[k]->name,
+                      "(stage %d): only a tied head that is a unit, tied to an embedding that is a unit, can be "
+                      "on another stage than its weight; put both on one stage (PX_PP_SPLIT_AT)", u->path[unit], stage_of_unit(plan, unit), m->foreign[k]->name,
                       u->path[owner], stage_of_unit(plan, owner));
   }
   for (int i = 0; i < m->n_children; i++) {
@@ -213,6 +314,7 @@ px_status px_pp_plan_make(px_pp_build_fn build, void *arg, int n_stages, const p
     st = px_error(PX_ERR_INVALID, "pipeline: %d stages but the model has only %d units to cut between", n_stages,
                   u.n);
   if (st == PX_OK) {
+    plan->tied_head_unit = plan->tied_emb_unit = -1;
     plan->n_units = u.n;
     plan->n_stages = n_stages;
     plan->unit = calloc((size_t)u.n, sizeof *plan->unit);
@@ -289,17 +391,46 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
   for (int i = 0; st == PX_OK && i < u.n; i++)
     if (strcmp(u.path[i], plan->unit[i]) != 0)
       st = px_error(PX_ERR_INVALID, "pipeline: unit %d is \"%s\", the plan's is \"%s\"", i, u.path[i], plan->unit[i]);
-  px_module *sroot = st == PX_OK ? px_chain() : NULL;
+  px_module *sroot = st == PX_OK ? px_module_alloc(sizeof(px_module), &stage_ops) : NULL;
   if (st == PX_OK && !sroot) st = PX_ERR_NOMEM;
   if (sroot) sroot->rng_transparent = true;
+  // The head away from its embedding: a holder of the weight's copy (named
+  // and initialised as the embedding's weight), read by a pp_head.
+  const bool tied = plan->tied_head_unit >= plan->first[stage] && plan->tied_head_unit < plan->first[stage + 1] &&
+                    stage_of_unit(plan, plan->tied_emb_unit) != stage;
+  px_module *holder = NULL;
+  if (st == PX_OK && tied) {
+    const px_module *emb = u.mod[plan->tied_emb_unit];
+    const px_param *w = &emb->params[0];
+    holder = px_module_alloc(sizeof(px_module), &holder_ops);
+    if (!holder || !px_module_add_param(holder, w->name, w->ndim, w->shape, w->init, w->init_a, false))
+      st = PX_ERR_NOMEM;
+    if (holder) holder->stream = emb->stream;
+  }
   for (int i = plan->first[stage]; st == PX_OK && i < plan->first[stage + 1]; i++) {
     px_module *m = u.mod[i], *parent = m->parent;
+    if (tied && i == plan->tied_head_unit) {  // replaced: the original stays in the tree and is freed with it
+      pp_head *h = (pp_head *)px_module_alloc(sizeof *h, &pp_head_ops);
+      if (!h) { st = PX_ERR_NOMEM; break; }
+      h->vocab = (int)holder->params[0].shape[0];
+      h->dim = (int)holder->params[0].shape[1];
+      h->base.stream = m->stream;
+      st = px_module_add_foreign_param(&h->base, &holder->params[0]);
+      if (st == PX_OK) st = px_module_add_child(sroot, u.path[i], &h->base);
+      if (st != PX_OK) px_module_free(&h->base);
+      continue;
+    }
     for (int k = 0; k < parent->n_children; k++)
       if (parent->children[k] == m) parent->children[k] = NULL;  // px_module_free skips NULL children
     m->parent = NULL;
-    st = px_chain_add_named(sroot, u.path[i], m);
+    st = px_module_add_child(sroot, u.path[i], m);
     if (st != PX_OK) px_module_free(m);
   }
+  if (holder && st == PX_OK) {
+    st = px_module_add_child(sroot, u.path[plan->tied_emb_unit], holder);
+    holder = st == PX_OK ? NULL : holder;
+  }
+  px_module_free(holder);
   units_free(&u);
   px_module_free(root);
   if (st != PX_OK) {
