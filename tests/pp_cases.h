@@ -60,12 +60,13 @@ static px_optim_opts ppc_optim(void) { return px_adamw_defaults(1e-2f); }
 /* One case: a pipeline over `pipe` with schedule `sched` (p = its size) and
  * an MLP of `depth` hidden layers, split as `split` says (NULL: equal unit
  * counts).  Returns the number of failed checks on this rank. */
-static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const px_pp_split *split,
+static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const px_pp_split *split, float clip,
                     const char *what) {
   const int before = px_test_failures;
   ppc_mlp arg = {.depth = depth};
   const px_optim_opts oo = ppc_optim();
-  px_pp_opts po = {.build = ppc_build, .build_arg = &arg, .split = split, .seed = 5, .optim = &oo};
+  px_pp_opts po = {.build = ppc_build, .build_arg = &arg, .split = split, .seed = 5, .optim = &oo,
+                   .clip_grad_norm = clip};
   px_pp *pp;
   CHECK_OK(px_pp_create(&pp, pipe, sched, &po));
   px_model *ref;
@@ -82,6 +83,7 @@ static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const
   const int m = sched->m;
   px_pp_ce_targets tg = {.targets = y, .rows_per_micro = PPC_B / m};
   double worst_loss = 0;
+  int clipped = 0;
   for (int s = 0; s < PPC_STEPS; s++) {
     ppc_batch(s, x, y);
     px_tensor xt = px_tensor_view(x, PX_F32, 2, (int64_t[]){PPC_B, PPC_IN}), logits;
@@ -92,14 +94,24 @@ static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const
     px_tensor dlt = logits;
     dlt.data = dl;
     CHECK_OK(px_model_backward(ref, &dlt, NULL));
+    const float nref = clip > 0 ? px_clip_grad_norm(ref->grad_data, ref->n_param_elems, clip) : 0;
     CHECK_OK(px_optim_step(oref));
     float l;
     CHECK_OK(px_pp_step(pp, &xt, px_pp_ce_loss, &tg, &l));
+    if (clip > 0) {
+      px_pp_stats ps;
+      px_pp_stats_get(pp, &ps);
+      CHECK(fabs(ps.grad_norm - nref) <= 1e-5 * nref, "%s step %d: gradient norm %.8g, one process %.8g", what, s,
+            (double)ps.grad_norm, (double)nref);
+      clipped += nref > clip;
+    }
     const double d = fabs((double)l - lref) / fabs((double)lref);
     worst_loss = fmax(worst_loss, d);
     CHECK(d <= 1e-5, "%s rank %d step %d: loss %.8g, one process %.8g", what, px_comm_rank(pipe), s, (double)l,
           (double)lref);
   }
+  CHECK(clip <= 0 || clipped > 0, "%s: clipping at %g never acted: the test would not see a wrong norm", what,
+        (double)clip);
   name = NULL;
   const double w = ppc_compare(pp, ref, &name, &n_checked);
   CHECK(w <= 1e-5, "%s rank %d: after %d steps \"%s\" differs by %.3g relative", what, px_comm_rank(pipe), PPC_STEPS,
@@ -127,6 +139,7 @@ static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const
  * 3 blocks, 8 units (wte wpe drop h.0 h.1 h.2 ln_f lm_head), dropout 0 (a
  * stage's dropout masks are keyed by its own module numbering). */
 enum { PPG_V = 37, PPG_CTX = 12, PPG_T = 10, PPG_B = 8 };
+#define PPG_CLIP 0.5f  // acts on most steps: the tied weight must count once in the norm
 
 static px_module *ppg_build(void *arg) {
   (void)arg;
@@ -174,7 +187,8 @@ static double ppg_compare(px_pp *pp, const px_model *ref, const char **worst_nam
   return worst;
 }
 
-/* The GPT through `sched`: losses of 20 SGD+momentum steps, parameters (the head's
+/* The GPT through `sched`: losses of 20 SGD+momentum steps, gradient norms
+ * clipped at 0.5 over the whole pipeline, parameters (the head's
  * copy of wte.weight against the one wte.weight), evaluation. */
 static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, const char *what) {
   const int before = px_test_failures;
@@ -186,7 +200,7 @@ static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, const char *what
   // sees the same).  The MLP cases use AdamW.
   px_optim_opts oo = px_sgd_defaults(0.1f);
   oo.momentum = 0.9f;
-  px_pp_opts po = {.build = ppg_build, .seed = 11, .optim = &oo};
+  px_pp_opts po = {.build = ppg_build, .seed = 11, .optim = &oo, .clip_grad_norm = PPG_CLIP};
   px_pp *pp;
   CHECK_OK(px_pp_create(&pp, pipe, sched, &po));
   px_model *ref;
@@ -206,6 +220,8 @@ static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, const char *what
   const int m = sched->m;
   px_pp_ce_targets tg = {.targets = y, .rows_per_micro = (PPG_B / m) * PPG_T};
   double worst_loss = 0;
+  int clipped = 0;
+  const float clip = PPG_CLIP;
   for (int s = 0; s < PPC_STEPS; s++) {
     ppg_batch(s, x, y);
     px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){PPG_B, PPG_T}), logits;
@@ -216,14 +232,23 @@ static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, const char *what
     px_tensor dlt = logits;
     dlt.data = dl;
     CHECK_OK(px_model_backward(ref, &dlt, NULL));
+    const float nref = clip > 0 ? px_clip_grad_norm(ref->grad_data, ref->n_param_elems, clip) : 0;
     CHECK_OK(px_optim_step(oref));
     float l;
     CHECK_OK(px_pp_step(pp, &xt, px_pp_ce_loss, &tg, &l));
+    if (clip > 0) {
+      px_pp_stats ps;
+      px_pp_stats_get(pp, &ps);
+      CHECK(fabs(ps.grad_norm - nref) <= 1e-5 * nref, "%s step %d: gradient norm %.8g, one process %.8g", what, s,
+            (double)ps.grad_norm, (double)nref);
+      clipped += nref > clip;
+    }
     const double d = fabs((double)l - lref) / fabs((double)lref);
     worst_loss = fmax(worst_loss, d);
     CHECK(d <= 1e-5, "%s rank %d step %d: loss %.8g, one process %.8g", what, px_comm_rank(pipe), s, (double)l,
           (double)lref);
   }
+  CHECK(clipped > 0, "%s: clipping at %g never acted: the test would not see a wrong norm", what, (double)clip);
   name = NULL;
   copies = 0;
   const double w = ppg_compare(pp, ref, &name, &copies);

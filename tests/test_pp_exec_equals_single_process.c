@@ -9,7 +9,8 @@
  * And the GPT (8 units) with its embedding on the first stage and its tied
  * head on the last: the head's stage holds a copy of wte.weight, and the
  * two copies' gradients are summed, so both stay the single process's
- * wte.weight.
+ * wte.weight; gradient-norm clipping over all stages (the tied weight
+ * counted once) gives the single process's norm at every step.
  * If this fails: a stage's modules draw other initial streams than in the
  * whole model, a micro-batch's activations were overwritten by another's
  * (slots), gradients are not summed over micro-batches or not scaled by
@@ -22,6 +23,7 @@ typedef struct run_arg {
   int m, v;
   const px_pp_split *split;
   const char *split_name;
+  float clip;
 } run_arg;
 
 static int run(px_comm *c, void *varg) {
@@ -34,7 +36,7 @@ static int run(px_comm *c, void *varg) {
   snprintf(what, sizeof what, "%s p %d m %d v %d, split %s", px_pp_kind_name(a->kind), p, a->m, a->v,
            a->split_name);
   if (a->gpt) ppg_case(c, s, what);
-  else ppc_case(c, s, 6, a->split, what);
+  else ppc_case(c, s, 6, a->split, a->clip, what);
   px_pp_schedule_free(s);
   return px_test_failures ? 1 : 0;
 }
@@ -53,22 +55,25 @@ int main(void) {
   for (int i = 0; i < 3; i++) {
     const int p = ps[i];
     for (int k = 0; k < 4; k++) {
-      one(p, (run_arg){false, PX_PP_GPIPE, ms[k], 1, NULL, "units"});
-      one(p, (run_arg){false, PX_PP_1F1B, ms[k], 1, NULL, "units"});
+      one(p, (run_arg){false, PX_PP_GPIPE, ms[k], 1, NULL, "units", 0.0f});
+      one(p, (run_arg){false, PX_PP_1F1B, ms[k], 1, NULL, "units", 0.0f});
     }
-    one(p, (run_arg){false, PX_PP_INTERLEAVED, p, 2, NULL, "units"});
-    one(p, (run_arg){false, PX_PP_INTERLEAVED, 2 * p, 2, NULL, "units"});
-    one(p, (run_arg){false, PX_PP_1F1B, 4, 1, &by_params, "params"});
+    one(p, (run_arg){false, PX_PP_INTERLEAVED, p, 2, NULL, "units", 0.0f});
+    one(p, (run_arg){false, PX_PP_INTERLEAVED, 2 * p, 2, NULL, "units", 0.0f});
+    one(p, (run_arg){false, PX_PP_1F1B, 4, 1, &by_params, "params", 0.0f});
   }
-  one(3, (run_arg){false, PX_PP_1F1B, 6, 1, &by_name, "at 2, 8"});
+  one(3, (run_arg){false, PX_PP_1F1B, 6, 1, &by_name, "at 2, 8", 0.0f});
+  // Gradient-norm clipping over every stage (0.3: acts on most steps).
+  one(3, (run_arg){false, PX_PP_1F1B, 4, 1, NULL, "units, clip 0.3", 0.3f});
+  one(2, (run_arg){false, PX_PP_INTERLEAVED, 4, 2, NULL, "units, clip 0.3", 0.3f});
   // One rank: every stage local (interleaved with v = 3: stages handed over in memory).
-  one(1, (run_arg){false, PX_PP_INTERLEAVED, 2, 3, NULL, "units"});
+  one(1, (run_arg){false, PX_PP_INTERLEAVED, 2, 3, NULL, "units", 0.0f});
   // The GPT: wte on the first stage, its tied head on the last.
   for (int i = 0; i < 3; i++) {
-    one(ps[i], (run_arg){true, PX_PP_GPIPE, 4, 1, NULL, "units"});
-    one(ps[i], (run_arg){true, PX_PP_1F1B, 8, 1, NULL, "units"});
+    one(ps[i], (run_arg){true, PX_PP_GPIPE, 4, 1, NULL, "units", 0.0f});
+    one(ps[i], (run_arg){true, PX_PP_1F1B, 8, 1, NULL, "units", 0.0f});
   }
-  one(2, (run_arg){true, PX_PP_INTERLEAVED, 4, 2, NULL, "units"});
-  one(1, (run_arg){true, PX_PP_INTERLEAVED, 2, 2, NULL, "units"});
+  one(2, (run_arg){true, PX_PP_INTERLEAVED, 4, 2, NULL, "units", 0.0f});
+  one(1, (run_arg){true, PX_PP_INTERLEAVED, 2, 2, NULL, "units", 0.0f});
   return px_test_finish("test_pp_exec_equals_single_process");
 }

@@ -22,7 +22,7 @@ static int run(px_comm *c, void *arg) {
     char what[96];
     snprintf(what, sizeof what, "%s p %d m %d v %d (%s)", px_pp_kind_name(cases[i].kind), p, cases[i].m,
              cases[i].v, px_comm_backend_name(px_comm_backend_of(c)));
-    ppc_case(c, s, 6, NULL, what);
+    ppc_case(c, s, 6, NULL, i == 1 ? 0.3f : 0.0f, what);  // 1F1B: with gradient-norm clipping
     px_pp_schedule_free(s);
   }
   // The GPT: wte on the first stage, its tied head (and a copy of wte.weight) on the last.

@@ -8,7 +8,7 @@
 // Every rank opens the data and walks the same batches (stage 0 reads the
 // inputs, the last stage the targets), so no batch travels between ranks.
 // What the data-parallel loop (px_train) has and this one does not yet:
-// checkpoints, learning-rate schedules, gradient clipping, accumulation,
+// checkpoints, learning-rate schedules, accumulation,
 // the JSONL/TensorBoard logs.  The options for them are refused or noted.
 #include "app.h"
 
@@ -71,8 +71,8 @@ int px_app_train_pp(px_comm *comm, const px_config *c, const px_optim_opts *opti
              (long long)c->batch_size, m);
     return fail(comm, "");
   }
-  if (c->zero != 0 || c->accum_steps > 1 || c->clip_grad > 0 || *c->resume) {
-    px_error(PX_ERR_INVALID, "--pp does not combine with --zero, --accum-steps, --clip-grad or --resume yet");
+  if (c->zero != 0 || c->accum_steps > 1 || *c->resume) {
+    px_error(PX_ERR_INVALID, "--pp does not combine with --zero, --accum-steps or --resume yet");
     return fail(comm, "");
   }
   px_pp_kind kind;
@@ -88,7 +88,8 @@ int px_app_train_pp(px_comm *comm, const px_config *c, const px_optim_opts *opti
   if (px_app_open_data(c, false, NULL, &val) != PX_OK) { rc = fail(comm, "held-out data"); goto done; }
   if (px_app_data_shape(c, &train, &ba.shape) != PX_OK) { rc = fail(comm, "data"); goto done; }
   if (px_pp_schedule_make(kind, p, m, v, &sched) != PX_OK) { rc = fail(comm, "schedule"); goto done; }
-  px_pp_opts po = {.build = build, .build_arg = &ba, .seed = (uint64_t)c->seed, .optim = optim};
+  px_pp_opts po = {.build = build, .build_arg = &ba, .seed = (uint64_t)c->seed, .optim = optim,
+                   .clip_grad_norm = (float)c->clip_grad};
   if (px_pp_create(&pp, comm, sched, &po) != PX_OK) { rc = fail(comm, "pipeline"); goto done; }
   px_pp_stats ps;
   px_pp_stats_get(pp, &ps);

@@ -224,6 +224,8 @@ typedef struct px_pp_opts {
   const px_pp_split   *split;      /* NULL: PX_PP_SPLIT_UNITS */
   uint64_t             seed;
   const px_optim_opts *optim;      /* NULL: OPTIM_STEP does nothing (step the chunk models yourself) */
+  float                clip_grad_norm;  /* > 0: at OPTIM_STEP, scale the gradients so that their global norm
+                                           (over every stage, the tied weight counted once) is at most this */
 } px_pp_opts;
 
 /* Collective over `pipe` (its size must be the schedule's p).  The schedule
@@ -256,6 +258,7 @@ typedef struct px_pp_stats {
   size_t arena_high;   /* the slots' arena high-water marks summed (bytes): activations held */
   size_t comm_bytes;   /* send and receive buffers (bytes) */
   size_t param_elems;  /* parameters held by this rank */
+  float  grad_norm;    /* the last step's global gradient norm before clipping (with clip_grad_norm > 0) */
 } px_pp_stats;
 void px_pp_stats_get(const px_pp *pp, px_pp_stats *out);
 

@@ -3,6 +3,7 @@
 // point-to-point calls (pipeline.h explains the slots and the shape headers).
 #include "plexus/pipeline.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,7 @@ struct px_pp {
   px_comm              *emb_comm;
   int64_t               rows;   // rows per micro-batch of the first step
   double                loss_sum;
+  float                 clip;
   px_pp_stats           stats;
 };
 
@@ -180,6 +182,7 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
   pp->m = sched->m;
   pp->v = sched->v;
   pp->S = p * sched->v;
+  pp->clip = opts->clip_grad_norm;
   st = px_pp_plan_make(opts->build, opts->build_arg, pp->S, opts->split, &pp->plan);
   pp->chunk = st == PX_OK ? calloc((size_t)pp->v, sizeof *pp->chunk) : NULL;
   if (st == PX_OK && !pp->chunk) st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
@@ -472,6 +475,30 @@ static px_status do_backward(px_pp *pp, pp_chunk *ch, int micro, bool first) {
   return st;
 }
 
+// Global gradient-norm clipping: every rank's squared sum (the head's copy
+// of a tied weight left out: it holds the same summed gradient as the
+// embedding's), summed over the pipeline, then the same scale everywhere.
+static px_status clip_grads(px_pp *pp) {
+  double ss = 0;
+  for (int c = 0; c < pp->v; c++) {
+    const px_model *md = pp->chunk[c].slot[0].md;
+    ss += px_sumsq(md->grad_data, md->n_param_elems);
+    if (pp->chunk[c].stage == pp->tied_head_stage) {
+      const px_param *w = px_model_find(md, pp->plan->tied_param);
+      if (w) ss -= px_sumsq(w->grad, w->numel);
+    }
+  }
+  px_status st = px_comm_allreduce(pp->comm, &ss, 1, PX_F64, PX_SUM);
+  if (st != PX_OK) return st;
+  const float norm = (float)sqrt(ss > 0 ? ss : 0);
+  pp->stats.grad_norm = norm;
+  for (int c = 0; c < pp->v; c++) {
+    px_model *md = pp->chunk[c].slot[0].md;
+    px_clip_grad_scale(md->grad_data, md->n_param_elems, norm, pp->clip);
+  }
+  return PX_OK;
+}
+
 static px_status wait_sends(px_pp *pp) {
   px_status first_err = PX_OK;
   for (int i = 0; i < pp->n_sends; i++) {
@@ -529,6 +556,8 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
       if ((st = wait_sends(pp)) != PX_OK) break;
       set_label(pp, "step (tied embedding gradient)", a->stage, a->micro, a->op);
       if ((st = sync_tied(pp)) != PX_OK) break;
+      set_label(pp, "step (gradient norm)", a->stage, a->micro, a->op);
+      if (pp->clip > 0 && (st = clip_grads(pp)) != PX_OK) break;
       for (int c = 0; c < pp->v && st == PX_OK; c++)
         if (pp->chunk[c].opt) st = px_optim_step(pp->chunk[c].opt);
       continue;
