@@ -76,7 +76,18 @@ double px_pp_bubble_formula(px_pp_kind kind, int p, int m, int v);
  * with INTERLEAVED).  m < p is allowed where the schedule allows (GPipe and
  * 1F1B run with idle stages); interleaved needs m % p == 0, else
  * PX_ERR_INVALID naming both numbers.  The result is checked
- * (px_pp_schedule_check) before it is returned. */
+ * (px_pp_schedule_check) before it is returned.
+ *
+ * Each rank's list is one global order of events projected on the rank
+ * (src/parallel/pp_schedule.c explains), so it runs even when every send
+ * and receive blocks.  The executor's convention:
+ *   - run the actions in order; blocking sends and receives are safe;
+ *   - or (faster) post each SEND/RECV non-blocking where it stands, wait
+ *     for a RECV right before the compute that uses it, for SENDs before
+ *     their buffers are reused (at the latest at OPTIM_STEP);
+ *   - a transfer is named by (op, stage, micro) — a fine message tag;
+ *   - with p = 1 there are no sends or receives: neighbouring stages hand
+ *     activations and gradients over on the rank. */
 px_status px_pp_schedule_make(px_pp_kind kind, int p, int m, int v, px_pp_schedule **out);
 void px_pp_schedule_free(px_pp_schedule *s);
 
@@ -93,7 +104,11 @@ px_status px_pp_schedule_check(const px_pp_schedule *s);
 /* Time the table with forward cost tf and backward cost tb per stage and
  * micro-batch (communication free): busy_fraction[r] (p values, may be
  * NULL) the share of the makespan rank r computes, *makespan (may be NULL)
- * the total.  1 - busy is the bubble the formulas above predict. */
+ * the total.  1 - busy is the bubble the formulas above predict (exactly,
+ * for every generated table, with any tf and tb).  The model is the
+ * executor's fast path: SEND and RECV are posted non-blocking where they
+ * stand, a compute waits for its input's send.  The table is checked first
+ * (PX_ERR_INVALID if it fails). */
 px_status px_pp_schedule_simulate(const px_pp_schedule *s, double tf, double tb, double *busy_fraction,
                                   double *makespan);
 

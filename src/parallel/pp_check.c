@@ -314,7 +314,7 @@ px_status px_pp_schedule_check(const px_pp_schedule *s) {
   if (s->p < 1 || s->m < 1 || s->v < 1)
     return px_error(PX_ERR_INVALID, "pipeline schedule check: p %d, m %d, v %d; each must be at least 1", s->p, s->m,
                     s->v);
-  if ((int64_t)s->p * s->v * s->m > (1 << 26))
+  if ((int64_t)s->p * s->v * s->m > (1 << 23))
     return px_error(PX_ERR_INVALID, "pipeline schedule check: p %d x v %d x m %d is too large", s->p, s->v, s->m);
   if (!s->n_actions || !s->actions) return px_error(PX_ERR_INVALID, "pipeline schedule check: the table is missing");
   for (int r = 0; r < s->p; r++)

@@ -37,11 +37,16 @@
  * (px_pp_schedule_check proves it for each table by simulation).
  *
  * The executor's convention (what it may assume and must do):
- *   - run a rank's actions in order; blocking sends and receives are safe;
- *   - it may post a run of consecutive SEND/RECV actions together
- *     (non-blocking, then wait for all of them) before the next compute:
- *     posting a transfer earlier never delays its partner, so this cannot
- *     create a wait the in-order run does not have;
+ *   - run a rank's actions in order; blocking sends and receives are safe
+ *     (px_pp_schedule_check proves exactly that);
+ *   - faster, and what px_pp_schedule_simulate times: post each SEND and
+ *     RECV non-blocking where it stands in the table, wait for a RECV only
+ *     right before the compute that uses its data, and for the SENDs before
+ *     their buffers are reused (at the latest at OPTIM_STEP).  Posting a
+ *     transfer earlier never delays its partner, so this cannot create a
+ *     wait that the blocking run does not have; and a receive placed early
+ *     on the unit timeline (below) then never holds back an unrelated
+ *     compute when the real forward and backward costs differ;
  *   - a transfer is identified by (kind, stage, micro): the activation of
  *     micro-batch i out of stage s, or the gradient of micro-batch i into
  *     stage s (messages between a pair of ranks may use that as the tag);

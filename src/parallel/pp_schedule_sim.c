@@ -1,11 +1,15 @@
 /* pp_schedule_sim.c — timing a pipeline table, and printing it for a person
  * (plexus/pipeline.h).
  *
- * The timing model is the executor's: a forward costs tf, a backward tb,
- * communication is free and sends do not wait (posted non-blocking); a
- * receive waits until its send has been executed, a rank runs its actions
- * in order.  The busy share of rank r is its compute time over the makespan
- * (the time the last rank finishes); 1 - busy is the bubble. */
+ * The timing model is the executor's (pp_schedule.c, "The executor's
+ * convention"): a rank runs its actions in order; a forward costs tf, a
+ * backward tb; communication is free; a SEND is posted and does not wait, a
+ * RECV is posted and does not wait either — the compute that needs the
+ * data waits for it (until its send has been posted).  So a receive placed
+ * early in the table never holds back a compute that does not need it, and
+ * the timing is that of the compute orders alone, whatever tf and tb are.
+ * The busy share of rank r is its compute time over the makespan (the time
+ * the last rank finishes); 1 - busy is the bubble. */
 #include "plexus/pipeline.h"
 
 #include <math.h>
@@ -14,7 +18,7 @@
 #include <string.h>
 
 /* Play the table: start[r][k] receives the time action k of rank r starts
- * (a compute) or completes (a transfer). */
+ * (a compute) or is posted (a transfer). */
 static px_status play(const px_pp_schedule *s, double tf, double tb, double **start, double *busy,
                       double *makespan) {
   int p = s->p, m = s->m, S = s->p * s->v;
@@ -38,6 +42,13 @@ static px_status play(const px_pp_schedule *s, double tf, double tb, double **st
         const px_pp_action *a = &s->actions[r][pc[r]];
         size_t x = (size_t)a->stage * (size_t)m + (size_t)a->micro;
         double t = clock[r];
+        /* A compute's input from another rank: the time its send was
+         * posted (not yet: wait for the sender to get there). */
+        double sent = 0;
+        if (p > 1 && a->op == PX_PP_FORWARD && a->stage > 0) sent = act_out[x - (size_t)m];
+        if (p > 1 && a->op == PX_PP_BACKWARD && a->stage < S - 1) sent = grad_in[x + (size_t)m];
+        if (sent < 0) goto wait;
+        if (sent > t) clock[r] = t = sent;
         switch (a->op) {
         case PX_PP_FORWARD:
           clock[r] += tf;
@@ -51,21 +62,11 @@ static px_status play(const px_pp_schedule *s, double tf, double tb, double **st
           break;
         case PX_PP_SEND_ACT: act_out[x] = t; break;
         case PX_PP_SEND_GRAD: grad_in[x] = t; break;
-        case PX_PP_RECV_ACT: {
-          double sent = act_out[x - (size_t)m];
-          if (sent < 0) goto wait;
-          if (sent > t) clock[r] = t = sent;
-          break;
-        }
-        case PX_PP_RECV_GRAD: {
-          double sent = grad_in[x + (size_t)m];
-          if (sent < 0) goto wait;
-          if (sent > t) clock[r] = t = sent;
-          break;
-        }
+        case PX_PP_RECV_ACT:
+        case PX_PP_RECV_GRAD:
         case PX_PP_OPTIM_STEP: break;
         }
-        if (start) start[r][pc[r]] = a->op == PX_PP_RECV_ACT || a->op == PX_PP_RECV_GRAD ? clock[r] : t;
+        if (start) start[r][pc[r]] = t;
         pc[r]++;
         progress = 1;
       }
@@ -140,8 +141,9 @@ void px_pp_schedule_print(const px_pp_schedule *s, FILE *out) {
     goto done;
   }
   int slots = (int)llround(span);
-  /* Rows: a compute in the slot it starts; a send in its compute's row; a
-   * receive in the row of the compute after it; OPT in row `slots`. */
+  /* Rows: a compute in the slot it starts; a send in the row of the
+   * compute before it (the one that made its data); a receive in the row
+   * of the compute after it; OPT in row `slots`. */
   for (int r = 0; r < p; r++) {
     int n = s->n_actions[r], last = 0;
     for (int k = 0; k < n; k++) {
@@ -155,22 +157,21 @@ void px_pp_schedule_print(const px_pp_schedule *s, FILE *out) {
         next = row[r][k];
       if (row[r][k] < 0) row[r][k] = next;
     }
-    /* A send that follows a receive of a later row moves down with it: the
-     * rows must follow the action order. */
-    for (int k = 1; k < n; k++)
-      if (row[r][k] < row[r][k - 1]) row[r][k] = row[r][k - 1];
   }
-  /* The width of the widest cell. */
+  /* The width of the widest cell: the labels of a row, space-separated. */
   int width = 6;
   char cell[512], lab[32];
+  int *len_row = malloc(((size_t)slots + 1) * sizeof *len_row);
+  if (!len_row) goto done;
   for (int r = 0; r < p; r++) {
-    int n = s->n_actions[r];
-    for (int k = 0, len = 0; k < n; k++) {
-      len = (k > 0 && row[r][k] == row[r][k - 1]) ? len + 1 : 0;
-      len += label(&s->actions[r][k], lab, sizeof lab);
-      if (len > width) width = len;
+    for (int t = 0; t <= slots; t++) len_row[t] = -1;
+    for (int k = 0; k < s->n_actions[r]; k++) {
+      int *len = &len_row[row[r][k]];
+      *len += 1 + label(&s->actions[r][k], lab, sizeof lab);
+      if (*len > width) width = *len;
     }
   }
+  free(len_row);
   if (width > (int)sizeof cell - 1) width = (int)sizeof cell - 1;
   fprintf(out, "schedule %s: %d pipeline rank(s), %d micro-batch(es), %d stage(s) (stage s on rank s mod %d)\n",
           px_pp_kind_name(s->kind), p, s->m, p * s->v, p);
@@ -187,25 +188,25 @@ void px_pp_schedule_print(const px_pp_schedule *s, FILE *out) {
     for (int j = 0; j < width; j++) fputc('-', out);
   }
   fputc('\n', out);
-  int *k0 = calloc((size_t)p, sizeof *k0);
-  if (!k0) goto done;
   for (int t = 0; t <= slots; t++) {
     if (t == slots) fprintf(out, "step ");
     else fprintf(out, "%4d ", t);
     for (int r = 0; r < p; r++) {
+      /* In action order; a send sits in the row of the compute that made
+       * its data even when a receive of the next row precedes it (both
+       * are posted at the same instant, the end of that compute). */
       size_t len = 0;
       cell[0] = '\0';
-      while (k0[r] < s->n_actions[r] && row[r][k0[r]] == t) {
-        label(&s->actions[r][k0[r]], lab, sizeof lab);
+      for (int k = 0; k < s->n_actions[r]; k++) {
+        if (row[r][k] != t) continue;
+        label(&s->actions[r][k], lab, sizeof lab);
         len += (size_t)snprintf(cell + len, sizeof cell - len, "%s%s", len ? " " : "", lab);
         if (len >= sizeof cell) len = sizeof cell - 1;
-        k0[r]++;
       }
       fprintf(out, " | %-*s", width, len ? cell : ".");
     }
     fputc('\n', out);
   }
-  free(k0);
 done:
   for (int r = 0; r < p; r++) {
     if (start) free(start[r]);
