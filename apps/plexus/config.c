@@ -159,6 +159,12 @@ static const opt_def opts[] = {
   {"parallel", "zero_reshard", "zero-reshard", T_BOOL, F(zero_reshard), "true", NULL, 0, 0, CFG_TRAIN,
    "--zero 3: free a unit's gathered parameters after its forward and gather again for backward (less memory); "
    "off: keep them until its backward (one gather fewer)"},
+  {"parallel", "pp", "pp", T_INT, F(pp), "1", NULL, 1, 4096, CFG_TRAIN,
+   "pipeline parallel: the model cut into this many stages, one per rank (the world size; docs/PARALLEL.md)"},
+  {"parallel", "micro_batches", "micro-batches", T_INT, F(micro_batches), "1", NULL, 1, 1 << 20, CFG_TRAIN,
+   "--pp: micro-batches per step (--batch-size must be a multiple)"},
+  {"parallel", "schedule_pp", "schedule-pp", T_STR, F(schedule_pp), "1f1b", "gpipe|1f1b|interleaved", 0, 0,
+   CFG_TRAIN, "--pp: the pipeline schedule (interleaved: 2 stages per rank)"},
   {"parallel", "timeout", "timeout", T_NUM, F(timeout), "600", NULL, 0, 1e9, ALL,
    "seconds a rank waits for its peers before the job ends with an error naming them (0: forever)"},
 
