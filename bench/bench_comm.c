@@ -25,7 +25,12 @@
  * send/recv is a ping-pong between ranks 0 and 1: us is half a round trip,
  * busbw = bytes / us.  memcpy (impl=memcpy op=memcpy) copies `bytes` from
  * one buffer to another on rank 0: the machine's own copy bandwidth, the
- * ceiling of any shared-memory transport.
+ * ceiling of any shared-memory transport.  Under the threads backend
+ * every rank also copies `bytes` at the same moment (impl=copy-bound
+ * op=memcpy, the slowest rank's time): the copy bound of threads.c's
+ * opening comment, against which run_comm.sh reports each collective's
+ * fraction (bound time / collective time; the bound of a reduce_scatter is
+ * (n+1)/(2n) of that copy, of the others all of it).
  *
  * Raw MPI runs in the same process right after px_comm at each size, on the
  * same buffers, with MPI's blocking calls on MPI_COMM_WORLD.  This is a
@@ -282,6 +287,27 @@ static int rank_main(px_comm *c, void *arg) {
       printf("comm impl=memcpy op=memcpy bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=1\n", sz, k,
              1e6 * per, (double)sz / per / 1e9, (double)sz / per / 1e9);
       fflush(stdout);
+    }
+    if (o->memcpy_line && n > 1 && px_comm_backend_of(c) == PX_COMM_THREADS) {
+      // The copy bound: all ranks memcpy `sz` bytes at once, as the
+      // collectives move memory at once.
+      long iters;
+      memcpy(b->recv, b->send, sz);
+      if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
+      double t0 = px_time_now();
+      memcpy(b->recv, b->send, sz);
+      if (plan_iters(c, px_time_now() - t0, o->seconds, &iters) != PX_OK) return fail(c, "plan");
+      if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
+      t0 = px_time_now();
+      for (long i = 0; i < iters; i++) memcpy(b->recv, b->send, sz);
+      double took = px_time_now() - t0;
+      if (px_comm_allreduce(c, &took, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
+      if (r == 0) {
+        double per = took / (double)iters;
+        printf("comm impl=copy-bound op=memcpy bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d\n", sz,
+               iters, 1e6 * per, (double)sz / per / 1e9, (double)sz / per / 1e9, n);
+        fflush(stdout);
+      }
     }
     if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
     size_t next = (size_t)((double)bytes * o->factor);
