@@ -14,12 +14,14 @@
  *
  * One line per measurement, parsed by bench/run_comm.sh:
  *
- *   comm impl=px-mpi op=allreduce bytes=1048576 iters=230 us=512.3 algbw=2.047 busbw=2.047 ranks=2
+ *   comm impl=px-mpi op=allreduce bytes=1048576 iters=230 us=512.3 algbw=2.047 busbw=2.047 ranks=2 us_min=480.1
  *
  * Conventions (nccl-tests, docs/PERFORMANCE.md): `bytes` is the size of one
  * rank's buffer (allreduce, broadcast, send/recv), of the whole gathered
  * output (allgather) or of the whole input (reduce_scatter); us is the time
  * of one operation, the slowest rank's average over the timed iterations;
+ * us_min the slowest rank's fastest single iteration (on a loaded machine
+ * the average measures the load, the fastest iteration the operation);
  * algbw = bytes / time in GB/s (1e9); busbw = algbw × 2(n−1)/n for
  * allreduce, × (n−1)/n for allgather and reduce_scatter, × 1 for broadcast.
  * send/recv is a ping-pong between ranks 0 and 1: us is half a round trip,
@@ -184,13 +186,16 @@ static double bus_factor(op_kind op, int n) {
   }
 }
 
-static void report(const px_comm *c, const char *impl, op_kind op, size_t bytes, long iters, double seconds) {
+static void report(const px_comm *c, const char *impl, op_kind op, size_t bytes, long iters, double seconds,
+                   double best) {
   if (px_comm_rank(c) != 0) return;
   // A ping-pong's operation is half its round trip.
-  double t = seconds / (double)iters / (op == OP_SENDRECV ? 2.0 : 1.0);
+  const double half = op == OP_SENDRECV ? 2.0 : 1.0;
+  double t = seconds / (double)iters / half;
   double algbw = (double)bytes / t / 1e9;
-  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d\n", impl, op_names[op],
-         bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)), px_comm_size(c));
+  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f\n", impl,
+         op_names[op], bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)), px_comm_size(c),
+         1e6 * best / half);
   fflush(stdout);
 }
 
@@ -253,22 +258,34 @@ static int rank_main(px_comm *c, void *arg) {
       if (plan_iters(c, px_time_now() - t0, o->seconds, &iters) != PX_OK) return fail(c, "plan");
       if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
       t0 = px_time_now();
-      for (long i = 0; i < iters; i++)
+      double best = 1e30, prev = t0;
+      for (long i = 0; i < iters; i++) {
         if (px_once(c, o, op, b, sz) != PX_OK) return fail(c, op_names[op]);
-      double took = px_time_now() - t0;
+        double now = px_time_now();
+        if (now - prev < best) best = now - prev;
+        prev = now;
+      }
+      double took = prev - t0;
       if (px_comm_allreduce(c, &took, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
-      report(c, impl, op, sz, iters, took);
+      if (px_comm_allreduce(c, &best, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
+      report(c, impl, op, sz, iters, took, best);
 #ifdef PX_HAVE_MPI
       if (o->raw && px_comm_backend_of(c) == PX_COMM_MPI) {
         // Raw MPI, same buffers, same count of iterations.
         if (raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = px_time_now();
-        for (long i = 0; i < iters; i++)
+        t0 = prev = px_time_now();
+        best = 1e30;
+        for (long i = 0; i < iters; i++) {
           if (raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
-        took = px_time_now() - t0;
+          double now = px_time_now();
+          if (now - prev < best) best = now - prev;
+          prev = now;
+        }
+        took = prev - t0;
         MPI_Allreduce(MPI_IN_PLACE, &took, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        report(c, "raw-mpi", op, sz, iters, took);
+        MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        report(c, "raw-mpi", op, sz, iters, took, best);
       }
 #endif
     }
