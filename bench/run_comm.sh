@@ -5,6 +5,8 @@
 #   bench/run_comm.sh            (about 8 minutes on 2 cores)
 #   bench/run_comm.sh --quick    (about 2 minutes: up to 16 MiB, shorter runs, fewer cases)
 #   bench/run_comm.sh --table F  (only the tables, from F: the saved output of a run)
+#   bench/run_comm.sh --best ... (collective tables from each point's fastest
+#                                iteration, not its average: on a loaded machine)
 #
 # Part 1, collectives (bench_comm, bench_comm_torch.py): for allreduce,
 # allgather, reduce_scatter, broadcast and send/recv (ping-pong), from 4 KiB
@@ -47,12 +49,14 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 QUICK=0
 TABLE_FROM=
+FIELD=us
 while (($#)); do
   case $1 in
     --quick) QUICK=1 ;;
+    --best) FIELD=us_min ;;
     --table) TABLE_FROM=${2:?--table needs a file}; shift ;;
-    -h|--help) sed -n '2,46p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "bench/run_comm.sh: unknown option $1 (--quick, --table FILE, --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/!p}' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "bench/run_comm.sh: unknown option $1 (--quick, --best, --table FILE, --help)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -81,16 +85,19 @@ export OMP_NUM_THREADS=1 PX_NUM_THREADS=1
 
 # ---- Tables ----------------------------------------------------------------------
 tables() {  # the saved output of a run
-"$PYTHON" - "$1" <<'EOF_PY'
+"$PYTHON" - "$1" "$FIELD" <<'EOF_PY'
 import re, statistics, sys
 lines = open(sys.argv[1]).read().splitlines()
+field = sys.argv[2]  # us (average) or us_min (fastest iteration)
 kv = lambda s: dict(re.findall(r"(\w+)=(\S+)", s))
 comm = {}
 n_thr = 2  # ranks of the threads run (its copy-bound lines say)
 for l in lines:
     if l.startswith("comm ") and "unsupported" not in l:
         d = kv(l)
-        comm[(d["impl"], d["op"], int(d["bytes"]))] = (float(d["us"]), float(d["busbw"]))
+        us = float(d.get(field, d["us"]))
+        # busbw scales with the time chosen
+        comm[(d["impl"], d["op"], int(d["bytes"]))] = (us, float(d["busbw"]) * float(d["us"]) / us)
         if d["impl"] == "copy-bound":
             n_thr = int(d["ranks"])
 def size(b):
@@ -99,7 +106,7 @@ for op in ["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"]:
     sizes = sorted({b for (i, o, b) in comm if o == op})
     if not sizes:
         continue
-    print(f"\n{op}: latency µs / busbw GB/s")
+    print(f"\n{op}: latency µs / busbw GB/s" + (" (fastest iteration of each point)" if field == "us_min" else ""))
     print(f"{'bytes':>8} {'px-threads':>17} {'px-mpi':>17} {'raw-mpi':>17} {'gloo':>17} {'memcpy':>7} "
           f"{'px/raw':>7} {'px-raw µs':>9} {'px/gloo':>8} {'thr/copy':>8}")
     for b in sizes:
