@@ -11,6 +11,10 @@
  *   --seconds S    timed budget of one (op, size, side) (default 0.25; at least 3 iterations)
  *   --async        time px_comm's i-variant + px_request_wait instead of the blocking call
  *   --no-raw       skip raw MPI          --no-memcpy   skip the memcpy line
+ *   --mpi-thread single|serialized|multiple   initialise MPI at this thread
+ *                  level before px_comm does (to measure what the level
+ *                  costs; with PX_COMM_MPI_WAIT=poll px_comm's blocking
+ *                  collectives then take the polling wait at any level)
  *
  * One line per measurement, parsed by bench/run_comm.sh:
  *
@@ -59,12 +63,13 @@ typedef struct opts {
   double seconds;
   int threads;
   bool async, raw, memcpy_line;
+  const char *mpi_thread;
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mpiexec -n 2 bench_comm [options]   or   bench_comm --threads 2 [options]\n"
              "  --ops allreduce,allgather,reduce_scatter,broadcast,sendrecv   --min BYTES --max BYTES\n"
-             "  --factor F --seconds S --async --no-raw --no-memcpy\n");
+             "  --factor F --seconds S --async --no-raw --no-memcpy --mpi-thread single|serialized|multiple\n");
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
@@ -93,6 +98,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     else if (!strcmp(a, "--factor")) o->factor = atof(v);
     else if (!strcmp(a, "--seconds")) o->seconds = atof(v);
     else if (!strcmp(a, "--threads")) o->threads = atoi(v);
+    else if (!strcmp(a, "--mpi-thread")) o->mpi_thread = v;
     else { fprintf(stderr, "bench_comm: unknown option %s\n", a); usage(stderr); return -1; }
   }
   if (!any) for (int k = 0; k < N_OPS; k++) o->ops[k] = true;
@@ -349,10 +355,28 @@ int main(int argc, char **argv) {
   px_set_num_threads(1);
   shared sh = {.o = &o};
   int code = 0;
+#ifdef PX_HAVE_MPI
+  bool own_mpi = false;
+  if (o.mpi_thread && px_comm_mpi_launched()) {
+    int want = !strcmp(o.mpi_thread, "single") ? MPI_THREAD_SINGLE
+               : !strcmp(o.mpi_thread, "serialized") ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
+    int got = 0;
+    // As px_comm_init_mpi would (libnbc's ring all-reduce).
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+    MPI_Init_thread(NULL, NULL, want, &got);
+    own_mpi = true;
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    if (r == 0) printf("# bench_comm: MPI initialised at thread level %s (provided %d)\n", o.mpi_thread, got);
+  }
+#endif
   px_status st = px_comm_run(o.threads, rank_main, &sh, &code);
   if (st != PX_OK) {
     fprintf(stderr, "bench_comm: %s\n", px_last_error());
     return 1;
   }
+#ifdef PX_HAVE_MPI
+  if (own_mpi) MPI_Finalize();
+#endif
   return code;
 }

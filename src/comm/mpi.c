@@ -595,6 +595,8 @@ px_status px_comm_init_mpi(px_comm **out) {
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
   if (finalized) return px_error(PX_ERR_COMM, "px_comm_init_mpi: MPI was already finalized");
+  const char *wait = getenv("PX_COMM_MPI_WAIT");
+  const bool poll = wait && strcmp(wait, "poll") == 0;
   if (!inited) {
     // MULTIPLE: the watchdog thread (mpi_watch.c) calls MPI_Abort while
     // the caller sits in a blocking collective; measured at 2 ranks, raw
@@ -611,15 +613,13 @@ px_status px_comm_init_mpi(px_comm **out) {
     // the user chose an algorithm, ask for the ring; other MPIs ignore it.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
-    const char *wait = getenv("PX_COMM_MPI_WAIT");
-    const bool poll = wait && strcmp(wait, "poll") == 0;
     int rc = MPI_Init_thread(NULL, NULL, poll ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_Init_thread", "px_comm_init_mpi", __FILE__, __LINE__);
     we_initialized = true;
   }
   int level = MPI_THREAD_SINGLE;
   MPI_TRY("px_comm_init_mpi", MPI_Query_thread(&level));
-  blocking_calls = level == MPI_THREAD_MULTIPLE && px_mpi_watch_start();
+  blocking_calls = !poll && level == MPI_THREAD_MULTIPLE && px_mpi_watch_start();
   MPI_Comm world = MPI_COMM_NULL;
   // A duplicate, so our messages never match the application's own.
   MPI_TRY("px_comm_init_mpi", MPI_Comm_dup(MPI_COMM_WORLD, &world));
