@@ -165,8 +165,9 @@ typedef struct px_tensor_piece {
  * "pieces" metadata key, {"<tensor name>": {"key": .., "dtype": "F32",
  * "shape": [..], "box_offset": [..], "box_size": [..], "offset": ..,
  * "count": ..}, ...} (box_offset and box_size only for a box that is not
- * the whole tensor), which readers use to put the pieces back.  Version 2
- * (boxes); readers take versions 1 and 2. */
+ * the whole tensor), which readers use to put the pieces back.  Pieces of
+ * count 0 are left out (they hold nothing; two of one key would share a
+ * name).  Version 2 (boxes); readers take versions 1 and 2. */
 #define PX_PIECES_FORMAT  "plexus-pieces"
 #define PX_PIECES_VERSION "2"
 px_status px_pieces_state_dict(const px_tensor_piece *pieces, int n, px_state_dict *sd, char **pieces_json);

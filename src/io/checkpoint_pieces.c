@@ -56,6 +56,8 @@ px_status px_pieces_state_dict(const px_tensor_piece *pieces, int n, px_state_di
       st = px_error(PX_ERR_INVALID, "pieces: piece %d of \"%s\" is %s", i, p->key, why);
       break;
     }
+    // An empty piece holds nothing, and two of a key would share a name.
+    if (p->count == 0) continue;
     const bool whole = px_ckpt_box_whole(&b);
     px_ckpt_box_str(&b, box, sizeof box);
     int len = snprintf(it->name, sizeof it->name, "%s%s@%zu", p->key, box, p->offset);
@@ -202,13 +204,16 @@ px_status px_checkpoint_load_pieces(const char *ckpt_path, const char *name, con
   if ((st = px_ckpt_pieces_table(f, &table)) != PX_OK) goto done;
   const char *path = px_safetensors_path(f);
   const int version = px_ckpt_pieces_version(f);
-  if (cJSON_GetArraySize(table) != n) {
+  if (cJSON_GetArraySize(table) != sd.count) {
     st = px_error(PX_ERR_INVALID, "%s holds %d pieces; this run expects %d here (saved with another layout or model?)",
-                  path, cJSON_GetArraySize(table), n);
+                  path, cJSON_GetArraySize(table), sd.count);
     goto done;
   }
-  for (int i = 0; i < n; i++) {
-    const px_tensor_piece *p = &pieces[i];
+  // sd.items[i] is the i-th non-empty piece (px_pieces_state_dict skips
+  // empty ones).
+  for (int i = 0, k = 0; i < sd.count; i++, k++) {
+    while (pieces[k].count == 0) k++;
+    const px_tensor_piece *p = &pieces[k];
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(table, sd.items[i].name);
     px_ckpt_piece_entry pe;
     if (!e) {
