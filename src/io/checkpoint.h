@@ -143,7 +143,8 @@ px_status px_ckpt_check_files(const char *ckpt, const px_ckpt_sums *sums);
 // arithmetic works on.  key points into the piece or the JSON it came from.
 typedef struct px_ckpt_box {
   const char *key;
-  int         ndim;
+  int         ndim;            // >= 1 (a 0-d tensor is one of shape (1,))
+  int         tensor_ndim;     // the tensor's own: 0 for a 0-d tensor
   int64_t     shape[PX_MAX_DIMS];
   int64_t     off[PX_MAX_DIMS], size[PX_MAX_DIMS];
   size_t      offset, count;   // the flat range of the box

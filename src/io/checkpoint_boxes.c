@@ -52,6 +52,7 @@ bool px_ckpt_box_of(const px_tensor_piece *p, px_ckpt_box *out, char *why, size_
   }
   // A 0-d tensor is one element: the box of shape (1,).
   out->ndim = p->ndim ? p->ndim : 1;
+  out->tensor_ndim = p->ndim;
   for (int d = 0; d < out->ndim; d++) {
     out->shape[d] = p->ndim ? p->shape[d] : 1;
     out->off[d] = whole ? 0 : p->box_offset[d];
@@ -69,8 +70,6 @@ bool px_ckpt_box_of(const px_tensor_piece *p, px_ckpt_box *out, char *why, size_
   }
   out->offset = p->offset;
   out->count = p->count;
-  // Keep the caller's ndim (0 for a scalar) in shape messages; the math
-  // uses out->ndim >= 1.
   return true;
 }
 
@@ -212,7 +211,7 @@ void px_ckpt_loader_free(px_ckpt_loader *L) {
 }
 
 static bool same_shape(const px_ckpt_box *a, const px_ckpt_box *b) {
-  if (a->ndim != b->ndim) return false;
+  if (a->ndim != b->ndim || a->tensor_ndim != b->tensor_ndim) return false;
   for (int d = 0; d < a->ndim; d++)
     if (a->shape[d] != b->shape[d]) return false;
   return true;
@@ -265,7 +264,7 @@ px_status px_ckpt_loader_add(px_ckpt_loader *L, const char *path, const char *fi
       char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
       const px_tensor_piece *p = &L->want[w];
       return px_error(PX_ERR_SHAPE, "%s: tensor \"%s\" has shape %s in the checkpoint but this run expects %s; was it "
-                      "saved from another model?", path, s->key, px_shape_str(s->ndim, s->shape, a, sizeof a),
+                      "saved from another model?", path, s->key, px_shape_str(s->tensor_ndim, s->shape, a, sizeof a),
                       px_shape_str(p->ndim, p->shape, b, sizeof b));
     }
     if (ns < 0) ns = cut(s, sc);
