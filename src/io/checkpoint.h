@@ -1,8 +1,12 @@
 // Checkpoint directories, internal to the io layer: names, listing, the
 // SHA256SUMS file, rotation.  The public contract is in plexus/io.h; the
 // files are checkpoint_dir.c (names, listing, removal, rotation),
-// checkpoint_read.c (SHA256SUMS, verify, latest, reads) and
-// checkpoint_write.c (write, write0).
+// checkpoint_read.c (SHA256SUMS, verify, latest, reads),
+// checkpoint_write.c (write, write0), checkpoint_sharded.c (write_all),
+// checkpoint_pieces.c (files of pieces, format versions 1 and 2),
+// checkpoint_boxes.c (box intersection, the loader), checkpoint_index.c
+// (metadata.json: written by rank 0, read to load only what is needed) and
+// crc32c_fast.c (the index's checksums).
 //
 //   <dir>/step_00001200/                      a complete checkpoint
 //   <dir>/.step_00001300.partial.<host>.<pid>/  being written (or a crash)
