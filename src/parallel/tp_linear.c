@@ -330,4 +330,5 @@ void px_tp_set_sequence_parallel(px_module *m, bool on) {
 void px_tp_set_sequence_split(px_module *m, bool on) {
   if (m && (m->ops == &px_tp_column_ops || m->ops == &px_tp_row_ops) && !((tp_linear *)m)->gather)
     ((tp_linear *)m)->split = on;
+  else px_tp_vocab_set_sequence_split(m, on);
 }
