@@ -10,6 +10,8 @@
  * c_attn and c_fc) and two reduce-scatters (after the projections) forward,
  * the same backward, one pair more outside the blocks (wte's reduce-scatter,
  * the head's all-gather), no activation all-reduce; backward adds one
+ * all-gather per column-parallel layer and for the head (their input is
+ * gathered again rather than kept whole, as Megatron-LM does) and one
  * all-reduce of parameter gradients per replicated module on the split
  * sequence (2 layer norms a block, ln_f, wpe).  Counted by the layers' group
  * (px_tp_counts) for 1, 2 and 3 layers at tp = 2 and 4, forward, loss and
@@ -74,12 +76,14 @@ static void one(px_comm *c, int L, bool sp) {
   } else {
     // The replicated modules' gradients: ln_1, ln_2 (2C each) a block, ln_f (2C), wpe (T·C).
     const uint64_t grads = (uint64_t)(2 * L + 1) * 2 * C + (uint64_t)T * C;
-    CHECK(all.bwd_allgather == pairs && all.bwd_reduce_scatter == pairs && all.bwd_allreduce == (uint64_t)(2 * L + 2) &&
-          all.fwd_allreduce == ce.fwd_allreduce && all.elems - ce.elems == 2 * pairs * act + grads,
-          "tp %d, %d layers, SP: backward made %llu all-gathers, %llu reduce-scatters (want %d each), %llu "
-          "all-reduces (want %d: the layer norms' and wpe's gradients), %llu floats (want %llu)", g.size, L,
-          (ull)all.bwd_allgather, (ull)all.bwd_reduce_scatter, 2 * L + 1, (ull)all.bwd_allreduce, 2 * L + 2,
-          (ull)(all.elems - ce.elems), (ull)(2 * pairs * act + grads));
+    CHECK(all.bwd_allgather == 2 * pairs && all.bwd_reduce_scatter == pairs &&
+          all.bwd_allreduce == (uint64_t)(2 * L + 2) && all.fwd_allreduce == ce.fwd_allreduce &&
+          all.elems - ce.elems == 3 * pairs * act + grads,
+          "tp %d, %d layers, SP: backward made %llu all-gathers (want %d: dy for the row-parallel layers and wte, x "
+          "again for the column-parallel ones and the head), %llu reduce-scatters (want %d), %llu all-reduces (want "
+          "%d: the layer norms' and wpe's gradients), %llu floats (want %llu)", g.size, L, (ull)all.bwd_allgather,
+          2 * (2 * L + 1), (ull)all.bwd_reduce_scatter, 2 * L + 1, (ull)all.bwd_allreduce, 2 * L + 2,
+          (ull)(all.elems - ce.elems), (ull)(3 * pairs * act + grads));
   }
   CHECK(all.seconds > 0, "tp %d: no time counted in the collectives", g.size);
   // Eval: the same forward communication.

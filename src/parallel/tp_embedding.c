@@ -24,6 +24,8 @@
 // and all-gathers dy backward (every rank's ids need their rows' gradient);
 // the head all-gathers its input (N, T/P, C) to (N, T, C) and reduce-
 // scatters the partial dx back.  The same bytes as the all-reduce, halved.
+// The head keeps only its T/P positions and gathers them again in backward
+// (as the column-parallel layers do: tp_linear.c).
 #include "parallel/tp_internal.h"
 
 #include <string.h>
@@ -69,10 +71,12 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   const size_t C = (size_t)e->dim;
   float *Y;
   px_status st;
-  if (e->seq) {  // the partial (N, T, C) in scratch; y is this rank's (N, T/P, C)
-    if (!(Y = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float)))) return PX_ERR_NOMEM;
+  px_arena_mark mk = {0};
+  if (e->seq) {  // y is this rank's (N, T/P, C); the partial (N, T, C) is scratch
     shape[1] /= P;
     if ((st = px_ctx_tensor(ctx, y, 3, shape)) != PX_OK) return st;
+    mk = px_arena_get_mark(ctx->arena);
+    if (!(Y = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float)))) return PX_ERR_NOMEM;
   } else {
     if ((st = px_ctx_tensor(ctx, y, x->ndim + 1, shape)) != PX_OK) return st;
     Y = px_f32(y);
@@ -85,7 +89,11 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   }
   e->ids = *x;
   e->awaiting_backward = true;
-  if (e->seq) return px_tp_seq_reduce_scatter(e->tm.g, ctx, Y, px_f32(y), x->shape[0], x->shape[1], (int64_t)C, false);
+  if (e->seq) {
+    st = px_tp_seq_reduce_scatter(e->tm.g, ctx, Y, px_f32(y), x->shape[0], x->shape[1], (int64_t)C, false);
+    px_arena_rewind(ctx->arena, mk);
+    return st;
+  }
   return px_tp_allreduce(e->tm.g, Y, (size_t)R * C, PX_SUM, false);
 }
 
@@ -99,6 +107,7 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   const size_t C = (size_t)e->dim;
   float *dW = m->params[0].grad;
   const float *DY = px_f32(dy);
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);
   if (e->seq) {  // every position's dy: this rank's rows may be used anywhere in the sequence
     float *whole = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float));
     if (!whole) return PX_ERR_NOMEM;
@@ -111,6 +120,7 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
     const int local = ids[p] - e->first;
     if (local >= 0 && local < e->count) px_axpy(dW + (size_t)local * C, DY + (size_t)p * C, C, 1.0f);
   }
+  px_arena_rewind(ctx->arena, mk);
   e->awaiting_backward = false;
   return PX_OK;
 }
@@ -142,9 +152,8 @@ px_module *px_tp_vocab_embedding(px_tp_group *g, int vocab, int dim) {
 typedef struct tp_head {
   px_module     base;
   tp_embedding *emb;  /* not owned */
-  px_tensor     x;    /* saved input (R, C); sequence parallel: the gathered (N, T, C) */
-  bool          seq;  /* sequence split: all-gather x forward, reduce-scatter dx backward */
-  int64_t       tl;   /* seq: this rank's positions */
+  px_tensor     x;    /* saved input (R, C); sequence parallel: this rank's (N, T/P, C) */
+  bool          seq;  /* sequence split: all-gather x forward (and again backward), reduce-scatter dx */
 } tp_head;
 
 static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -161,26 +170,32 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
     return px_error(PX_ERR_INVALID, "VocabParallelTiedHead tied to \"%s\": the embedding must run forward before the "
                     "head (its backward, after the head's, reports the gradient complete)", e->tm.base.params[0].name);
   px_status st;
-  if (h->seq) {  // this rank's (N, T/P, C) -> everyone's (N, T, C)
+  h->x = *x;
+  int64_t shape[PX_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+  shape[x->ndim - 1] = n;
+  const float *X = px_f32(x);
+  px_arena_mark mk = {0};
+  if (h->seq) {  // this rank's (N, T/P, C) -> everyone's (N, T, C), scratch (backward gathers again)
     if (x->ndim != 3) {
       char s[PX_SHAPE_STR_MAX];
       return px_error(PX_ERR_SHAPE, "VocabParallelTiedHead \"%s\", sequence parallel: input must be (N, T/tp, %d), "
                       "got %s", e->tm.base.params[0].name, C, px_shape_str(x->ndim, x->shape, s, sizeof s));
     }
-    const int64_t N = x->shape[0], T = x->shape[1] * e->tm.g->size;
-    h->tl = x->shape[1];
-    if ((st = px_ctx_tensor(ctx, &h->x, 3, (int64_t[]){N, T, C})) != PX_OK) return st;
-    if ((st = px_tp_seq_all_gather(e->tm.g, ctx, px_f32(x), px_f32(&h->x), N, T, C, false)) != PX_OK) return st;
-  } else {
-    h->x = *x;
+    shape[1] *= e->tm.g->size;
+    if ((st = px_ctx_tensor(ctx, y, 3, shape)) != PX_OK) return st;
+    mk = px_arena_get_mark(ctx->arena);
+    float *whole = px_arena_alloc(ctx->arena, (size_t)px_tensor_numel(x) * e->tm.g->size * sizeof(float));
+    if (!whole) return PX_ERR_NOMEM;
+    if ((st = px_tp_seq_all_gather(e->tm.g, ctx, X, whole, shape[0], shape[1], C, false)) != PX_OK) return st;
+    X = whole;
+  } else if ((st = px_ctx_tensor(ctx, y, x->ndim, shape)) != PX_OK) {
+    return st;
   }
-  int64_t shape[PX_MAX_DIMS];
-  for (int i = 0; i < h->x.ndim; i++) shape[i] = h->x.shape[i];
-  shape[h->x.ndim - 1] = n;
-  if ((st = px_ctx_tensor(ctx, y, h->x.ndim, shape)) != PX_OK) return st;
-  const int R = (int)(px_tensor_numel(&h->x) / C);
+  const int R = (int)(px_tensor_numel(y) / n);
   // logits_r = x · E_rᵀ     (R, C)·(C, n_r)
-  px_sgemm(false, true, R, n, C, 1.0f, px_f32(&h->x), C, e->tm.base.params[0].data, C, 0.0f, px_f32(y), n);
+  px_sgemm(false, true, R, n, C, 1.0f, X, C, e->tm.base.params[0].data, C, 0.0f, px_f32(y), n);
+  if (h->seq) px_arena_rewind(ctx->arena, mk);
   return PX_OK;
 }
 
@@ -188,23 +203,32 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   tp_head *h = (tp_head *)m;
   const tp_embedding *e = h->emb;
   const int C = e->dim, n = e->count;
-  const int R = (int)(px_tensor_numel(&h->x) / C);
+  const int R = (int)(px_tensor_numel(dy) / n);  // every position (sequence parallel: T, not T/P)
   const px_param *E = &e->tm.base.params[0];
   if (!e->awaiting_backward)
     return px_error(PX_ERR_INVALID, "VocabParallelTiedHead tied to \"%s\": the embedding's backward already ran",
                     E->name);
+  px_status st;
+  if (h->seq) {
+    const int64_t N = h->x.shape[0], Tl = h->x.shape[1], T = Tl * e->tm.g->size;
+    if (dx && (st = px_ctx_tensor(ctx, dx, 3, (int64_t[]){N, Tl, C})) != PX_OK) return st;
+    const px_arena_mark mk = px_arena_get_mark(ctx->arena);
+    float *whole = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float));
+    if (!whole) return PX_ERR_NOMEM;
+    if ((st = px_tp_seq_all_gather(e->tm.g, ctx, px_f32(&h->x), whole, N, T, C, true)) != PX_OK) return st;
+    // dE_r += dyᵀ · x     (n_r, R)·(R, C)
+    px_sgemm(true, false, n, C, R, 1.0f, px_f32(dy), n, whole, C, 1.0f, E->grad, C);
+    if (dx) {  // the partial (N, T, C), reduce-scattered to this rank's positions
+      float *part = whole;  // x is no longer needed
+      px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, part, C);
+      st = px_tp_seq_reduce_scatter(e->tm.g, ctx, part, px_f32(dx), N, T, C, true);
+    }
+    px_arena_rewind(ctx->arena, mk);
+    return st;
+  }
   // dE_r += dyᵀ · x     (n_r, R)·(R, C)
   px_sgemm(true, false, n, C, R, 1.0f, px_f32(dy), n, px_f32(&h->x), C, 1.0f, E->grad, C);
   if (!dx) return PX_OK;
-  px_status st;
-  if (h->seq) {  // the partial (N, T, C), reduce-scattered to this rank's positions
-    const int64_t N = h->x.shape[0], T = h->x.shape[1];
-    float *part = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float));
-    if (!part) return PX_ERR_NOMEM;
-    px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, part, C);
-    if ((st = px_ctx_tensor(ctx, dx, 3, (int64_t[]){N, h->tl, C})) != PX_OK) return st;
-    return px_tp_seq_reduce_scatter(e->tm.g, ctx, part, px_f32(dx), N, T, C, true);
-  }
   if ((st = px_ctx_tensor_like(ctx, dx, &h->x)) != PX_OK) return st;
   // dx = Σ_r dy_r · E_r   (R, n_r)·(n_r, C), summed over the group
   px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, px_f32(dx), C);

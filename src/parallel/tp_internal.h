@@ -29,7 +29,8 @@ px_status px_tp_allgather(px_tp_group *g, const float *send, float *recv, size_t
 // Sequence parallelism's collectives on (N, T, C) tensors, T = P·Tl, rank r
 // holding positions [r·Tl, (r+1)·Tl) (tp_sequence.c): all-gather
 // (N, Tl, C) -> (N, T, C), and reduce-scatter of (N, T, C) partial sums ->
-// (N, Tl, C).  Counted in g->counts; scratch from ctx's arena.
+// (N, Tl, C).  Counted in g->counts; scratch from ctx's arena, released
+// before they return (out must be allocated before the call).
 px_status px_tp_seq_all_gather(px_tp_group *g, px_ctx *ctx, const float *in, float *out, int64_t N, int64_t T,
                                int64_t C, bool backward);
 px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in, float *out, int64_t N, int64_t T,

@@ -47,6 +47,7 @@ px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in,
   const int P = g->size;
   const size_t chunk = (size_t)(N * (T / P) * C);
   if (P == 1) { memcpy(out, in, chunk * sizeof(float)); return PX_OK; }
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);  // the packed copy is scratch
   float *blocks = px_arena_alloc(ctx->arena, chunk * (size_t)P * sizeof(float));
   if (!blocks) return PX_ERR_NOMEM;
   pack(in, blocks, N, T, C, P, true);
@@ -54,6 +55,7 @@ px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in,
   const double t0 = px_time_now();
   px_status st = px_comm_reduce_scatter(g->comm, blocks, out, chunk, PX_F32, PX_SUM);
   g->counts.seconds += px_time_now() - t0;
+  px_arena_rewind(ctx->arena, mk);
   return st == PX_OK ? st : px_error_wrap(st, "sequence parallel (tp %d): reduce-scatter in %s", P,
                                           backward ? "backward" : "forward");
 }
@@ -62,11 +64,13 @@ px_status px_tp_seq_all_gather(px_tp_group *g, px_ctx *ctx, const float *in, flo
                                int64_t C, bool backward) {
   const int P = g->size;
   const size_t chunk = (size_t)(N * (T / P) * C);
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);  // the packed copy is scratch
   float *blocks = px_arena_alloc(ctx->arena, chunk * (size_t)P * sizeof(float));
   if (!blocks) return PX_ERR_NOMEM;
   px_status st = px_tp_allgather(g, in, blocks, chunk, backward);
   if (st != PX_OK) return st;
   pack(out, blocks, N, T, C, P, false);
+  px_arena_rewind(ctx->arena, mk);
   return PX_OK;
 }
 
