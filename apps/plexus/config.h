@@ -45,6 +45,8 @@ typedef struct px_config {
   int64_t zero;                /* ZeRO stage: 0 = DDP */
   char   *zero_unit;           /* stage-3 units, "h.0,h.1" ("": a GPT's blocks, a ResNet's stages, else the root's children) */
   bool    zero_prefetch, zero_reshard;
+  int64_t dp, tp;              /* the mesh: dp 0 = world / tp */
+  bool    sequence_parallel;
   /* checkpoint */
   char   *ckpt_dir;
   int64_t ckpt_every, keep_last;
