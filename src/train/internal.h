@@ -57,6 +57,12 @@ px_status px_trainer_save(px_trainer *t);
 px_status px_trainer_resume(px_trainer *t, bool *resumed);
 px_status px_trainer_resume_shards(px_trainer *t);
 
+/* Checkpoints of a tensor-parallel run (state_tp.c): every tp rank of dp
+ * rank 0 writes its boxes as pieces, rank 0 also state_json (collective
+ * over comm); every rank loads its boxes from any layout (collective). */
+px_status px_trainer_save_tp(px_trainer *t, const char *state_json);
+px_status px_trainer_load_tp(px_trainer *t, const char *path);
+
 /* px_evaluate for a tensor-parallel model (evaluate.c): the split is
  * shared over the mesh's dp ranks, the loss is px_tp_cross_entropy. */
 px_status px_evaluate_tp(px_mesh *mesh, int vocab, px_model *model, px_dataset *data, size_t batch_size,
