@@ -152,7 +152,7 @@ static int rank_main(px_comm *comm, void *arg) {
     char ck2[256];
     snprintf(ck2, sizeof ck2, "%s/step_00000002", root);
     CHECK(px_checkpoint_assemble(ck2, "t.rank", &sd, true) == PX_ERR_FORMAT, "overlapping pieces assembled");
-    CHECK(strstr(px_last_error(), "tensor \"a\"") && strstr(px_last_error(), "[5, 6) are in two pieces"),
+    CHECK(strstr(px_last_error(), "tensor \"a\"") && strstr(px_last_error(), "[5, 6) are in two saved pieces"),
           "message: %s", px_last_error());
   }
   CHECK_OK(px_comm_barrier(comm));

@@ -233,9 +233,17 @@ static char *state_json(px_trainer *t) {
     cJSON_AddNumberToObject(mesh, "tp", t->o.mesh ? t->o.mesh->tp : 1);
     cJSON_AddNumberToObject(mesh, "pp", 1);
   }
-  // The layout the shards were cut for: loading needs the same one (until
-  // loads intersect pieces across layouts).
+  // The layout the shards were cut for (any layout loads them: the loads
+  // intersect pieces), and what a resume on another rank count must
+  // handle, said in the file for whoever reads it (docs/CHECKPOINTS.md).
   cJSON_AddNumberToObject(j, "zero_stage", stage_of(t));
+  cJSON *dep = cJSON_AddObjectToObject(j, "rank_count_dependent");
+  if (dep) {
+    cJSON_AddStringToObject(dep, "next_batch", "counts steps of world_size x batch_size x accum_steps samples");
+    cJSON_AddStringToObject(dep, "forward_count", "dropout masks are drawn per rank");
+    cJSON_AddStringToObject(dep, "files", "model.rank*, optim.rank*: pieces of named tensors; metadata.json lists "
+                            "where each is, and any layout loads them");
+  }
   if (t->val && t->last_eval_step == t->step) {
     cJSON *e = cJSON_AddObjectToObject(j, "eval");
     if (e) {
