@@ -62,6 +62,9 @@ px_status px_trainer_resume_shards(px_trainer *t);
  * over comm); every rank loads its boxes from any layout (collective). */
 px_status px_trainer_save_tp(px_trainer *t, const char *state_json);
 px_status px_trainer_load_tp(px_trainer *t, const char *path);
+/* Under ZeRO 1-2 over a tp mesh's dp ranks: every rank's optimizer shard
+ * (after the wrap, as px_trainer_resume_shards). */
+px_status px_trainer_resume_tp_shards(px_trainer *t);
 
 /* px_evaluate for a tensor-parallel model (evaluate.c): the split is
  * shared over the mesh's dp ranks, the loss is px_tp_cross_entropy. */

@@ -607,6 +607,7 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
 
 px_status px_trainer_resume_shards(px_trainer *t) {
   if (!t->zero || !t->resumed) return PX_OK;
+  if (t->o.mesh) return px_trainer_resume_tp_shards(t);  // shards of tp boxes (state_tp.c)
   const int stage = stage_of(t);
   px_tensor_piece *pc = NULL;
   int n = 0;

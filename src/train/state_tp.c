@@ -13,7 +13,10 @@
 //                                       boxes: "exp_avg.h.0.attn.c_attn.weight"
 //   state.json                          as any run's, with "mesh"
 //
-// Only dp rank 0's tp group writes: DDP's replicas are equal.  A piece's
+// Only dp rank 0's tp group writes the parameters: DDP's replicas (and ZeRO
+// 1-2's, after the step's all-gather) are equal.  Under ZeRO the optimizer
+// state is each rank's shard of its tp rank's boxes: every rank writes
+// optim.rank<r>-of-<world> (shard_box_pieces).  A piece's
 // data is the box's elements in the BOX's row-major order; a column block
 // of a (rows, cols) tensor lies strided in the rank's storage, so pieces
 // are copied out for saving and scattered back after loading.
@@ -190,6 +193,117 @@ static int slot_sources(px_optim *o, char prefixes[][64], const char *pp[], floa
 
 #define TP_MAX_SLOTS 8
 
+// Under ZeRO 1-2 over the dp ranks: this rank's shard of one optimizer slot
+// (shard-indexed `base`) as pieces of the tp boxes.  A shard segment is a
+// flat range of this tp rank's storage; within one parameter that is a
+// flat range of its box when the box has one part, and for c_attn's three
+// parts (q, k, v columns side by side in each row) a run per row and part.
+// The pieces point into base: nothing is copied, for saving or loading.
+// Replicated parameters only when asked (saved by tp rank 0's shards only:
+// every tp rank holds them; loaded by all).
+static px_status shard_box_pieces(px_trainer *t, const char *prefix, float *base, bool replicated,
+                                  px_tensor_piece **all, int *n, int *cap) {
+  const px_model *md = t->model;
+  const int n_seg = px_zero_segments(t->zero, NULL, NULL, NULL, 0);
+  size_t *seg = malloc(3 * (size_t)(n_seg > 0 ? n_seg : 1) * sizeof *seg);
+  if (!seg) return px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+  size_t *flat_off = seg, *shard_off = seg + n_seg, *count = seg + 2 * n_seg;
+  px_zero_segments(t->zero, flat_off, shard_off, count, n_seg);
+  px_status st = PX_OK;
+  for (int k = 0; k < n_seg && st == PX_OK; k++) {
+    const size_t lo = flat_off[k], hi = flat_off[k] + count[k];
+    for (int j = 0; j < md->n_params && st == PX_OK; j++) {
+      const px_param *p = md->params[j];
+      const size_t a = lo > p->offset ? lo : p->offset;
+      const size_t e = hi < p->offset + p->numel ? hi : p->offset + p->numel;
+      if (e <= a) continue;
+      const px_tp_box b = px_tp_param_box(p);
+      if (b.split_dim < 0 && !replicated) continue;
+      const size_t rows = p->ndim > 1 ? (size_t)p->shape[0] : 1, lcols = p->numel / rows;
+      // [x, e) in p's local flat elements, cut into runs that lie in one part.
+      for (size_t x = a - p->offset; x < e - p->offset;) {
+        size_t end = e - p->offset, in_box = x;
+        int q = 0;
+        if (b.split_dim >= 0 && b.n_parts > 1) {
+          const size_t r = x / lcols, c = x % lcols, w = (size_t)b.size[0];
+          q = (int)(c / w);
+          if (r * lcols + (size_t)(q + 1) * w < end) end = r * lcols + (size_t)(q + 1) * w;
+          in_box = r * w + (c - (size_t)q * w);
+        }
+        if (*n == *cap) {
+          *cap = *cap ? 2 * *cap : 64;
+          px_tensor_piece *g = realloc(*all, (size_t)*cap * sizeof *g);
+          if (!g) {
+            st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+            break;
+          }
+          *all = g;
+        }
+        px_tensor_piece *c = &(*all)[(*n)++];
+        memset(c, 0, sizeof *c);
+        if (strlen(prefix) + strlen(p->name) >= sizeof c->key) {
+          st = px_error(PX_ERR_INVALID, "checkpoint: name \"%s%s\" is too long", prefix, p->name);
+          break;
+        }
+        memcpy(c->key, prefix, strlen(prefix));
+        memcpy(c->key + strlen(prefix), p->name, strlen(p->name) + 1);
+        c->ndim = p->ndim;
+        for (int d = 0; d < p->ndim && d < 2; d++) c->shape[d] = b.split_dim < 0 ? p->shape[d] : b.global_shape[d];
+        if (b.split_dim >= 0) {
+          for (int d = 0; d < p->ndim; d++) c->box_size[d] = c->shape[d];
+          c->box_offset[b.split_dim] = b.global_offset[q];
+          c->box_size[b.split_dim] = b.size[q];
+        }
+        c->offset = in_box;
+        c->count = end - x;
+        c->data = base + shard_off[k] + (p->offset + x - lo);
+        x = end;
+      }
+    }
+  }
+  free(seg);
+  return st;
+}
+
+// Every optimizer slot's shard pieces (ZeRO over dp); replicated: with the
+// replicated parameters' (saving: tp rank 0 only; loading: every rank).
+static px_status shard_slot_pieces(px_trainer *t, bool replicated, px_tensor_piece **out, int *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  int cap = 0;
+  px_status st = PX_OK;
+  for (int k = 0; k < t->opt->n_state && st == PX_OK; k++) {
+    const char *name;
+    float *base = px_optim_state_slot(t->opt, k, &name);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s.", name);
+    st = shard_box_pieces(t, prefix, base, replicated, out, n_out, &cap);
+  }
+  if (st != PX_OK) {
+    free(*out);
+    *out = NULL;
+    *n_out = 0;
+  }
+  return st;
+}
+
+px_status px_trainer_resume_tp_shards(px_trainer *t) {
+  px_tensor_piece *pc = NULL;
+  int n = 0;
+  px_status st = shard_slot_pieces(t, true, &pc, &n);
+  if (st == PX_OK && n > 0) st = px_checkpoint_load_boxes(t->last_checkpoint, "optim", pc, n);
+  free(pc);
+  int32_t bad = st != PX_OK;
+  char why[1024] = "";
+  if (bad) snprintf(why, sizeof why, "rank %d: %s", t->rank, px_last_error());
+  px_status cst = px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX);
+  if (cst != PX_OK) return cst;
+  if (st != PX_OK) return px_error(st, "resume (tensor parallel, ZeRO): %s", why);
+  if (bad) return px_error(PX_ERR_INVALID, "resume: another rank could not load its shard of %s", t->last_checkpoint);
+  t->opt->step = t->resume_optimizer_step;
+  return PX_OK;
+}
+
 px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
   px_mesh *mesh = t->o.mesh;
   const bool writes = mesh->dp_rank == 0, replicated = mesh->tp_rank == 0;
@@ -208,9 +322,11 @@ px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
     const float *mbase = t->model->param_data;
     st = build(t->model, 1, &mprefix, &mbase, replicated, &mp);
     if (st == PX_OK) st = px_pieces_state_dict(mp.pc, mp.n, &msd, &mjson);
-    if (st == PX_OK && slots > 0) st = build(t->model, slots, pp, (const float *const *)bases, replicated, &op);
-    if (st == PX_OK && slots > 0) st = px_pieces_state_dict(op.pc, op.n, &osd, &ojson);
+    if (st == PX_OK && slots > 0 && !t->zero)
+      st = build(t->model, slots, pp, (const float *const *)bases, replicated, &op);
   }
+  if (st == PX_OK && slots > 0 && t->zero) st = shard_slot_pieces(t, replicated, &op.pc, &op.n);  // every rank its shard
+  if (st == PX_OK && slots > 0 && (t->zero || writes)) st = px_pieces_state_dict(op.pc, op.n, &osd, &ojson);
   // Every rank learns whether all could build their pieces: none writes a
   // checkpoint with a rank's files missing.
   int32_t bad = st != PX_OK;
@@ -220,7 +336,10 @@ px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
   if (st == PX_OK) {
     char names[2][96], tp_s[16], rank_s[16], kind[16], step[32];
     snprintf(names[0], sizeof names[0], "model.rank%05d-of-%05d.safetensors", mesh->tp_rank, mesh->tp);
-    snprintf(names[1], sizeof names[1], "optim.rank%05d-of-%05d.safetensors", mesh->tp_rank, mesh->tp);
+    if (t->zero)  // every rank's shard of its tp rank's boxes
+      snprintf(names[1], sizeof names[1], "optim.rank%05d-of-%05d.safetensors", t->rank, t->world);
+    else
+      snprintf(names[1], sizeof names[1], "optim.rank%05d-of-%05d.safetensors", mesh->tp_rank, mesh->tp);
     snprintf(tp_s, sizeof tp_s, "%d", mesh->tp);
     snprintf(rank_s, sizeof rank_s, "%d", mesh->tp_rank);
     snprintf(kind, sizeof kind, "%s",
@@ -233,10 +352,9 @@ px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
     (void)rank_s;
     px_ckpt_item items[3];
     int n = 0;
-    if (writes) {
-      items[n++] = (px_ckpt_item){.name = names[0], .tensors = &msd, .metadata = mmeta, .n_metadata = 4};
-      if (slots > 0) items[n++] = (px_ckpt_item){.name = names[1], .tensors = &osd, .metadata = ometa, .n_metadata = 6};
-    }
+    if (writes) items[n++] = (px_ckpt_item){.name = names[0], .tensors = &msd, .metadata = mmeta, .n_metadata = 4};
+    if (slots > 0 && (writes || t->zero))
+      items[n++] = (px_ckpt_item){.name = names[1], .tensors = &osd, .metadata = ometa, .n_metadata = 6};
     if (t->rank == 0)
       items[n++] = (px_ckpt_item){.name = "state.json", .bytes = state_json, .n_bytes = strlen(state_json)};
     st = px_checkpoint_write_all(t->comm, t->o.ckpt_dir, t->step, items, n, t->o.keep_last, t->last_checkpoint,
@@ -262,7 +380,9 @@ px_status px_trainer_load_tp(px_trainer *t, const char *path) {
   char prefixes[TP_MAX_SLOTS][64];
   const char *pp[TP_MAX_SLOTS];
   float *bases[TP_MAX_SLOTS];
-  const int slots = slot_sources(t->opt, prefixes, pp, bases, TP_MAX_SLOTS);
+  // Under ZeRO the optimizer exists only after the wrap, over the shard:
+  // px_trainer_resume_tp_shards loads it then.
+  const int slots = t->opt ? slot_sources(t->opt, prefixes, pp, bases, TP_MAX_SLOTS) : 0;
   if (st == PX_OK && slots > 0) st = build(t->model, slots, pp, NULL, true, &op);
   if (st == PX_OK && slots > 0) st = px_checkpoint_load_boxes(path, "optim", op.pc, op.n);
   if (st == PX_OK) {  // all loaded: into place

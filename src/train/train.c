@@ -50,10 +50,6 @@ static px_status check_opts(const px_train_opts *o) {
   if (o->mesh && o->label_smoothing != 0.0f)
     return px_error(PX_ERR_UNSUPPORTED, "train: label smoothing with tensor parallelism (the vocabulary-parallel "
                     "loss has none)");
-  if (o->mesh && o->zero.stage > 0 && o->ckpt_dir)
-    return px_error(PX_ERR_UNSUPPORTED, "train: checkpoints of a tensor-parallel run under ZeRO stage %d (each dp "
-                    "rank's optimizer shard of its tp boxes) are not built; checkpoint with zero.stage 0 (DDP over "
-                    "dp), or run without a checkpoint directory", o->zero.stage);
   if (o->mesh && o->tp_vocab < 1)
     return px_error(PX_ERR_INVALID, "train: a tensor-parallel run needs tp_vocab, the global vocabulary size");
   if (o->resume && !o->ckpt_dir && strcmp(o->resume, "auto") == 0)
