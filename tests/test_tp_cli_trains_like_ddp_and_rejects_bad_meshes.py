@@ -5,8 +5,8 @@ gradient norm and the held-out loss of dp 2 x tp 2 (dp inferred from 4
 threads), of the same with --sequence-parallel, with --zero 1 over dp, and of
 mpiexec -n 4 --tp 2 equal those of DDP on 2 ranks to 1e-5 relative: a
 tensor-parallel GPT is the single-process model computed in pieces
-(tests/tp_gpt_cases.h proves it for the library).  The mesh is printed at
-start-up.  Bad input gets one clear message each and no training: a tp that
+(tests/tp_gpt_cases.h proves it for the library); so does tp 2 started
+from a DDP checkpoint's weights (--init).  The mesh is printed at start-up.  Bad input gets one clear message each and no training: a tp that
 does not divide the heads, a mesh whose product is not the world size
 (threads and mpiexec), tp with a model that has no layers to split.
 If this fails, px_train over a mesh shards the data over the wrong ranks
@@ -88,6 +88,23 @@ try:
             worst = max(worst, rel(e, re_))
             cu.check(rel(e, re_) <= TOL, "%s: held-out loss %.8g, DDP %.8g" % (name, e, re_))
         print("%s: %d steps, worst relative difference from DDP %.1e" % (name, len(steps), worst))
+
+    # --init: a checkpoint's weights into the tp model (every rank its boxes)
+    # train as they do in DDP; the trained weights show in the first loss.
+    p, _ = train(tmp, "init_src", ["--threads", "2", "--out", os.path.join(tmp, "init_src")])
+    ck = os.path.join(tmp, "init_src", "checkpoints")
+    p1, _ = train(tmp, "init_ddp", ["--threads", "2", "--seed", "5", "--init", ck])
+    p2, _ = train(tmp, "init_tp", ["--threads", "4", "--tp", "2", "--seed", "5", "--init", ck])
+    if cu.check(p.returncode == 0 and p1.returncode == 0 and p2.returncode == 0, "the --init runs failed"):
+        a, _ = metrics(tmp, "init_ddp")
+        b, _ = metrics(tmp, "init_tp")
+        cu.check(len(a) == len(b) == 12 and all(rel(x[0], y[0]) <= TOL and rel(x[1], y[1]) <= TOL
+                                                for x, y in zip(a, b)),
+                 "--init: tp 2's steps %s differ from DDP's %s" % (b[:3], a[:3]))
+        cu.check(a and a[0][0] < ref_steps[0][0] - 0.01, "--init: the first loss %s is not below a fresh run's %s" %
+                 (a[0][0] if a else None, ref_steps[0][0]))
+        print("--init: tp 2 from a DDP checkpoint trains as DDP does (first loss %.6f, fresh %.6f)" %
+              (b[0][0], ref_steps[0][0]))
 
     # Bad input: one message each, nothing trained.
     bad = [(["--threads", "4", "--tp", "3"], 0, "--tp (parallel.tp) 3 does not divide --n-head 4"),

@@ -174,6 +174,36 @@ static px_status make_mesh(px_comm *comm, const px_config *c, px_mesh **out) {
   return PX_OK;
 }
 
+// --init into a tensor-parallel model: every rank builds the whole zoo
+// GPT, loads --init into it as load_init does (a checkpoint of any layout,
+// or GPT-2 weights), and keeps its boxes (px_tp_load_state_dict).  Every
+// rank reads the file; all fail if one does.
+static px_status load_init_tp(px_comm *comm, px_model *model, const px_config *c, const px_data_shape *s) {
+  px_module *root = NULL;
+  px_model *whole = NULL;
+  px_status st = px_app_build_model(c, s, &root);
+  if (st == PX_OK) st = px_model_create(&whole, root, (uint64_t)c->seed);
+  if (st == PX_OK) {
+    struct stat sb;
+    st = stat(c->init, &sb) == 0 && S_ISDIR(sb.st_mode) ? px_train_load_weights(whole, c->init, NULL, 0)
+                                                        : px_zoo_gpt_load_hf(whole, c->init);
+  }
+  if (st == PX_OK) {
+    px_state_dict sd;
+    st = px_model_state_dict(whole, &sd);
+    if (st == PX_OK) st = px_tp_load_state_dict(model, &sd);
+    px_state_dict_free(&sd);
+  }
+  px_model_free(whole);
+  char msg[1024] = "";
+  if (st != PX_OK) snprintf(msg, sizeof msg, "--init: %s", px_last_error());
+  int32_t bad = st != PX_OK;
+  px_status cst = px_comm_allreduce(comm, &bad, 1, PX_I32, PX_MAX);
+  if (st != PX_OK) return px_error(st, "%s", msg);
+  if (cst != PX_OK) return cst;
+  return bad ? px_error(PX_ERR_INVALID, "--init: another rank could not load %s", c->init) : PX_OK;
+}
+
 // The GPT in tensor-parallel form over the mesh's tp group: the zoo GPT's
 // names and, per rank, boxes of its parameters.
 static px_status build_tp_gpt(const px_config *c, const px_data_shape *s, px_mesh *mesh, px_module **out) {
@@ -233,12 +263,6 @@ static int train_rank(px_comm *comm, void *arg) {
     goto done;
   }
   const bool tp = mesh && mesh->tp > 1;
-  if (tp && *c->init) {
-    px_error(PX_ERR_UNSUPPORTED, "--init with --tp %d: loading initial weights into a tensor-parallel model is not "
-             "built; resume from a checkpoint (--resume) instead", mesh->tp);
-    rc = rank == 0 ? px_app_fail("train") : 1;
-    goto done;
-  }
   if (px_app_open_data(c, true, NULL, &train) != PX_OK) {
     rc = rank_fail(comm, "training data");
     goto done;
@@ -253,7 +277,7 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "model");
     goto done;
   }
-  if (load_init(comm, model, c) != PX_OK) {
+  if ((tp && *c->init ? load_init_tp(comm, model, c, &shape) : load_init(comm, model, c)) != PX_OK) {
     rc = rank_fail(comm, "");
     goto done;
   }
