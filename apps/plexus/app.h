@@ -49,6 +49,11 @@ int px_cmd_inspect(int argc, char **argv);
 int px_cmd_checkpoint(int argc, char **argv);
 int px_cmd_tokenize(int argc, char **argv);
 int px_cmd_generate(int argc, char **argv);
+int px_cmd_schedule(int argc, char **argv);
+
+/* plexus train --pp P (cmd_train_pp.c): this rank's part of the pipeline;
+ * returns the rank's exit code. */
+int px_app_train_pp(px_comm *comm, const px_config *c, const px_optim_opts *optim);
 
 /* Print "plexus <cmd>: <px_last_error()>" on stderr and return 1. */
 int px_app_fail(const char *cmd);

@@ -3,7 +3,9 @@
 //
 //   plexus inspect model.safetensors        tensors: name, dtype, shape, SHA-256 (first 16 hex digits)
 //   plexus inspect runs/x/checkpoints/step_00000500
-//                                           verification, training state, config, each file's tensors
+//                                           verification, training state, config, the layout it was
+//                                           written with (world size, strategy, mesh, which rank wrote
+//                                           which file, each file's pieces and boxes), each file's tensors
 //   plexus inspect runs/x/checkpoints       every checkpoint and whether it verifies
 #define _POSIX_C_SOURCE 200809L
 #include "app.h"
@@ -97,10 +99,233 @@ static void print_state(const char *ckpt) {
   cJSON_Delete(j);
 }
 
+// ---- The layout a checkpoint was written with --------------------------
+// From what the checkpoint itself says: state.json (world size, ZeRO
+// stage, and "mesh" {"dp", "tp", "pp"} when a run wrote one), SHA256SUMS
+// (every file, rank 0's first) and each safetensors file's metadata (a
+// file of pieces names its "rank"; a whole file is rank 0's: DDP, and the
+// model under ZeRO 1-2, are written by rank 0 alone).
+
+enum { LAYOUT_MAX_FILES = 1024 };
+
+typedef struct layout_file {
+  char name[1024];
+  int  rank;  // -1: not known
+} layout_file;
+
+static int json_int(const cJSON *o, const char *key, int dflt) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (cJSON_IsNumber(v)) return (int)v->valuedouble;
+  if (cJSON_IsString(v) && v->valuestring[0]) return atoi(v->valuestring);
+  return dflt;
+}
+
+// Reads a JSON array of at most PX_MAX_DIMS integers; returns its length,
+// or -1 when v is not one.
+static int json_dims(const cJSON *v, int64_t *out) {
+  if (!cJSON_IsArray(v)) return -1;
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, v) {
+    if (!cJSON_IsNumber(e) || n >= PX_MAX_DIMS) return -1;
+    out[n++] = (int64_t)e->valuedouble;
+  }
+  return n;
+}
+
+// "[0:64, 32:64]": the box's extent along each dimension.
+static void box_str(int nd, const int64_t *off, const int64_t *size, char *out, size_t cap) {
+  size_t k = (size_t)snprintf(out, cap, "[");
+  for (int d = 0; d < nd && k < cap; d++)
+    k += (size_t)snprintf(out + k, cap - k, "%s%lld:%lld", d ? ", " : "", (long long)off[d],
+                          (long long)(off[d] + size[d]));
+  if (k < cap) snprintf(out + k, cap - k, "]");
+}
+
+// One line about a file: a file of pieces (how many, of how many tensors,
+// which boxes, whole or flat ranges of them) or a plain state dict.  Sets
+// *rank from the file's "rank" metadata (-1 when it has none).
+static void print_file_layout(const char *ckpt, const char *name, int width, int *rank) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s", ckpt, name);
+  *rank = -1;
+  size_t len = strlen(name);
+  if (len < 12 || strcmp(name + len - 12, ".safetensors") != 0) {
+    printf("    %-*s  not tensors\n", width, name);
+    return;
+  }
+  px_safetensors *f;
+  if (px_safetensors_open(path, &f) != PX_OK) {
+    printf("    %-*s  %s\n", width, name, px_last_error());
+    return;
+  }
+  const char *fmt = px_safetensors_metadata(f, "format"), *r = px_safetensors_metadata(f, "rank");
+  if (r && *r) *rank = atoi(r);
+  const int n = px_safetensors_count(f);
+  if (!fmt || strcmp(fmt, PX_PIECES_FORMAT) != 0) {
+    size_t elems = 0;
+    for (int i = 0; i < n; i++) elems += (size_t)px_tensor_numel(&px_safetensors_get(f, i)->tensor);
+    printf("    %-*s  whole tensors: %d, %zu elements (a state dict)\n", width, name, n, elems);
+    px_safetensors_close(f);
+    return;
+  }
+  const char *ver = px_safetensors_metadata(f, "version"), *pj = px_safetensors_metadata(f, "pieces");
+  cJSON *pieces = pj ? cJSON_Parse(pj) : NULL;
+  if (!cJSON_IsObject(pieces)) {
+    printf("    %-*s  pieces version %s: the \"pieces\" metadata is missing or not a JSON object\n", width, name,
+           ver ? ver : "?");
+    cJSON_Delete(pieces);
+    px_safetensors_close(f);
+    return;
+  }
+  int n_pieces = 0, n_keys = 0, whole_box = 0, sub_box = 0, whole_range = 0, bad = 0;
+  size_t elems = 0;
+  char examples[3][PX_NAME_MAX + 160];
+  int n_examples = 0;
+  const char *last_key = "";
+  const cJSON *e;
+  cJSON_ArrayForEach(e, pieces) {
+    n_pieces++;
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(e, "key");
+    int64_t shape[PX_MAX_DIMS], boff[PX_MAX_DIMS], bsize[PX_MAX_DIMS];
+    const int nd = json_dims(cJSON_GetObjectItemCaseSensitive(e, "shape"), shape);
+    const cJSON *bo = cJSON_GetObjectItemCaseSensitive(e, "box_offset"), *bs = cJSON_GetObjectItemCaseSensitive(e, "box_size");
+    const double off = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "offset"));
+    const double cnt = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "count"));
+    if (!cJSON_IsString(key) || nd < 0 || off != off || cnt != cnt) {
+      bad++;
+      continue;
+    }
+    // Pieces of one tensor are adjacent in the metadata (in file order).
+    if (strcmp(key->valuestring, last_key) != 0) n_keys++;
+    last_key = key->valuestring;
+    elems += (size_t)cnt;
+    // The box: absent (version 1), or all zero, is the whole tensor.
+    bool whole = true;
+    int64_t box_numel = 1;
+    if (bo || bs) {
+      if (json_dims(bo, boff) != nd || json_dims(bs, bsize) != nd) {
+        bad++;
+        continue;
+      }
+      bool zero = true;
+      for (int d = 0; d < nd; d++) zero = zero && bsize[d] == 0;
+      for (int d = 0; !zero && d < nd; d++) whole = whole && boff[d] == 0 && bsize[d] == shape[d];
+    }
+    for (int d = 0; d < nd; d++) box_numel *= whole ? shape[d] : bsize[d];
+    if (whole) whole_box++;
+    else {
+      sub_box++;
+      if (n_examples < 3) {
+        char b[128];
+        box_str(nd, boff, bsize, b, sizeof b);
+        snprintf(examples[n_examples++], sizeof examples[0], "%s%s", key->valuestring, b);
+      }
+    }
+    if (off == 0 && (int64_t)cnt == box_numel) whole_range++;
+  }
+  printf("    %-*s  pieces v%s: %d piece%s of %d tensor%s, %zu elements; ", width, name, ver ? ver : "?", n_pieces,
+         n_pieces == 1 ? "" : "s", n_keys, n_keys == 1 ? "" : "s", elems);
+  if (!sub_box) printf("boxes: all whole tensors");
+  else {
+    printf("boxes: %d whole tensor%s, %d sub-box%s (", whole_box, whole_box == 1 ? "" : "s", sub_box,
+           sub_box == 1 ? "" : "es");
+    for (int i = 0; i < n_examples; i++) printf("%s%s", i ? ", " : "", examples[i]);
+    printf("%s)", sub_box > n_examples ? ", ..." : "");
+  }
+  printf("; ranges: %d whole box%s, %d part%s", whole_range, whole_range == 1 ? "" : "es", n_pieces - bad - whole_range,
+         n_pieces - bad - whole_range == 1 ? "" : "s");
+  if (bad) printf("; %d entr%s not understood", bad, bad == 1 ? "y" : "ies");
+  printf("\n");
+  cJSON_Delete(pieces);
+  px_safetensors_close(f);
+}
+
+static void print_layout(const char *ckpt) {
+  int world = 0, stage = -1;
+  cJSON *mesh = NULL;
+  void *bytes;
+  size_t n;
+  if (px_checkpoint_read_file(ckpt, "state.json", &bytes, &n) == PX_OK) {
+    cJSON *j = cJSON_ParseWithLength(bytes, n);
+    free(bytes);
+    if (j) {
+      world = json_int(j, "world_size", 0);
+      stage = json_int(j, "zero_stage", -1);
+      mesh = cJSON_DetachItemFromObjectCaseSensitive(j, "mesh");
+      cJSON_Delete(j);
+    }
+  }
+  // The files, as SHA256SUMS lists them (rank 0's first).
+  layout_file *files = calloc(LAYOUT_MAX_FILES, sizeof *files);
+  int n_files = 0;
+  char sums[1400];
+  snprintf(sums, sizeof sums, "%s/SHA256SUMS", ckpt);
+  FILE *fs = fopen(sums, "r");
+  char line[1024];
+  while (files && fs && n_files < LAYOUT_MAX_FILES && fgets(line, sizeof line, fs)) {
+    line[strcspn(line, "\n")] = '\0';
+    const char *nm = strlen(line) > 66 ? line + 66 : NULL;
+    if (nm) snprintf(files[n_files++].name, sizeof files[0].name, "%s", nm);
+  }
+  if (fs) fclose(fs);
+  printf("  layout (as written):\n");
+  if (world > 0) printf("    %-14s %d\n", "world size", world);
+  else printf("    %-14s not recorded (no world_size in state.json)\n", "world size");
+  if (stage == 0) printf("    %-14s DDP (every rank holds everything; rank 0 writes)\n", "strategy");
+  else if (stage > 0)
+    printf("    %-14s ZeRO stage %d (each rank writes its shard of the optimizer state%s)\n", "strategy", stage,
+           stage == 3 ? " and of the parameters" : "; rank 0 the model");
+  else printf("    %-14s not recorded (no zero_stage in state.json)\n", "strategy");
+  if (cJSON_IsObject(mesh))
+    printf("    %-14s dp %d, tp %d, pp %d\n", "mesh", json_int(mesh, "dp", 1), json_int(mesh, "tp", 1),
+           json_int(mesh, "pp", 1));
+  cJSON_Delete(mesh);
+  if (!files) {
+    printf("    (out of memory)\n");
+    return;
+  }
+  int width = 4;
+  for (int i = 0; i < n_files; i++)
+    if ((int)strlen(files[i].name) > width) width = (int)strlen(files[i].name);
+  printf("  files, as SHA256SUMS lists them (pieces: flat ranges of boxes of the named tensors):\n");
+  int max_rank = world > 0 ? world - 1 : 0;
+  for (int i = 0; i < n_files; i++) {
+    print_file_layout(ckpt, files[i].name, width, &files[i].rank);
+    if (files[i].rank < 0) files[i].rank = 0;  // a whole file or state.json: rank 0's
+    if (files[i].rank > max_rank) max_rank = files[i].rank;
+  }
+  // Which files each rank wrote; a run of ranks that wrote nothing is one line.
+  printf("  written by:\n");
+  for (int r = 0; r <= max_rank; r++) {
+    int k = 0;
+    for (int i = 0; i < n_files; i++) k += files[i].rank == r;
+    if (k == 0) {
+      int last = r;
+      while (last + 1 <= max_rank) {
+        int m = 0;
+        for (int i = 0; i < n_files; i++) m += files[i].rank == last + 1;
+        if (m) break;
+        last++;
+      }
+      if (last == r) printf("    rank %d wrote nothing\n", r);
+      else printf("    ranks %d-%d wrote nothing\n", r, last);
+      r = last;
+      continue;
+    }
+    printf("    rank %d wrote %d file%s: ", r, k, k == 1 ? "" : "s");
+    for (int i = 0, j = 0; i < n_files; i++)
+      if (files[i].rank == r) printf("%s%s", j++ ? ", " : "", files[i].name);
+    printf("\n");
+  }
+  free(files);
+}
+
 static int inspect_checkpoint(const char *ckpt) {
   px_status st = px_checkpoint_verify(ckpt);
   printf("checkpoint %s: %s\n", ckpt, st == PX_OK ? "verified (every file matches SHA256SUMS)" : px_last_error());
   print_state(ckpt);
+  print_layout(ckpt);
   DIR *d = opendir(ckpt);
   if (d) {
     // Sorted names, so the listing is stable.
@@ -166,7 +391,9 @@ int px_cmd_inspect(int argc, char **argv) {
             "\n"
             "PATH a safetensors file: its metadata and tensors (name, dtype, shape, SHA-256 of the bytes).\n"
             "PATH a checkpoint: whether every file matches SHA256SUMS, the training state (step, epoch,\n"
-            "     position, optimizer, world size, last evaluation), the saved config, and the tensors.\n"
+            "     position, optimizer, world size, last evaluation), the saved config, the layout it was\n"
+            "     written with (world size, DDP or ZeRO stage, mesh, which rank wrote which file, each\n"
+            "     file's pieces and boxes), and the tensors.\n"
             "PATH a directory of checkpoints: each one and whether it verifies; the newest good one.\n");
     return argc == 2 ? 0 : 2;
   }

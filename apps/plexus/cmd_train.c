@@ -251,6 +251,10 @@ static int train_rank(px_comm *comm, void *arg) {
     printf("plexus train: %d rank%s (%s backend), config:\n%s\n", px_comm_size(comm),
            px_comm_size(comm) == 1 ? "" : "s", px_comm_backend_name(px_comm_backend_of(comm)), job->config_json);
 
+  if (c->pp > 1) {  // pipeline parallel: its own loop (cmd_train_pp.c)
+    const px_train_opts po = train_opts(job);
+    return px_app_train_pp(comm, c, &po.optim);
+  }
   px_app_data train = {0}, val = {0};
   px_model *model = NULL;
   px_logger *log = NULL;

@@ -159,6 +159,12 @@ static const opt_def opts[] = {
   {"parallel", "zero_reshard", "zero-reshard", T_BOOL, F(zero_reshard), "true", NULL, 0, 0, CFG_TRAIN,
    "--zero 3: free a unit's gathered parameters after its forward and gather again for backward (less memory); "
    "off: keep them until its backward (one gather fewer)"},
+  {"parallel", "pp", "pp", T_INT, F(pp), "1", NULL, 1, 4096, CFG_TRAIN,
+   "pipeline parallel: the model cut into this many stages, one per rank (the world size; docs/PARALLEL.md)"},
+  {"parallel", "micro_batches", "micro-batches", T_INT, F(micro_batches), "1", NULL, 1, 1 << 20, CFG_TRAIN,
+   "--pp: micro-batches per step (--batch-size must be a multiple)"},
+  {"parallel", "schedule_pp", "schedule-pp", T_STR, F(schedule_pp), "1f1b", "gpipe|1f1b|interleaved", 0, 0,
+   CFG_TRAIN, "--pp: the pipeline schedule (interleaved: 2 stages per rank)"},
   {"parallel", "timeout", "timeout", T_NUM, F(timeout), "600", NULL, 0, 1e9, ALL,
    "seconds a rank waits for its peers before the job ends with an error naming them (0: forever)"},
   // The device mesh: dp × tp (× pp) = the world's ranks, tp innermost.
@@ -579,6 +585,10 @@ px_status px_config_validate(const px_config *c, int commands) {
   if ((commands & CFG_TRAIN) && (c->zero < 0 || c->zero > 3))
     return px_error(PX_ERR_INVALID, "--zero (parallel.zero) %lld: there is no such ZeRO stage; use 0 (DDP), 1 (shard "
                     "the optimizer state), 2 (and the gradients) or 3 (and the parameters)", (long long)c->zero);
+  if ((commands & CFG_TRAIN) && c->pp > 1 && (c->tp > 1 || c->dp > 0))
+    return px_error(PX_ERR_UNSUPPORTED, "--pp %lld with --tp %lld / --dp %lld: pipeline × tensor × data parallel (3D) "
+                    "is not built; --pp takes the whole world as stages", (long long)c->pp, (long long)c->tp,
+                    (long long)c->dp);
   if ((commands & CFG_TRAIN) && c->tp > 1) {
     if (strcmp(c->model, "gpt") != 0)
       return px_error(PX_ERR_INVALID, "--tp (parallel.tp) %lld: tensor parallelism splits a GPT's layers; --model %s "

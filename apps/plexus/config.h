@@ -43,6 +43,8 @@ typedef struct px_config {
   int64_t threads, num_threads;
   double  bucket_mb, timeout;
   int64_t zero;                /* ZeRO stage: 0 = DDP */
+  int64_t pp, micro_batches;   /* pipeline stages (ranks) and micro-batches per step (cmd_train_pp.c) */
+  char   *schedule_pp;         /* gpipe|1f1b|interleaved */
   char   *zero_unit;           /* stage-3 units, "h.0,h.1" ("": a GPT's blocks, a ResNet's stages, else the root's children) */
   bool    zero_prefetch, zero_reshard;
   int64_t dp, tp;              /* the mesh: dp 0 = world / tp */

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
           "  inspect    list a safetensors file's tensors, or a checkpoint's files and training state\n"
           "  tokenize   turn a text file into token shards and a vocabulary\n"
           "  checkpoint consolidate CKPT --out FILE: the whole model of a checkpoint of any layout, one file\n"
+          "  schedule   print a pipeline schedule (gpipe, 1f1b, interleaved) as a per-rank table, with its bubble\n"
           "\n"
           "`plexus COMMAND --help` lists a command's options with their defaults.\n"
           "Launch: `plexus train --threads 2 ...` (ranks as threads, no MPI), `mpirun -n 4 plexus train ...`,\n"
@@ -46,7 +47,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "inspect") == 0) return px_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenize") == 0) return px_cmd_tokenize(argc - 1, argv + 1);
   if (strcmp(cmd, "checkpoint") == 0) return px_cmd_checkpoint(argc - 1, argv + 1);
-  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect, tokenize or checkpoint\n", cmd);
+  if (strcmp(cmd, "schedule") == 0) return px_cmd_schedule(argc - 1, argv + 1);
+  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect, tokenize, checkpoint or schedule\n", cmd);
   usage(stderr);
   return 2;
 }

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# bench/run_checkpoint.sh — save and load throughput of a sharded (ZeRO-3)
+# checkpoint at 1, 2 and 4 ranks against dd on the same disk, in the same run.
+#
+#   bench/run_checkpoint.sh                 the table (docs/PERFORMANCE.md, "Checkpoints")
+#
+# plexus: bench_checkpoint_sharded (bench/bench_checkpoint_sharded.c): a
+# model of PARAMS F32 parameters (default 52,428,800: 200 MiB) in 24
+# tensors, with Adam's exp_avg and exp_avg_sq: a checkpoint of 600 MiB
+# (629 MB).  Each rank writes its slice of the three as pieces
+# (model.rank*, optim.rank*) with px_checkpoint_write_all (SHA-256 while
+# writing, fsync of every file, SHA256SUMS, rename), then loads its slice
+# back with px_checkpoint_load_boxes, first with the files dropped from the
+# page cache ("cold": from the disk), then again ("warm": from the cache).
+#
+# dd, for each rank count N: N dd processes at once, each writing 1/N of the
+# checkpoint's bytes to its own file with conv=fsync (the data on the disk
+# when dd ends, as a checkpoint's are; bs=1M from /dev/zero), then reading
+# them back with of=/dev/null, cold (each file dropped from the page cache
+# with iflag=nocache count=0 first) and warm.  The same bytes, the same
+# directory, right before plexus's runs of the same N.
+#
+# Figures: medians over REPEATS; "per rank" = bytes / N / time, "aggregate"
+# = bytes / time, time = until the last rank (or dd) is done; ratio =
+# plexus aggregate / dd aggregate (aim: >= 0.7).  "CPU s per GB": user +
+# system seconds per GB of checkpoint, plexus's (every rank: threads
+# backend only) and dd's: on a machine shared with other work the wall
+# times follow the CPU share each side gets, the CPU cost does not.  On
+# stderr: what a load reads per rank, and (N = 1) where a warm load's time
+# goes (read(2), SHA-256, px_checkpoint_read_file, one thread).
+#
+# Settings (environment):
+#   BUILD_DIR   build folder                           (default: <repo>/build)
+#   DIR         where files go: a disk, not tmpfs      (default: /var/tmp)
+#   PARAMS      parameters                             (default: 52428800)
+#   REPEATS     repeats of each measurement            (default: 3)
+#   RANKS       rank counts                            (default: "1 2 4")
+#   MPI         1: plexus under mpirun -n N --oversubscribe (default: threads backend)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+DIR=${DIR:-/var/tmp}
+PARAMS=${PARAMS:-52428800}
+REPEATS=${REPEATS:-3}
+RANKS=${RANKS:-"1 2 4"}
+MPI=${MPI:-0}
+BIN=$BUILD_DIR/bench_checkpoint_sharded
+[ -x "$BIN" ] || { echo "run_checkpoint: build $BIN first (cmake --build $BUILD_DIR --target bench_checkpoint_sharded)" >&2; exit 1; }
+BYTES=$((3 * PARAMS * 4))
+WORK=$DIR/px_bench_dd_$$
+mkdir -p "$WORK"
+trap 'rm -rf "$WORK"' EXIT
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+# dd_round N: one write, cold read and warm read of N files of BYTES/N;
+# prints for each the wall seconds and the CPU seconds (user + system) of
+# the dd processes.
+dd_round() {
+  local n=$1 count=$((BYTES / n / 1048576)) i
+  local TIMEFORMAT='%R %U %S'
+  rm -f "$WORK"/dd.*
+  { time { for i in $(seq 1 "$n"); do dd if=/dev/zero of="$WORK/dd.$i" bs=1M count="$count" conv=fsync status=none & done; wait; }; } 2>&1
+  for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" iflag=nocache count=0 status=none; done
+  { time { for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" of=/dev/null bs=1M status=none & done; wait; }; } 2>&1
+  { time { for i in $(seq 1 "$n"); do dd if="$WORK/dd.$i" of=/dev/null bs=1M status=none & done; wait; }; } 2>&1
+  rm -f "$WORK"/dd.*
+}
+
+echo "checkpoint of $PARAMS parameters + Adam state: $BYTES bytes ($(echo "$BYTES / 1048576" | bc) MiB) in $DIR" \
+     "($(df -T "$DIR" | awk 'NR == 2 {print $1 ", " $2}')); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "plexus: $([ "$MPI" = 1 ] && echo "mpirun -n N" || echo "threads backend, N ranks in one process"); dd: N processes, conv=fsync; medians of $REPEATS"
+printf '\n| ranks | op | plexus MB/s per rank | plexus MB/s aggregate | dd MB/s aggregate | plexus / dd | CPU s per GB: plexus, dd |\n'
+printf '|---:|---|---:|---:|---:|---:|---:|\n'
+for n in $RANKS; do
+  w=() c=() h=() wc=() cc=() hc=()
+  for _ in $(seq 1 "$REPEATS"); do
+    mapfile -t r < <(dd_round "$n")
+    read -r t u s <<<"${r[0]}"; w+=("$t"); wc+=("$(echo "$u + $s" | bc -l)")
+    read -r t u s <<<"${r[1]}"; c+=("$t"); cc+=("$(echo "$u + $s" | bc -l)")
+    read -r t u s <<<"${r[2]}"; h+=("$t"); hc+=("$(echo "$u + $s" | bc -l)")
+  done
+  if [ "$MPI" = 1 ]; then
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n "$n" --oversubscribe \
+          "$BIN" --dir "$DIR" --params "$PARAMS" --repeats "$REPEATS")
+  else
+    out=$("$BIN" --ranks "$n" --dir "$DIR" --params "$PARAMS" --repeats "$REPEATS")
+  fi
+  for op in save load_cold load_warm; do
+    line=$(grep "^RESULT op=$op " <<<"$out")
+    t=$(sed 's/.* median_s=\([0-9.]*\).*/\1/' <<<"$line")
+    cpu=$(sed 's/.* cpu_s=\([0-9.]*\).*/\1/' <<<"$line")
+    case $op in
+      save) d=$(printf '%s\n' "${w[@]}" | median); dc=$(printf '%s\n' "${wc[@]}" | median) ;;
+      load_cold) d=$(printf '%s\n' "${c[@]}" | median); dc=$(printf '%s\n' "${cc[@]}" | median) ;;
+      load_warm) d=$(printf '%s\n' "${h[@]}" | median); dc=$(printf '%s\n' "${hc[@]}" | median) ;;
+    esac
+    awk -v n="$n" -v op="$op" -v t="$t" -v d="$d" -v b="$BYTES" -v cpu="$cpu" -v dc="$dc" -v mpi="$MPI" 'BEGIN {
+      printf "| %d | %s | %.0f | %.0f | %.0f | %.2f | %s, %.2f |\n", n, op, b / t / n / 1e6, b / t / 1e6, b / d / 1e6,
+             d / t, mpi == 1 ? "-" : sprintf("%.2f", cpu / b * 1e9), dc / b * 1e9 }'
+  done
+  grep -E '^(NOTE|BREAKDOWN)' <<<"$out" | sed "s/^/  N=$n: /" >&2
+done
