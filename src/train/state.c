@@ -226,11 +226,12 @@ static char *state_json(px_trainer *t) {
   cJSON_AddNumberToObject(j, "batch_size", (double)t->o.batch_size);
   cJSON_AddNumberToObject(j, "accum_steps", t->o.accum_steps);
   cJSON_AddNumberToObject(j, "param_count", (double)global_param_count(t));
-  // The device mesh (data parallel only: dp = the world, tp = pp = 1).
-  cJSON *mesh = cJSON_AddObjectToObject(j, "mesh");
+  // The device mesh of a tensor-parallel run (a data-parallel run has none:
+  // its world size says it all).
+  cJSON *mesh = t->o.mesh ? cJSON_AddObjectToObject(j, "mesh") : NULL;
   if (mesh) {
     cJSON_AddNumberToObject(mesh, "dp", t->dp);
-    cJSON_AddNumberToObject(mesh, "tp", t->o.mesh ? t->o.mesh->tp : 1);
+    cJSON_AddNumberToObject(mesh, "tp", t->o.mesh->tp);
     cJSON_AddNumberToObject(mesh, "pp", 1);
   }
   // The layout the shards were cut for (any layout loads them: the loads
