@@ -79,6 +79,15 @@ typedef struct px_train_opts {
    * checkpoint (docs/CHECKPOINTS.md). */
   px_ddp_opts  ddp;
   px_zero_opts zero;
+  /* Tensor parallel (tensor_parallel.h; NULL: data parallel over comm).  The
+   * model is a px_tp_gpt over mesh->tp_group; the ranks of a tp group read
+   * the same batches (the loader is sharded over mesh->dp ranks), DDP or
+   * ZeRO 1-2 run over mesh->dp_comm, the loss is px_tp_cross_entropy over
+   * tp_vocab columns, clipping px_tp_clip_grad_norm (or
+   * px_tp_zero_clip_grad_norm), and checkpoints store each tp rank's boxes
+   * (docs/PARALLEL.md). */
+  struct px_mesh *mesh;
+  int          tp_vocab;     /* with mesh: the global vocabulary */
   /* Checkpoints */
   const char *ckpt_dir;      /* NULL: no checkpoints */
   int64_t  ckpt_every;       /* steps; 0: at the end of every epoch (and of the run) */
