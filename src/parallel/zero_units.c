@@ -163,7 +163,15 @@ px_status pxz_build_units(px_zero *z) {
 void pxz_start_gather(px_zero *z, int g) {
   zgroup *G = &z->groups[g];
   if (G->pbuf || G->count == 0 || z->error != PX_OK) return;
-  G->pbuf = pxz_pool_get(&z->ppool, G->piece * (size_t)z->size);
+  // Every gathered buffer has the largest unit's size: the root unit and
+  // the blocks take turns in the same buffers instead of the pool giving
+  // back the smaller one and allocating anew (freed and reallocated, such
+  // buffers leave the process larger than the pool: glibc raises its mmap
+  // threshold after the first free and serves the next from the heap).
+  size_t most = 0;
+  for (int k = 0; k < z->n_groups; k++)
+    if (z->groups[k].piece > most) most = z->groups[k].piece;
+  G->pbuf = pxz_pool_get(&z->ppool, most * (size_t)z->size);
   if (!G->pbuf) { pxz_fail(z, PX_ERR_NOMEM); return; }
   char label[96];
   snprintf(label, sizeof label, "ZeRO-3 step %llu, unit %d all-gather", (unsigned long long)z->model->ctx.step, g);
@@ -231,8 +239,9 @@ static void record(px_zero *z, int u, bool backward) {
  * what reads it after: so it is not held beside the unit computing, the
  * one prefetched and the one whose gradients are being written, where a
  * step's memory peaks.  When the root unit is read between units (units
- * inside the blocks), it stays gathered from its first read until its
- * gradients are ready: one gather a step, not one per unit. */
+ * inside the blocks), it stays gathered, from the second step on, from its
+ * first read until its gradients are ready: one gather a step, not one per
+ * unit. */
 static bool reads_root(const px_zero *z, const px_module *m) {
   if (z->root_group < 0) return false;
   if (z->module_home[m->uid] == z->root_group && m != z->model->root)
@@ -252,7 +261,11 @@ static void root_for(px_zero *z, const px_module *m, bool backward) {
 }
 
 static void root_free_for_unit(px_zero *z, bool backward) {
-  if (z->root_group >= 0 && z->order_known && !z->root_between[backward] && z->opts.reshard_after_forward &&
+  // The first step frees it too (it cannot know yet): a step's peak is
+  // the same from the first on, at the cost of gathering the root unit
+  // again after each unit in that step when the units sit between its
+  // modules.
+  if (z->root_group >= 0 && (!z->order_known || !z->root_between[backward]) && z->opts.reshard_after_forward &&
       !z->groups[z->root_group].pinned)
     pxz_release(z, z->root_group);
 }
