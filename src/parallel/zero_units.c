@@ -244,7 +244,7 @@ static void record(px_zero *z, int u, bool backward) {
  * unit. */
 static bool reads_root(const px_zero *z, const px_module *m) {
   if (z->root_group < 0) return false;
-  if (z->module_home[m->uid] == z->root_group && m != z->model->root)
+  if (z->module_home[m->uid] == z->root_group)
     for (int k = 0; k < m->n_params; k++)
       if (!m->params[k].is_buffer) return true;
   for (int f = 0; f < m->n_foreign; f++) {
