@@ -106,13 +106,17 @@ static px_train_opts train_opts(const train_job *job) {
   o.seed = (uint64_t)c->seed;
   o.eval_every = c->eval_every;
   o.eval_max_batches = c->eval_batches;
-  o.ddp.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0);
-  if (o.ddp.first_bucket_bytes > o.ddp.bucket_bytes) o.ddp.first_bucket_bytes = o.ddp.bucket_bytes;
-  // ZeRO's reduce-scatter buckets are DDP's all-reduce buckets cut in N:
-  // the same --bucket-mb.
+  // --bucket-mb 0 (the default) leaves the bucket size to the library,
+  // whose defaults are the one source of truth (PX_DDP_DEFAULTS, and
+  // PX_ZERO1/2_BUCKET_BYTES per stage); a size given applies to DDP and
+  // ZeRO 1-2 alike (ZeRO's reduce-scatter buckets are DDP's cut in N).
   o.zero.stage = (int)c->zero;
-  o.zero.bucket_bytes = o.ddp.bucket_bytes;
-  o.zero.first_bucket_bytes = o.ddp.first_bucket_bytes;
+  if (c->bucket_mb > 0) {
+    o.ddp.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0);
+    if (o.ddp.first_bucket_bytes > o.ddp.bucket_bytes) o.ddp.first_bucket_bytes = o.ddp.bucket_bytes;
+    o.zero.bucket_bytes = o.ddp.bucket_bytes;
+    o.zero.first_bucket_bytes = o.ddp.first_bucket_bytes;
+  }
   o.zero.units = job->n_units ? job->units : NULL;
   o.zero.n_units = job->n_units;
   o.zero.prefetch = c->zero_prefetch;

@@ -108,7 +108,7 @@ typedef struct px_train_opts {
                    .epochs = 1, .max_steps = 0, .seed = 0, .stop_at_step = 0,              \
                    .stop_flag = NULL, .eval_every = 0,                                      \
                    .eval_batch_size = 0, .eval_max_batches = 0, .ddp = PX_DDP_DEFAULTS,     \
-                   .zero = {.stage = 0, .bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20,      \
+                   .zero = {.stage = 0, .bucket_bytes = 0, .first_bucket_bytes = 1u << 20,              \
                             .reshard_after_forward = true, .prefetch = true},                        \
                    .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
                    .config_json = NULL, .log_every = 50})
