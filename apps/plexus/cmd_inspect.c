@@ -142,21 +142,29 @@ static void box_str(int nd, const int64_t *off, const int64_t *size, char *out, 
   if (k < cap) snprintf(out + k, cap - k, "]");
 }
 
-// The checkpoint's index (metadata.json, written last by rank 0): its
-// format and version, how many tensors and pieces it lists.
-static void print_index_line(const char *path, const char *name, int width) {
-  void *bytes = NULL;
-  size_t n = 0;
+// The checkpoint's metadata.json parsed, or NULL (none, or not JSON).
+static cJSON *read_index(const char *ckpt) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/metadata.json", ckpt);
   FILE *fp = fopen(path, "rb");
-  if (fp) {
-    fseek(fp, 0, SEEK_END);
+  if (!fp) return NULL;
+  char *bytes = NULL;
+  size_t n = 0;
+  if (fseek(fp, 0, SEEK_END) == 0) {
     long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    if (sz > 0 && (bytes = malloc((size_t)sz + 1)) != NULL) n = fread(bytes, 1, (size_t)sz, fp);
-    fclose(fp);
+    if (sz > 0 && fseek(fp, 0, SEEK_SET) == 0 && (bytes = malloc((size_t)sz)) != NULL)
+      n = fread(bytes, 1, (size_t)sz, fp);
   }
+  fclose(fp);
   cJSON *j = bytes ? cJSON_ParseWithLength(bytes, n) : NULL;
   free(bytes);
+  return j;
+}
+
+// The checkpoint's index (metadata.json, written last by rank 0): its
+// format and version, how many tensors and pieces it lists.
+static void print_index_line(const char *ckpt, const char *name, int width) {
+  cJSON *j = read_index(ckpt);
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
   const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
   const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(j, "tensors");
@@ -185,7 +193,7 @@ static void print_file_layout(const char *ckpt, const char *name, int width, int
   *rank = -1;
   size_t len = strlen(name);
   if (strcmp(name, "metadata.json") == 0) {
-    print_index_line(path, name, width);
+    print_index_line(ckpt, name, width);
     *rank = 0;  // written by rank 0, last
     return;
   }
@@ -329,11 +337,19 @@ static void print_layout(const char *ckpt) {
     if ((int)strlen(files[i].name) > width) width = (int)strlen(files[i].name);
   printf("  files, as SHA256SUMS lists them (pieces: flat ranges of boxes of the named tensors):\n");
   int max_rank = world > 0 ? world - 1 : 0;
+  cJSON *index = read_index(ckpt);
+  const cJSON *index_files = cJSON_GetObjectItemCaseSensitive(index, "files");
   for (int i = 0; i < n_files; i++) {
     print_file_layout(ckpt, files[i].name, width, &files[i].rank);
+    // The index says which rank wrote each data file (a tensor-parallel
+    // rank's whole-tensor file carries no "rank" of its own).
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(index_files, files[i].name),
+                                                       "rank");
+    if (cJSON_IsNumber(fr)) files[i].rank = (int)fr->valuedouble;
     if (files[i].rank < 0) files[i].rank = 0;  // a whole file or state.json: rank 0's
     if (files[i].rank > max_rank) max_rank = files[i].rank;
   }
+  cJSON_Delete(index);
   // Which files each rank wrote; a run of ranks that wrote nothing is one line.
   printf("  written by:\n");
   for (int r = 0; r <= max_rank; r++) {
