@@ -76,6 +76,13 @@ try:
         files = sorted(os.listdir(ck))
         cu.check("model.rank00000-of-00002.safetensors" in files and "model.rank00001-of-00002.safetensors" in files,
                  "%s: the checkpoint does not hold each tp rank's boxes: %s" % (src, files))
+        # plexus inspect shows the mesh and which rank wrote which boxes
+        # (world rank 1 is tp rank 1 of dp rank 0: it writes its own file).
+        p = cu.run(["inspect", ck])
+        lines = [ln.strip() for ln in p.stdout.splitlines()]
+        cu.check("mesh           dp 2, tp 2, pp 1" in lines, "%s: inspect shows no mesh line:\n%s" % (src, p.stdout))
+        cu.check(any(ln.startswith("rank 1 wrote") and "model.rank00001-of-00002.safetensors" in ln for ln in lines),
+                 "%s: inspect does not credit rank 1 with its boxes:\n%s" % (src, p.stdout))
         full_steps, full_evals = metrics(tmp, src)
         loaded = {}
         for name, extra in layouts:
