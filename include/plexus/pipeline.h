@@ -136,9 +136,14 @@ void px_pp_schedule_print(const px_pp_schedule *s, FILE *out);
  * and frees the rest, then gives every kept module its whole-model stream
  * before initialising.  So stage s's parameters are bit-for-bit those of
  * the single-process model, and a rank allocates only its stages'.
- * (Dropout masks are keyed by the module's uid in the stage's model, not
- * the whole model's: a pipeline with dropout trains correctly but draws
- * other masks than one process.) */
+ * Dropout masks (dropout.c, attention.c) are drawn from (seed, stream,
+ * ctx.step, element index), so they are the whole model's too; the
+ * executor sets a slot model's ctx.step before each FORWARD so that
+ * micro-batch j of step s (0-based, counted by px_pp_step) draws the masks
+ * of the single process's (s·m + j + 1)-th training forward: a pipeline
+ * with dropout gives the losses and parameters of one process running the
+ * same m micro-batches per step with gradient accumulation (not of one
+ * forward on the whole batch, whose element indices differ). */
 
 /* Builds the whole model's module tree (as px_zoo_mlp(…) does); called once
  * per stage model and micro-batch slot, so it must return the same tree

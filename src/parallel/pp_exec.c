@@ -412,6 +412,13 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
     return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD with %d micro-batches in flight "
                     "already (or this one twice)", ch->stage, micro, ch->n_slots);
   pp_slot *sl = &ch->slot[k];
+  // Dropout masks are drawn from (seed, module stream, ctx.step, element).
+  // The streams are the whole model's (px_pp_stage_model); the step is set
+  // here so that micro-batch j of step s draws what one process draws in
+  // its (s·m + j + 1)-th training forward: the single process running the
+  // same m micro-batches per step with gradient accumulation, whichever
+  // slot (and so whichever model's own counter) runs the micro-batch.
+  sl->md->ctx.step = pp->steps * (uint64_t)pp->m + (uint64_t)micro;  // px_model_forward adds 1
   const double t0 = px_time_now();
   st = with_where(px_model_forward(sl->md, &in, &ch->y[micro]), ch->stage, micro, "FORWARD");
   pp->stats.compute_s += px_time_now() - t0;
