@@ -17,12 +17,12 @@ import cli_util as cu
 BASE = ["train", "--model", "mlp", "--depth", "3", "--hidden", "32", "--data", "mnist",
         "--data-path", cu.FMNIST, "--train-subset", "1024", "--val-subset", "256",
         "--batch-size", "32", "--micro-batches", "4", "--steps", "20", "--log-every", "5",
-        "--lr", "0.002", "--num-threads", "1"]
+        "--lr", "0.002", "--num-threads", "1", "--progress", "lines"]
 
 
 def losses(out):
-    steps = re.findall(r"^step (\d+) \(epoch \d+\): loss ([0-9.]+)$", out, re.M)
-    held = re.findall(r"held-out loss ([0-9.]+)", out)
+    steps = re.findall(r"^step (\d+)/\d+ epoch \d+/\d+ loss ([0-9.]+) ", out, re.M)
+    held = re.findall(r"^plexus train: done: .*; (?:test|held-out) loss ([0-9.]+)", out, re.M)
     return steps, held
 
 
@@ -43,7 +43,7 @@ def main():
         runs[name] = losses(p.stdout)
         print("  %s: steps %s, held-out %s" % (name, runs[name][0][-1:], runs[name][1]))
     first = next(iter(runs.values()), None)
-    cu.check(first is not None and len(first[0]) == 5 and len(first[1]) == 1, "no losses: %s" % (first,))
+    cu.check(first is not None and len(first[0]) == 4 and len(first[1]) == 1, "no losses: %s" % (first,))
     if first:
         cu.check(float(first[0][-1][1]) < float(first[0][0][1]) - 0.2,
                  "the loss did not fall: %s" % (first[0],))

@@ -270,6 +270,15 @@ px_model *px_pp_chunk_model(px_pp *pp, int chunk);
 int px_pp_chunk_stage(const px_pp *pp, int chunk);
 const px_pp_plan *px_pp_plan_of(const px_pp *pp);
 
+/* The learning rate of the next OPTIM_STEP, for every chunk's optimizer
+ * (a schedule: px_pp_set_lr(pp, px_lr_at(&sched, step)) before each step). */
+void px_pp_set_lr(px_pp *pp, float lr);
+/* on: the following steps measure the global gradient norm (stats'
+ * grad_norm, one scalar all-reduce over the pipeline) also without
+ * clipping, as a logging step wants it; with clip_grad_norm > 0 it is
+ * always measured. */
+void px_pp_measure_grad_norm(px_pp *pp, bool on);
+
 typedef struct px_pp_stats {
   double step_s;       /* wall time of the last step */
   double wait_s;       /* of which waiting for receives */
@@ -278,7 +287,8 @@ typedef struct px_pp_stats {
   size_t arena_high;   /* the slots' arena high-water marks summed (bytes): activations held */
   size_t comm_bytes;   /* send and receive buffers (bytes) */
   size_t param_elems;  /* parameters held by this rank */
-  float  grad_norm;    /* the last step's global gradient norm before clipping (with clip_grad_norm > 0) */
+  float  grad_norm;    /* the last step's global gradient norm before clipping (clip_grad_norm > 0 or
+                          px_pp_measure_grad_norm; else that of the last step that measured it) */
 } px_pp_stats;
 void px_pp_stats_get(const px_pp *pp, px_pp_stats *out);
 
