@@ -11,21 +11,32 @@
  *   --seconds S    timed budget of one (op, size, side) (default 0.25; at least 3 iterations)
  *   --async        time px_comm's i-variant + px_request_wait instead of the blocking call
  *   --no-raw       skip raw MPI          --no-memcpy   skip the memcpy line
+ *   --mpi-thread single|serialized|multiple   initialise MPI at this thread
+ *                  level before px_comm does (to measure what the level
+ *                  costs; with PX_COMM_MPI_WAIT=poll px_comm's blocking
+ *                  collectives then take the polling wait at any level)
  *
  * One line per measurement, parsed by bench/run_comm.sh:
  *
- *   comm impl=px-mpi op=allreduce bytes=1048576 iters=230 us=512.3 algbw=2.047 busbw=2.047 ranks=2
+ *   comm impl=px-mpi op=allreduce bytes=1048576 iters=230 us=512.3 algbw=2.047 busbw=2.047 ranks=2 us_min=480.1
  *
  * Conventions (nccl-tests, docs/PERFORMANCE.md): `bytes` is the size of one
  * rank's buffer (allreduce, broadcast, send/recv), of the whole gathered
  * output (allgather) or of the whole input (reduce_scatter); us is the time
  * of one operation, the slowest rank's average over the timed iterations;
+ * us_min the slowest rank's fastest single iteration (on a loaded machine
+ * the average measures the load, the fastest iteration the operation);
  * algbw = bytes / time in GB/s (1e9); busbw = algbw × 2(n−1)/n for
  * allreduce, × (n−1)/n for allgather and reduce_scatter, × 1 for broadcast.
  * send/recv is a ping-pong between ranks 0 and 1: us is half a round trip,
  * busbw = bytes / us.  memcpy (impl=memcpy op=memcpy) copies `bytes` from
  * one buffer to another on rank 0: the machine's own copy bandwidth, the
- * ceiling of any shared-memory transport.
+ * ceiling of any shared-memory transport.  Under the threads backend
+ * every rank also copies `bytes` at the same moment (impl=copy-bound
+ * op=memcpy, the slowest rank's time): the copy bound of threads.c's
+ * opening comment, against which run_comm.sh reports each collective's
+ * fraction (bound time / collective time; the bound of a reduce_scatter is
+ * (n+1)/(2n) of that copy, of the others all of it).
  *
  * Raw MPI runs in the same process right after px_comm at each size, on the
  * same buffers, with MPI's blocking calls on MPI_COMM_WORLD.  This is a
@@ -52,12 +63,13 @@ typedef struct opts {
   double seconds;
   int threads;
   bool async, raw, memcpy_line;
+  const char *mpi_thread;
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mpiexec -n 2 bench_comm [options]   or   bench_comm --threads 2 [options]\n"
              "  --ops allreduce,allgather,reduce_scatter,broadcast,sendrecv   --min BYTES --max BYTES\n"
-             "  --factor F --seconds S --async --no-raw --no-memcpy\n");
+             "  --factor F --seconds S --async --no-raw --no-memcpy --mpi-thread single|serialized|multiple\n");
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
@@ -86,6 +98,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     else if (!strcmp(a, "--factor")) o->factor = atof(v);
     else if (!strcmp(a, "--seconds")) o->seconds = atof(v);
     else if (!strcmp(a, "--threads")) o->threads = atoi(v);
+    else if (!strcmp(a, "--mpi-thread")) o->mpi_thread = v;
     else { fprintf(stderr, "bench_comm: unknown option %s\n", a); usage(stderr); return -1; }
   }
   if (!any) for (int k = 0; k < N_OPS; k++) o->ops[k] = true;
@@ -179,13 +192,16 @@ static double bus_factor(op_kind op, int n) {
   }
 }
 
-static void report(const px_comm *c, const char *impl, op_kind op, size_t bytes, long iters, double seconds) {
+static void report(const px_comm *c, const char *impl, op_kind op, size_t bytes, long iters, double seconds,
+                   double best) {
   if (px_comm_rank(c) != 0) return;
   // A ping-pong's operation is half its round trip.
-  double t = seconds / (double)iters / (op == OP_SENDRECV ? 2.0 : 1.0);
+  const double half = op == OP_SENDRECV ? 2.0 : 1.0;
+  double t = seconds / (double)iters / half;
   double algbw = (double)bytes / t / 1e9;
-  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d\n", impl, op_names[op],
-         bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)), px_comm_size(c));
+  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f\n", impl,
+         op_names[op], bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)), px_comm_size(c),
+         1e6 * best / half);
   fflush(stdout);
 }
 
@@ -248,22 +264,34 @@ static int rank_main(px_comm *c, void *arg) {
       if (plan_iters(c, px_time_now() - t0, o->seconds, &iters) != PX_OK) return fail(c, "plan");
       if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
       t0 = px_time_now();
-      for (long i = 0; i < iters; i++)
+      double best = 1e30, prev = t0;
+      for (long i = 0; i < iters; i++) {
         if (px_once(c, o, op, b, sz) != PX_OK) return fail(c, op_names[op]);
-      double took = px_time_now() - t0;
+        double now = px_time_now();
+        if (now - prev < best) best = now - prev;
+        prev = now;
+      }
+      double took = prev - t0;
       if (px_comm_allreduce(c, &took, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
-      report(c, impl, op, sz, iters, took);
+      if (px_comm_allreduce(c, &best, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
+      report(c, impl, op, sz, iters, took, best);
 #ifdef PX_HAVE_MPI
       if (o->raw && px_comm_backend_of(c) == PX_COMM_MPI) {
         // Raw MPI, same buffers, same count of iterations.
         if (raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = px_time_now();
-        for (long i = 0; i < iters; i++)
+        t0 = prev = px_time_now();
+        best = 1e30;
+        for (long i = 0; i < iters; i++) {
           if (raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
-        took = px_time_now() - t0;
+          double now = px_time_now();
+          if (now - prev < best) best = now - prev;
+          prev = now;
+        }
+        took = prev - t0;
         MPI_Allreduce(MPI_IN_PLACE, &took, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        report(c, "raw-mpi", op, sz, iters, took);
+        MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        report(c, "raw-mpi", op, sz, iters, took, best);
       }
 #endif
     }
@@ -283,6 +311,34 @@ static int rank_main(px_comm *c, void *arg) {
              1e6 * per, (double)sz / per / 1e9, (double)sz / per / 1e9);
       fflush(stdout);
     }
+    if (o->memcpy_line && n > 1 && px_comm_backend_of(c) == PX_COMM_THREADS) {
+      // The copy bound: all ranks memcpy `sz` bytes at once, as the
+      // collectives move memory at once.
+      long iters;
+      memcpy(b->recv, b->send, sz);
+      if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
+      double t0 = px_time_now();
+      memcpy(b->recv, b->send, sz);
+      if (plan_iters(c, px_time_now() - t0, o->seconds, &iters) != PX_OK) return fail(c, "plan");
+      if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
+      t0 = px_time_now();
+      double best = 1e30, prev = t0;
+      for (long i = 0; i < iters; i++) {
+        memcpy(b->recv, b->send, sz);
+        double now = px_time_now();
+        if (now - prev < best) best = now - prev;
+        prev = now;
+      }
+      double took = prev - t0;
+      if (px_comm_allreduce(c, &took, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
+      if (px_comm_allreduce(c, &best, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
+      if (r == 0) {
+        double per = took / (double)iters;
+        printf("comm impl=copy-bound op=memcpy bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f\n",
+               sz, iters, 1e6 * per, (double)sz / per / 1e9, (double)sz / per / 1e9, n, 1e6 * best);
+        fflush(stdout);
+      }
+    }
     if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
     size_t next = (size_t)((double)bytes * o->factor);
     if (next <= bytes) break;
@@ -299,10 +355,28 @@ int main(int argc, char **argv) {
   px_set_num_threads(1);
   shared sh = {.o = &o};
   int code = 0;
+#ifdef PX_HAVE_MPI
+  bool own_mpi = false;
+  if (o.mpi_thread && px_comm_mpi_launched()) {
+    int want = !strcmp(o.mpi_thread, "single") ? MPI_THREAD_SINGLE
+               : !strcmp(o.mpi_thread, "serialized") ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
+    int got = 0;
+    // As px_comm_init_mpi would (libnbc's ring all-reduce).
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+    MPI_Init_thread(NULL, NULL, want, &got);
+    own_mpi = true;
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    if (r == 0) printf("# bench_comm: MPI initialised at thread level %s (provided %d)\n", o.mpi_thread, got);
+  }
+#endif
   px_status st = px_comm_run(o.threads, rank_main, &sh, &code);
   if (st != PX_OK) {
     fprintf(stderr, "bench_comm: %s\n", px_last_error());
     return 1;
   }
+#ifdef PX_HAVE_MPI
+  if (own_mpi) MPI_Finalize();
+#endif
   return code;
 }

@@ -219,10 +219,10 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline, size_t s
   }
   if (!comm || px_comm_rank(comm) == 0) {
     const int N = comm ? px_comm_size(comm) : 1;
-    printf("plexus memory zero=%d ranks=%d params=%zu acct_params=%lld acct_grads=%lld acct_optim=%lld "
+    printf("plexus memory zero=%d ranks=%d prefetch=%d params=%zu acct_params=%lld acct_grads=%lld acct_optim=%lld "
            "acct_gathered=%lld acct_arena=%lld acct_total=%lld vmhwm_setup_delta=%lld vmhwm_train_delta=%lld "
            "vmhwm_baseline=%lld\n",
-           s->o->zero, N, s->model->n_param_elems, (long long)mx[0], (long long)mx[1], (long long)mx[2],
+           s->o->zero, N, (int)s->o->prefetch, s->model->n_param_elems, (long long)mx[0], (long long)mx[1], (long long)mx[2],
            (long long)mx[3], (long long)mx[4], (long long)(mx[0] + mx[1] + mx[2] + mx[3] + mx[4]),
            (long long)mx[7], (long long)mx[5], (long long)mx[6]);
     fflush(stdout);

@@ -1,16 +1,21 @@
 /* bench_tp.c — memory per rank and throughput of the tensor-parallel GPT.
  *
- *   bench_tp [--ranks R] [--tp P] [--batch B] [--steps S] [--warmup W]
+ *   bench_tp [--ranks R] [--tp P] [--batch B] [--steps S] [--warmup W] [--sp 1]
  *            [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]
  *
  * R ranks of the threads backend (1 BLAS/OpenMP thread each) as a mesh
  * dp = R/P × tp = P; --tp 1 with R > 1 is plain DDP.  The global batch is B
  * sequences of T tokens: each dp group takes B/dp of them.  Each timed step:
  * zero_grad, forward, (vocabulary-parallel) cross-entropy, backward, DDP
- * sync when dp > 1, clipping at 1.0, AdamW.  Prints one line per run:
+ * sync when dp > 1, clipping at 1.0, AdamW.  --sp 1: sequence parallelism.
+ * Prints one line per run:
  *
- *   plexus tp ranks=2 dp=1 tp=2 batch=8 tokens_per_s=... step_ms=... params_per_rank=...
- *          state_bytes_per_rank=... arena_bytes=...
+ *   plexus tp ranks=2 dp=1 tp=2 sp=0 batch=8 tokens_per_s=... step_ms=... params_per_rank=...
+ *          state_bytes_per_rank=... arena_bytes=... tp_comm_ms=... tp_comm_share=...
+ *
+ * tp_comm_ms: rank 0's time per step inside the tp collectives (px_tp_counts
+ * .seconds: waiting for a slower rank included); tp_comm_share: that over
+ * the step time.
  *
  * state_bytes_per_rank = parameters + gradients + AdamW's two moments, 4 bytes
  * each, of this rank's boxes; arena_bytes = the activation arena's high-water
@@ -23,12 +28,12 @@
 #include <string.h>
 
 typedef struct args {
-  int ranks, tp, batch, steps, warmup;
+  int ranks, tp, batch, steps, warmup, sp;
   px_tp_gpt_config cfg;
 } args;
 
 typedef struct result {
-  double seconds;
+  double seconds, tp_seconds;
   size_t params, arena;
 } result;
 
@@ -62,6 +67,7 @@ static int run(px_comm *c, void *arg) {
     if (s == a->warmup) {
       px_comm_barrier(c);
       t0 = px_time_now();
+      mesh->tp_group.counts = (px_tp_counts){0};
     }
     for (int i = 0; i < per * T; i++) { x[i] = (int32_t)px_rng_below(&r, (uint64_t)V); y[i] = (x[i] + 1) % V; }
     px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){per, T}), lt;
@@ -79,7 +85,8 @@ static int run(px_comm *c, void *arg) {
   if (st == PX_OK) px_comm_barrier(c);
   const int rank = px_comm_rank(c);
   if (rank < 64)
-    results[rank] = (result){.seconds = px_time_now() - t0, .params = md->n_param_elems,
+    results[rank] = (result){.seconds = px_time_now() - t0, .tp_seconds = mesh->tp_group.counts.seconds,
+                             .params = md->n_param_elems,
                              .arena = px_arena_high_water(md->arena)};
   if (st != PX_OK) fprintf(stderr, "bench_tp rank %d: %s\n", rank, px_last_error());
   free(x);
@@ -100,11 +107,12 @@ static int int_arg(int argc, char **argv, const char *name, int def) {
 int main(int argc, char **argv) {
   args a = {.ranks = int_arg(argc, argv, "--ranks", 2), .tp = int_arg(argc, argv, "--tp", 2),
             .batch = int_arg(argc, argv, "--batch", 8), .steps = int_arg(argc, argv, "--steps", 10),
-            .warmup = int_arg(argc, argv, "--warmup", 2)};
+            .warmup = int_arg(argc, argv, "--warmup", 2), .sp = int_arg(argc, argv, "--sp", 0)};
   a.cfg = (px_tp_gpt_config){.vocab_size = int_arg(argc, argv, "--vocab", 8192),
                              .context = int_arg(argc, argv, "--context", 128),
                              .n_layer = int_arg(argc, argv, "--layers", 4), .n_head = int_arg(argc, argv, "--heads", 8),
-                             .n_embd = int_arg(argc, argv, "--embd", 256), .dropout = 0.0f};
+                             .n_embd = int_arg(argc, argv, "--embd", 256), .dropout = 0.0f,
+                             .sequence_parallel = a.sp != 0};
   if (a.ranks < 1 || a.ranks > 64 || a.tp < 1 || a.ranks % a.tp || a.batch % (a.ranks / a.tp) || a.steps < 1) {
     fprintf(stderr, "bench_tp: --ranks (1..64) must be a multiple of --tp, --batch a multiple of ranks/tp\n");
     return 2;
@@ -115,9 +123,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   const double sec = results[0].seconds / a.steps;
-  printf("plexus tp ranks=%d dp=%d tp=%d batch=%d tokens_per_s=%.0f step_ms=%.1f params_per_rank=%zu "
-         "state_bytes_per_rank=%zu arena_bytes=%zu\n", a.ranks, a.ranks / a.tp, a.tp, a.batch,
-         (double)a.batch * a.cfg.context / sec, sec * 1e3, results[0].params, results[0].params * 16,
-         results[0].arena);
+  const double comm = results[0].tp_seconds / a.steps;
+  printf("plexus tp ranks=%d dp=%d tp=%d sp=%d batch=%d tokens_per_s=%.0f step_ms=%.1f params_per_rank=%zu "
+         "state_bytes_per_rank=%zu arena_bytes=%zu tp_comm_ms=%.1f tp_comm_share=%.3f\n", a.ranks, a.ranks / a.tp,
+         a.tp, a.sp != 0, a.batch, (double)a.batch * a.cfg.context / sec, sec * 1e3, results[0].params,
+         results[0].params * 16, results[0].arena, comm * 1e3, comm / sec);
   return 0;
 }

@@ -5,6 +5,8 @@
 #   bench/run_comm.sh            (about 8 minutes on 2 cores)
 #   bench/run_comm.sh --quick    (about 2 minutes: up to 16 MiB, shorter runs, fewer cases)
 #   bench/run_comm.sh --table F  (only the tables, from F: the saved output of a run)
+#   bench/run_comm.sh --best ... (collective tables from each point's fastest
+#                                iteration, not its average: on a loaded machine)
 #
 # Part 1, collectives (bench_comm, bench_comm_torch.py): for allreduce,
 # allgather, reduce_scatter, broadcast and send/recv (ping-pong), from 4 KiB
@@ -15,7 +17,10 @@
 # latency (µs) and busbw (GB/s, nccl-tests' conventions: allreduce
 # 2(n−1)/n, allgather and reduce_scatter (n−1)/n, broadcast and send/recv 1;
 # sizes as bench_comm.c's header says), then px-mpi/raw and px-mpi/gloo as
-# ratios of busbw, and px-mpi − raw in µs.
+# ratios of busbw, px-mpi − raw in µs, and thr/copy: the threads backend's
+# fraction of the copy bound (threads.c): the time of its 2 threads each
+# memcpy-ing the size at once (× 3/4 for reduce_scatter), measured in the
+# same run, over the collective's time (1: at the bound).
 #
 # Part 2, data-parallel scaling (bench_train, bench_train_torch.py): for each
 # model of bench/run.sh, samples/s of 1 rank × 1 thread and of 2 ranks × 1
@@ -44,12 +49,14 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 QUICK=0
 TABLE_FROM=
+FIELD=us
 while (($#)); do
   case $1 in
     --quick) QUICK=1 ;;
+    --best) FIELD=us_min ;;
     --table) TABLE_FROM=${2:?--table needs a file}; shift ;;
-    -h|--help) sed -n '2,46p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "bench/run_comm.sh: unknown option $1 (--quick, --table FILE, --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/!p}' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "bench/run_comm.sh: unknown option $1 (--quick, --best, --table FILE, --help)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -78,24 +85,30 @@ export OMP_NUM_THREADS=1 PX_NUM_THREADS=1
 
 # ---- Tables ----------------------------------------------------------------------
 tables() {  # the saved output of a run
-"$PYTHON" - "$1" <<'EOF_PY'
+"$PYTHON" - "$1" "$FIELD" <<'EOF_PY'
 import re, statistics, sys
 lines = open(sys.argv[1]).read().splitlines()
+field = sys.argv[2]  # us (average) or us_min (fastest iteration)
 kv = lambda s: dict(re.findall(r"(\w+)=(\S+)", s))
 comm = {}
+n_thr = 2  # ranks of the threads run (its copy-bound lines say)
 for l in lines:
     if l.startswith("comm ") and "unsupported" not in l:
         d = kv(l)
-        comm[(d["impl"], d["op"], int(d["bytes"]))] = (float(d["us"]), float(d["busbw"]))
+        us = float(d.get(field, d["us"]))
+        # busbw scales with the time chosen
+        comm[(d["impl"], d["op"], int(d["bytes"]))] = (us, float(d["busbw"]) * float(d["us"]) / us)
+        if d["impl"] == "copy-bound":
+            n_thr = int(d["ranks"])
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 for op in ["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"]:
     sizes = sorted({b for (i, o, b) in comm if o == op})
     if not sizes:
         continue
-    print(f"\n{op}: latency µs / busbw GB/s")
+    print(f"\n{op}: latency µs / busbw GB/s" + (" (fastest iteration of each point)" if field == "us_min" else ""))
     print(f"{'bytes':>8} {'px-threads':>17} {'px-mpi':>17} {'raw-mpi':>17} {'gloo':>17} {'memcpy':>7} "
-          f"{'px/raw':>7} {'px-raw µs':>9} {'px/gloo':>8}")
+          f"{'px/raw':>7} {'px-raw µs':>9} {'px/gloo':>8} {'thr/copy':>8}")
     for b in sizes:
         cell = lambda impl: comm.get((impl, op, b))
         fmt = lambda v: f"{v[0]:9.1f} {v[1]:7.3f}" if v else f"{'-':>9} {'-':>7}"
@@ -105,7 +118,12 @@ for op in ["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"]:
         diff = f"{px[0] - raw[0]:9.1f}" if px and raw else f"{'-':>9}"
         rg = f"{px[1] / gl[1]:8.2f}" if px and gl and gl[1] > 0 else f"{'-':>8}"
         memcell = f"{mem[1]:7.2f}" if mem else f"{'-':>7}"
-        print(f"{size(b):>8} {fmt(cell('px-threads'))} {fmt(px)} {fmt(raw)} {fmt(gl)} {memcell} {ratio} {diff} {rg}")
+        cb = comm.get(("copy-bound", "memcpy", b))
+        thr = cell("px-threads")
+        # the threads backend against the copy bound (threads.c): all ranks memcpy at once
+        f = (n_thr + 1) / (2 * n_thr) if op == "reduce_scatter" else 1.0
+        frac = f"{cb[0] * f / thr[0]:8.2f}" if cb and thr and op != "sendrecv" else f"{'-':>8}"
+        print(f"{size(b):>8} {fmt(thr)} {fmt(px)} {fmt(raw)} {fmt(gl)} {memcell} {ratio} {diff} {rg} {frac}")
 
 runs = {}
 for l in lines:
@@ -183,7 +201,7 @@ trap 'rm -f "$out"' EXIT
 if [[ " $PARTS " == *" comm "* ]]; then
   args=(--max "$MAX_BYTES" --seconds "$SECONDS_PER_SIZE")
   echo "# collectives: threads backend"
-  timeout 900 "$COMM" --threads 2 --no-memcpy "${args[@]}" | tee -a "$out"
+  timeout 900 "$COMM" --threads 2 "${args[@]}" | grep -v "impl=memcpy" | tee -a "$out"
   echo "# collectives: MPI backend, raw MPI and memcpy"
   timeout 900 "$MPIEXEC" -n 2 "$COMM" "${args[@]}" | tee -a "$out"
   echo "# collectives: gloo"

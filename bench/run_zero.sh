@@ -160,8 +160,8 @@ memory_table() {  # mpi | threads
     echo "# memory: bench_gpt --ranks $MEM_RANKS --memory 2 $MEM_ARGS --zero S (threads backend: VmHWM / $MEM_RANKS)"
   fi
   local lines=()
-  for s in 0 1 2 3; do
-    local line cmd=("$BENCH" --threads 1 --memory 2 $MEM_ARGS --zero "$s")
+  for s in 0 1 2 3 "3 --no-prefetch"; do
+    local line cmd=("$BENCH" --threads 1 --memory 2 $MEM_ARGS --zero $s)
     if [[ $backend == mpi ]]; then cmd=("$MPIRUN" -n "$MEM_RANKS" --oversubscribe "${cmd[@]}")
     else cmd+=(--ranks "$MEM_RANKS"); fi
     if ! line=$(PX_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 900 "${cmd[@]}" | grep '^plexus memory'); then
@@ -172,28 +172,40 @@ memory_table() {  # mpi | threads
     lines+=("$line")
   done
   echo
-  printf '%-6s %9s %9s %9s %9s %9s %9s %9s %8s %9s %9s %8s %9s\n' stage params grads optim gathered \
-    arena "acct" "formula" "acct/f" "VmHWM+" "expect" "VmHWM/e" "setup"
+  printf '%-6s %9s %9s %9s %9s %9s %9s %9s %8s %9s %9s %8s %9s %9s %8s\n' stage params grads optim gathered \
+    arena "acct" "formula" "acct/f" "VmHWM+" "expect" "VmHWM/e" "setup" "issue" "all/i"
   for line in "${lines[@]}"; do
-    "$PYTHON" - "$line" "$div" <<'EOF'
+    "$PYTHON" - "$line" "$div" "$MEM_ARGS" <<'EOF'
 import sys
 f = dict(kv.split("=") for kv in sys.argv[1].split()[2:])
 div = int(sys.argv[2])
+margs = sys.argv[3].split()
+C = int(margs[margs.index("--embd") + 1]) if "--embd" in margs else 768
+unit = 4 * (12 * C * C + 13 * C)  # one GPT block's parameters in bytes (stage 3's units)
 s, N, P = int(f["zero"]), int(f["ranks"]), int(f["params"])
 formula = {0: 16 * P, 1: 8 * P + 8 * P / N, 2: 4 * P + 12 * P / N, 3: 16 * P / N}[s]
 acct = int(f["acct_params"]) + int(f["acct_grads"]) + int(f["acct_optim"])
 extra = int(f["acct_gathered"]) + int(f["acct_arena"])
 hwm, setup = int(f["vmhwm_train_delta"]) / div, int(f["vmhwm_setup_delta"]) / div
 M = 1024.0 * 1024.0
-print("%-6s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.3fx %9.1f %9.1f %7.3fx %9.1f" % (
-    "ddp" if s == 0 else str(s), int(f["acct_params"]) / M, int(f["acct_grads"]) / M, int(f["acct_optim"]) / M,
+# The issue's stage-3 bound: 16Ψ/N + one unit's parameters and gradients
+# (+ the prefetched unit's parameters when prefetching); "all" = acct +
+# gathered, what the library holds besides activations.
+prefetch = f.get("prefetch", "1") == "1"
+issue = formula + 2 * unit + (unit if prefetch else 0) if s == 3 else formula
+allb = acct + int(f["acct_gathered"])
+name = "ddp" if s == 0 else str(s) + ("" if s != 3 or prefetch else "-nopf")
+print("%-6s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.3fx %9.1f %9.1f %7.3fx %9.1f %9.1f %7.3fx" % (
+    name, int(f["acct_params"]) / M, int(f["acct_grads"]) / M, int(f["acct_optim"]) / M,
     int(f["acct_gathered"]) / M, int(f["acct_arena"]) / M, acct / M, formula / M, acct / formula, hwm / M,
-    (formula + extra) / M, hwm / (formula + extra), setup / M))
+    (formula + extra) / M, hwm / (formula + extra), setup / M, issue / M, allb / issue))
 EOF
   done
   echo "(MiB per rank, max over ranks; Ψ = $(field params <<<"${lines[0]}") parameters; acct = params + grads + optim;"
   echo " VmHWM+ = peak resident memory during the 2 steps (VmHWM reset after setup) minus VmHWM before the model was"
-  echo " built; expect = formula + gathered + arena; setup = VmHWM at the end of setup minus the same baseline)"
+  echo " built; expect = formula + gathered + arena; setup = VmHWM at the end of setup minus the same baseline;"
+  echo " issue = stage 3's bound, formula + one block's parameters and gradients + the prefetched block's parameters"
+  echo " (none without prefetch: 3-nopf); all/i = (acct + gathered) / issue)"
 }
 
 for t in $TABLES; do "$t"; done

@@ -92,11 +92,16 @@ try:
     cu.check("world size     3" in lines, "zero 2: no world size 3 line")
     cu.check(any(ln.startswith("strategy       ZeRO stage 2 ") for ln in lines), "zero 2: no strategy line")
     cu.check(not any(ln.startswith("mesh") for ln in lines), "zero 2: a mesh line, but state.json has no mesh")
-    ranks = ["rank 0 wrote 3 files: model.safetensors, optim.rank00000-of-00003.safetensors, state.json",
-             "rank 1 wrote 1 file: optim.rank00001-of-00003.safetensors",
+    ranks = ["rank 1 wrote 1 file: optim.rank00001-of-00003.safetensors",
              "rank 2 wrote 1 file: optim.rank00002-of-00003.safetensors"]
     for r in ranks:
         cu.check(r in lines, "zero 2: no line %r" % r)
+    r0 = [ln for ln in lines if ln.startswith("rank 0 wrote 4 files: ")]
+    cu.check(len(r0) == 1 and set(r0[0].split(": ", 1)[1].split(", ")) ==
+             {"model.safetensors", "optim.rank00000-of-00003.safetensors", "metadata.json", "state.json"},
+             "zero 2: rank 0's files are not model, its optimizer shard, the index and state.json: %r" % r0)
+    cu.check("the index (plexus-checkpoint-index v1): " in file_line(lines, "metadata.json"),
+             "zero 2: metadata.json is not described as the index")
     cu.check("boxes: all whole tensors" in file_line(lines, "optim.rank00001-of-00003.safetensors"),
              "zero 2: ZeRO's pieces are flat ranges of whole tensors")
     check_pieces_counts(ck, lines, "zero 2")

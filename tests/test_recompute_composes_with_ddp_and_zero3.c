@@ -111,9 +111,17 @@ static int zero3_rank(px_comm *c, void *arg) {
               "reduce-scatters, without %lld+%lld and %lld", cases[k][0], s, policy, (long long)got.ag_fwd[s],
               (long long)got.ag_bwd[s], (long long)got.rs[s], (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s],
               (long long)ref.rs[s]);
-        // The root unit (wte, wpe, ln_f) once, each block unit once per pass.
-        CHECK(ref.ag_fwd[s] == L + 1 && ref.ag_bwd[s] == L, "units %s..: %lld + %lld all-gathers, expected %d + %d",
-              cases[k][0], (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s], L + 1, L);
+        // Each unit once per pass, plus the root unit (wte, wpe, ln_f, and
+        // the blocks' other modules when the units are inside them), which
+        // a unit that starts frees: with the blocks as units it is gathered
+        // for the embeddings, again for ln_f and the head, and for the
+        // embeddings' backward; with units inside the blocks the first
+        // step (which records that the root unit is read between units)
+        // gathers it again after each unit, later steps once a step.
+        const int root_fwd = k == 0 ? 2 : s == 0 ? 1 + L : 1, root_bwd = k == 0 ? 1 : s == 0 ? L : 0;
+        CHECK(ref.ag_fwd[s] == L + root_fwd && ref.ag_bwd[s] == L + root_bwd,
+              "units %s.. step %d: %lld + %lld all-gathers, expected %d + %d", cases[k][0], s,
+              (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s], L + root_fwd, L + root_bwd);
       }
       CHECK(memcmp(ref.params, got.params, ref.n * sizeof(float)) == 0,
             "units %s..: ZeRO-3 parameters after %d steps differ with --recompute %s", cases[k][0], STEPS, policy);

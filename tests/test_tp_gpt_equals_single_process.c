@@ -1,6 +1,8 @@
-/* Claim: the GPT in tensor-parallel form trains as the single-process GPT:
+/* Claim: the GPT in tensor-parallel form trains as the single-process GPT,
+ * with and without sequence parallelism:
  * under the threads backend with tp = 2 and tp = 4 (vocabulary 37: split
- * unevenly by both), and with dp 2 × tp 2 (DDP, ZeRO-1 or ZeRO-2 over the dp group), 20 AdamW
+ * unevenly by both), and with dp 2 × tp 2 (DDP, ZeRO-1 or ZeRO-2 over the dp
+ * group; with sequence parallelism DDP and ZeRO-2), 20 AdamW
  * steps with dropout 0.1 and gradient-norm clipping give every step's loss,
  * every gradient norm and every parameter box of the single process to
  * 1e-5 relative (tests/tp_gpt_cases.h).  And a tp that does not divide the
@@ -9,16 +11,20 @@
  * global head's, the q/k/v boxes mix heads, a replicated gradient is
  * counted more than once in the clipping norm (or a split one less than in
  * full), the vocabulary-parallel loss differs, or DDP over dp does not
- * compose with tp. */
+ * compose with tp; with sequence parallelism only: a dropout part masks
+ * other positions than the whole sequence's, a layer norm's or wpe's
+ * gradient is not summed over the tp ranks' positions (or summed twice
+ * under accumulation), or a gather/scatter puts positions out of order. */
 #include "tp_gpt_cases.h"
 
 static int run(px_comm *c, void *arg) {
   px_comm_set_timeout(c, 120);
   const int tp = *(const int *)arg;
-  tpg_case(c, tp, 0, true);
+  for (int sp = 0; sp <= 1; sp++) tpg_case(c, tp, 0, sp, true);
   if (px_comm_size(c) > tp) {  // dp > 1: ZeRO stages 1 and 2 over dp instead of DDP
-    tpg_case(c, tp, 1, true);
-    tpg_case(c, tp, 2, true);
+    tpg_case(c, tp, 1, false, true);
+    tpg_case(c, tp, 2, false, true);
+    tpg_case(c, tp, 2, true, true);
   }
   return px_test_failures ? 1 : 0;
 }
@@ -26,7 +32,7 @@ static int run(px_comm *c, void *arg) {
 static int refuse(px_comm *c, void *arg) {
   (void)arg;
   px_tp_group g = px_tp_group_of(c);
-  px_tp_gpt_config cfg = tpg_tp_cfg();
+  px_tp_gpt_config cfg = tpg_tp_cfg(false);
   px_module *m = px_tp_gpt(&g, &cfg);
   CHECK(m == NULL && strstr(px_last_error(), "tp 3 does not divide n_head 4"), "tp 3 with 4 heads: \"%s\"",
         px_last_error());

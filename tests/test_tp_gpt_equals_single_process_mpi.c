@@ -1,4 +1,5 @@
-/* Claim: as test_tp_gpt_equals_single_process.c, under mpiexec: with 1
+/* Claim: as test_tp_gpt_equals_single_process.c, under mpiexec, with and
+ * without sequence parallelism: with 1
  * process tp = 1 (the layers with a group of one), with 2 processes tp = 2,
  * with 4 processes tp = 4 and dp 2 × tp 2 (DDP over the dp communicator of
  * the mesh): 20 AdamW steps with dropout and clipping give the single
@@ -11,9 +12,11 @@ static int run_all(px_comm *c, void *arg) {
   (void)arg;
   px_comm_set_timeout(c, 120);
   const int n = px_comm_size(c);
-  tpg_case(c, n, 0, true);              // tp = world
-  if (n == 4)  // dp 2 × tp 2: DDP, ZeRO-1, ZeRO-2 over dp
-    for (int stage = 0; stage <= 2; stage++) tpg_case(c, 2, stage, true);
+  for (int sp = 0; sp <= 1; sp++) {
+    tpg_case(c, n, 0, sp, true);              // tp = world
+    if (n == 4)  // dp 2 × tp 2: DDP, ZeRO-1, ZeRO-2 over dp
+      for (int stage = 0; stage <= 2; stage++) tpg_case(c, 2, stage, sp, true);
+  }
   return px_test_failures ? 1 : 0;
 }
 

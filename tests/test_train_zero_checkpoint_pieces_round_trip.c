@@ -1,6 +1,7 @@
 /* Claim: a sharded checkpoint written by every rank (px_checkpoint_write_all,
  * threads backend, 3 ranks) is one complete checkpoint with one SHA256SUMS
- * listing every rank's file; each rank's pieces of named tensors load back
+ * listing every rank's file and, last, the index (metadata.json) that rank
+ * 0 wrote; each rank's pieces of named tensors load back
  * exactly at the same layout (px_checkpoint_load_pieces) and are refused
  * with another layout; the whole tensors assemble in one process
  * (px_checkpoint_assemble) from uneven pieces (a rank with none of a
@@ -95,6 +96,9 @@ static int rank_main(px_comm *comm, void *arg) {
     const char *a0 = strstr(sums, "t.rank00000-of-00003"), *st = strstr(sums, "state.json"),
                *a1 = strstr(sums, "t.rank00001-of-00003"), *a2 = strstr(sums, "t.rank00002-of-00003");
     CHECK(a0 && st && a1 && a2 && a0 < st && st < a1 && a1 < a2, "SHA256SUMS order:\n%s", text);
+    // The index, written by rank 0 after every rank's files: listed last.
+    const char *ix = strstr(sums, "metadata.json");
+    CHECK(ix && a2 < ix && strchr(ix, '\n')[1] == '\0', "metadata.json is not the last line:\n%s", text);
   }
 
   // 2. Each rank loads its own pieces back, exactly.
@@ -152,7 +156,7 @@ static int rank_main(px_comm *comm, void *arg) {
     char ck2[256];
     snprintf(ck2, sizeof ck2, "%s/step_00000002", root);
     CHECK(px_checkpoint_assemble(ck2, "t.rank", &sd, true) == PX_ERR_FORMAT, "overlapping pieces assembled");
-    CHECK(strstr(px_last_error(), "tensor \"a\"") && strstr(px_last_error(), "[5, 6) are in two pieces"),
+    CHECK(strstr(px_last_error(), "tensor \"a\"") && strstr(px_last_error(), "[5, 6) are in two saved pieces"),
           "message: %s", px_last_error());
   }
   CHECK_OK(px_comm_barrier(comm));

@@ -142,6 +142,40 @@ static void box_str(int nd, const int64_t *off, const int64_t *size, char *out, 
   if (k < cap) snprintf(out + k, cap - k, "]");
 }
 
+// The checkpoint's index (metadata.json, written last by rank 0): its
+// format and version, how many tensors and pieces it lists.
+static void print_index_line(const char *path, const char *name, int width) {
+  void *bytes = NULL;
+  size_t n = 0;
+  FILE *fp = fopen(path, "rb");
+  if (fp) {
+    fseek(fp, 0, SEEK_END);
+    long sz = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    if (sz > 0 && (bytes = malloc((size_t)sz + 1)) != NULL) n = fread(bytes, 1, (size_t)sz, fp);
+    fclose(fp);
+  }
+  cJSON *j = bytes ? cJSON_ParseWithLength(bytes, n) : NULL;
+  free(bytes);
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
+  const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(j, "tensors");
+  if (!cJSON_IsString(fmt) || !cJSON_IsNumber(ver) || !cJSON_IsObject(tensors)) {
+    printf("    %-*s  not a plexus checkpoint index (no format, version and tensors)\n", width, name);
+    cJSON_Delete(j);
+    return;
+  }
+  int n_tensors = 0, n_pieces = 0;
+  const cJSON *t;
+  cJSON_ArrayForEach(t, tensors) {
+    n_tensors++;
+    n_pieces += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "pieces"));
+  }
+  printf("    %-*s  the index (%s v%d): %d tensors in %d pieces, each with its byte range and CRC-32C\n", width,
+         name, fmt->valuestring, (int)ver->valuedouble, n_tensors, n_pieces);
+  cJSON_Delete(j);
+}
+
 // One line about a file: a file of pieces (how many, of how many tensors,
 // which boxes, whole or flat ranges of them) or a plain state dict.  Sets
 // *rank from the file's "rank" metadata (-1 when it has none).
@@ -150,6 +184,11 @@ static void print_file_layout(const char *ckpt, const char *name, int width, int
   snprintf(path, sizeof path, "%s/%s", ckpt, name);
   *rank = -1;
   size_t len = strlen(name);
+  if (strcmp(name, "metadata.json") == 0) {
+    print_index_line(path, name, width);
+    *rank = 0;  // written by rank 0, last
+    return;
+  }
   if (len < 12 || strcmp(name + len - 12, ".safetensors") != 0) {
     printf("    %-*s  not tensors\n", width, name);
     return;

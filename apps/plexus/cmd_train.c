@@ -8,6 +8,9 @@
 // Every rank parses the same options, opens the data, builds the same model
 // from the seed; DDP (inside px_train) broadcasts rank 0's weights.  Only
 // rank 0 prints, writes logs and checkpoints.
+//
+//   plexus train --threads 4 --model gpt --tp 2 ...   a dp 2 × tp 2 mesh:
+//                                      each rank its boxes of the GPT (px_tp_gpt)
 #define _GNU_SOURCE  /* sched_getaffinity */
 #include "app.h"
 
@@ -103,13 +106,17 @@ static px_train_opts train_opts(const train_job *job) {
   o.seed = (uint64_t)c->seed;
   o.eval_every = c->eval_every;
   o.eval_max_batches = c->eval_batches;
-  o.ddp.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0);
-  if (o.ddp.first_bucket_bytes > o.ddp.bucket_bytes) o.ddp.first_bucket_bytes = o.ddp.bucket_bytes;
-  // ZeRO's reduce-scatter buckets are DDP's all-reduce buckets cut in N:
-  // the same --bucket-mb.
+  // --bucket-mb 0 (the default) leaves the bucket size to the library,
+  // whose defaults are the one source of truth (PX_DDP_DEFAULTS, and
+  // PX_ZERO1/2_BUCKET_BYTES per stage); a size given applies to DDP and
+  // ZeRO 1-2 alike (ZeRO's reduce-scatter buckets are DDP's cut in N).
   o.zero.stage = (int)c->zero;
-  o.zero.bucket_bytes = o.ddp.bucket_bytes;
-  o.zero.first_bucket_bytes = o.ddp.first_bucket_bytes;
+  if (c->bucket_mb > 0) {
+    o.ddp.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0);
+    if (o.ddp.first_bucket_bytes > o.ddp.bucket_bytes) o.ddp.first_bucket_bytes = o.ddp.bucket_bytes;
+    o.zero.bucket_bytes = o.ddp.bucket_bytes;
+    o.zero.first_bucket_bytes = o.ddp.first_bucket_bytes;
+  }
   o.zero.units = job->n_units ? job->units : NULL;
   o.zero.n_units = job->n_units;
   o.zero.prefetch = c->zero_prefetch;
@@ -184,6 +191,77 @@ static void report(px_comm *comm, train_job *job, const px_train_result *res) {
     job->stopped_by_signal = true;
 }
 
+// The device mesh of --dp/--tp (a pipeline dimension slots in as pp):
+// NULL when the run is plain data parallel (tp 1 and no --dp), else a mesh
+// over comm, described on rank 0.  A product that is not the world size
+// fails on every rank alike; rank 0 says so, once.
+static px_status make_mesh(px_comm *comm, const px_config *c, px_mesh **out) {
+  *out = NULL;
+  const int dp = (int)c->dp, tp = (int)c->tp, pp = 1;
+  if (tp == 1 && dp == 0 && pp == 1) return PX_OK;
+  px_status st = px_mesh_create(out, comm, dp, tp, pp);
+  if (st != PX_OK) {
+    if (px_comm_rank(comm) == 0) fprintf(stderr, "plexus train: --dp/--tp: %s\n", px_last_error());
+    return st;
+  }
+  char line[256];
+  if (px_comm_rank(comm) == 0 && !c->quiet) printf("plexus train: %s\n", px_mesh_describe(*out, line, sizeof line));
+  return PX_OK;
+}
+
+// --init into a tensor-parallel model: every rank builds the whole zoo
+// GPT, loads --init into it as load_init does (a checkpoint of any layout,
+// or GPT-2 weights), and keeps its boxes (px_tp_load_state_dict).  Every
+// rank reads the file; all fail if one does.
+static px_status load_init_tp(px_comm *comm, px_model *model, const px_config *c, const px_data_shape *s) {
+  px_module *root = NULL;
+  px_model *whole = NULL;
+  px_status st = px_app_build_model(c, s, &root);
+  if (st == PX_OK) st = px_model_create(&whole, root, (uint64_t)c->seed);
+  if (st == PX_OK) {
+    struct stat sb;
+    st = stat(c->init, &sb) == 0 && S_ISDIR(sb.st_mode) ? px_train_load_weights(whole, c->init, NULL, 0)
+                                                        : px_zoo_gpt_load_hf(whole, c->init);
+  }
+  if (st == PX_OK) {
+    px_state_dict sd;
+    st = px_model_state_dict(whole, &sd);
+    if (st == PX_OK) st = px_tp_load_state_dict(model, &sd);
+    px_state_dict_free(&sd);
+  }
+  px_model_free(whole);
+  char msg[1024] = "";
+  if (st != PX_OK) snprintf(msg, sizeof msg, "--init: %s", px_last_error());
+  int32_t bad = st != PX_OK;
+  px_status cst = px_comm_allreduce(comm, &bad, 1, PX_I32, PX_MAX);
+  if (st != PX_OK) return px_error(st, "%s", msg);
+  if (cst != PX_OK) return cst;
+  return bad ? px_error(PX_ERR_INVALID, "--init: another rank could not load %s", c->init) : PX_OK;
+}
+
+// The GPT in tensor-parallel form over the mesh's tp group: the zoo GPT's
+// names and, per rank, boxes of its parameters.
+static px_status build_tp_gpt(const px_config *c, const px_data_shape *s, px_mesh *mesh, px_module **out) {
+  *out = NULL;
+  if (!s->tokens)
+    return px_error(PX_ERR_INVALID, "--tp %d: a GPT reads token data (--data tokens or text), not --data %s",
+                    mesh->tp, c->data);
+  px_tp_gpt_config g = {.vocab_size = (int)s->vocab_size, .context = (int)c->context, .n_layer = (int)c->n_layer,
+                        .n_head = (int)c->n_head, .n_embd = (int)c->n_embd, .dropout = (float)c->dropout,
+                        .sequence_parallel = c->sequence_parallel};
+  px_module *m = px_tp_gpt(&mesh->tp_group, &g);
+  if (!m) return px_error_wrap(PX_ERR_INVALID, "--model gpt --tp %d", mesh->tp);
+  px_recompute r = {0};
+  px_status st = c->recompute ? px_recompute_parse(c->recompute, &r) : PX_OK;
+  if (st == PX_OK && r.kind != PX_RECOMPUTE_NONE) st = px_zoo_gpt_recompute(m, r);
+  if (st != PX_OK) {
+    px_module_free(m);
+    return px_error_wrap(st, "--recompute %s with --tp %d", c->recompute, mesh->tp);
+  }
+  *out = m;
+  return PX_OK;
+}
+
 static int train_rank(px_comm *comm, void *arg) {
   train_job *job = arg;
   const px_config *c = &job->cfg;
@@ -222,9 +300,15 @@ static int train_rank(px_comm *comm, void *arg) {
   px_app_data train = {0}, val = {0};
   px_model *model = NULL;
   px_logger *log = NULL;
+  px_mesh *mesh = NULL;
   int rc = 0;
   px_data_shape shape;
   px_module *root = NULL;
+  if (make_mesh(comm, c, &mesh) != PX_OK) {
+    rc = 1;
+    goto done;
+  }
+  const bool tp = mesh && mesh->tp > 1;
   if (px_app_open_data(c, true, NULL, &train) != PX_OK) {
     rc = rank_fail(comm, "training data");
     goto done;
@@ -233,12 +317,13 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "held-out data");
     goto done;
   }
-  if (px_app_data_shape(c, &train, &shape) != PX_OK || px_app_build_model(c, &shape, &root) != PX_OK ||
+  if (px_app_data_shape(c, &train, &shape) != PX_OK ||
+      (tp ? build_tp_gpt(c, &shape, mesh, &root) : px_app_build_model(c, &shape, &root)) != PX_OK ||
       px_model_create(&model, root, (uint64_t)c->seed) != PX_OK) {
     rc = rank_fail(comm, "model");
     goto done;
   }
-  if (load_init(comm, model, c) != PX_OK) {
+  if ((tp && *c->init ? load_init_tp(comm, model, c, &shape) : load_init(comm, model, c)) != PX_OK) {
     rc = rank_fail(comm, "");
     goto done;
   }
@@ -246,12 +331,21 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "logging");
     goto done;
   }
-  if (!c->quiet && rank == 0) {
+  if (!c->quiet && rank == 0 && tp) {
+    px_log_text(log, "model %s, tensor parallel over %d ranks%s: %zu parameters on tp rank 0; data %s: %zu training "
+                "samples%s%zu held-out", c->model, mesh->tp, c->sequence_parallel ? " (sequence parallel)" : "",
+                model->n_param_elems, c->data, train.set->length, val.set ? ", " : " (no held-out split)",
+                val.set ? val.set->length : 0);
+  } else if (!c->quiet && rank == 0) {
     px_log_text(log, "model %s: %zu parameters; data %s: %zu training samples%s%zu held-out", c->model,
                 model->n_param_elems, c->data, train.set->length, val.set ? ", " : " (no held-out split)",
                 val.set ? val.set->length : 0);
   }
   px_train_opts o = train_opts(job);
+  if (tp) {
+    o.mesh = mesh;
+    o.tp_vocab = (int)shape.vocab_size;
+  }
   px_train_result res;
   if (px_train(comm, model, train.set, val.set, &o, log, &res) != PX_OK) {
     rc = rank_fail(comm, "");
@@ -261,6 +355,7 @@ static int train_rank(px_comm *comm, void *arg) {
 done:
   px_logger_free(log);
   px_model_free(model);
+  px_mesh_free(mesh);  // after the model: its layers point at the mesh's tp group
   px_app_data_free(&val);
   px_app_data_free(&train);
   return rc;
@@ -272,7 +367,8 @@ static void train_usage(FILE *f) {
           "\n"
           "Trains a model of the zoo data parallel: one process (default), --threads N ranks in this process,\n"
           "or one rank per process under mpirun/mpiexec/srun; --zero 1|2|3 shards the optimizer state, the\n"
-          "gradients and the parameters over the ranks (ZeRO). Options override the JSON config file; the\n"
+          "gradients and the parameters over the ranks (ZeRO); --tp N splits a GPT's layers over N neighbouring\n"
+          "ranks (tensor parallel, --dp M x --tp N = the ranks). Options override the JSON config file; the\n"
           "effective config is printed at the start and saved in every checkpoint. Each option's JSON key is\n"
           "in brackets. Example (the README's demo):\n"
           "\n"
@@ -399,6 +495,25 @@ int px_cmd_train(int argc, char **argv) {
     px_error(PX_ERR_INVALID, "--threads %d under an MPI launcher: use one rank per process (mpirun -n N) instead", threads);
     rc = px_app_fail("train");
     goto out;
+  }
+  // The mesh's sizes against the world, here when the world is ours (threads
+  // or one process: one message, no rank started); under a launcher each
+  // rank checks in make_mesh.
+  if (!launched && (c->tp > 1 || c->dp > 0)) {
+    const int64_t dp = c->dp > 0 ? c->dp : threads / c->tp;
+    if (c->dp == 0 && threads % c->tp != 0) {
+      px_error(PX_ERR_INVALID, "--tp %lld does not divide the world size %d (--threads %d): dp cannot be inferred",
+               (long long)c->tp, threads, threads);
+      rc = px_app_fail("train");
+      goto out;
+    }
+    if (dp * c->tp != threads) {
+      px_error(PX_ERR_INVALID, "--dp/--tp: mesh dp %lld × tp %lld × pp 1 = %lld ranks, but the world has %d "
+               "(--threads %d); the sizes' product must equal the world size", (long long)dp, (long long)c->tp,
+               (long long)(dp * c->tp), threads, threads);
+      rc = px_app_fail("train");
+      goto out;
+    }
   }
   // Threads backend: each rank gets num_threads compute threads.
   if (threads > 1 && job.num_threads > 0) {

@@ -146,8 +146,9 @@ static const opt_def opts[] = {
    "ranks as threads of this process (the threads backend; no MPI needed)"},
   {"parallel", "num_threads", "num-threads", T_INT, F(num_threads), "0", NULL, 0, 4096, ALL,
    "compute threads per rank (0: this node's cores divided among its ranks)"},
-  {"parallel", "bucket_mb", "bucket-mb", T_NUM, F(bucket_mb), "25", NULL, 0.001, 1 << 20, CFG_TRAIN,
-   "DDP gradient bucket size in MiB"},
+  {"parallel", "bucket_mb", "bucket-mb", T_NUM, F(bucket_mb), "0", NULL, 0, 1 << 20, CFG_TRAIN,
+   "gradient bucket size in MiB (DDP, ZeRO 1-2); 0: the library's default for the strategy (DDP and ZeRO 1: 25, "
+   "ZeRO 2: 8)"},
   {"parallel", "zero", "zero", T_INT, F(zero), "0", NULL, 0, BIG, CFG_TRAIN,
    "sharded data parallel (ZeRO): 0 DDP (every rank holds everything), 1 shard the optimizer state, 2 and the "
    "gradients, 3 and the parameters (docs/PARALLEL.md)"},
@@ -167,6 +168,14 @@ static const opt_def opts[] = {
    CFG_TRAIN, "--pp: the pipeline schedule (interleaved: 2 stages per rank)"},
   {"parallel", "timeout", "timeout", T_NUM, F(timeout), "600", NULL, 0, 1e9, ALL,
    "seconds a rank waits for its peers before the job ends with an error naming them (0: forever)"},
+  // The device mesh: dp × tp (× pp) = the world's ranks, tp innermost.
+  {"parallel", "dp", "dp", T_INT, F(dp), "0", NULL, 0, 1 << 20, CFG_TRAIN,
+   "data-parallel ranks of the mesh (0: the world size / tp)"},
+  {"parallel", "tp", "tp", T_INT, F(tp), "1", NULL, 1, 4096, CFG_TRAIN,
+   "tensor-parallel ranks (--model gpt): each layer's weights split over tp neighbouring ranks (docs/PARALLEL.md)"},
+  {"parallel", "sequence_parallel", "sequence-parallel", T_BOOL, F(sequence_parallel), "false", NULL, 0, 0,
+   CFG_TRAIN, "--tp > 1: layer norms, dropout and residuals on context/tp positions a rank (context a multiple of "
+   "tp)"},
 
   {"checkpoint", "dir", "ckpt-dir", T_STR, F(ckpt_dir), "", NULL, 0, 0, CFG_TRAIN,
    "checkpoint directory (default OUT/checkpoints with --out; none without)"},
@@ -577,6 +586,25 @@ px_status px_config_validate(const px_config *c, int commands) {
   if ((commands & CFG_TRAIN) && (c->zero < 0 || c->zero > 3))
     return px_error(PX_ERR_INVALID, "--zero (parallel.zero) %lld: there is no such ZeRO stage; use 0 (DDP), 1 (shard "
                     "the optimizer state), 2 (and the gradients) or 3 (and the parameters)", (long long)c->zero);
+  if ((commands & CFG_TRAIN) && c->pp > 1 && (c->tp > 1 || c->dp > 0))
+    return px_error(PX_ERR_UNSUPPORTED, "--pp %lld with --tp %lld / --dp %lld: pipeline × tensor × data parallel (3D) "
+                    "is not built; --pp takes the whole world as stages", (long long)c->pp, (long long)c->tp,
+                    (long long)c->dp);
+  if ((commands & CFG_TRAIN) && c->tp > 1) {
+    if (strcmp(c->model, "gpt") != 0)
+      return px_error(PX_ERR_INVALID, "--tp (parallel.tp) %lld: tensor parallelism splits a GPT's layers; --model %s "
+                      "has none to split (use --model gpt, or --tp 1)", (long long)c->tp, c->model);
+    if (c->n_head % c->tp != 0)
+      return px_error(PX_ERR_INVALID, "--tp (parallel.tp) %lld does not divide --n-head %lld: each tp rank holds "
+                      "whole attention heads (choose tp among the divisors of %lld)", (long long)c->tp,
+                      (long long)c->n_head, (long long)c->n_head);
+    if (c->zero == 3)
+      return px_error(PX_ERR_UNSUPPORTED, "--zero 3 with --tp %lld: ZeRO stage 3 over a tensor-parallel mesh is not "
+                      "built; use --zero 1 or 2", (long long)c->tp);
+    if (c->sequence_parallel && c->context % c->tp != 0)
+      return px_error(PX_ERR_INVALID, "--sequence-parallel: --context %lld is not a multiple of --tp %lld (each tp "
+                      "rank holds context/tp positions)", (long long)c->context, (long long)c->tp);
+  }
   if ((commands & CFG_TRAIN) && *c->zero_unit && c->zero != 3)
     return px_error(PX_ERR_INVALID, "--zero-unit (parallel.zero_unit) \"%s\" applies to --zero 3 only (this run: "
                     "--zero %lld)", c->zero_unit, (long long)c->zero);

@@ -47,6 +47,8 @@ typedef struct px_config {
   char   *schedule_pp;         /* gpipe|1f1b|interleaved */
   char   *zero_unit;           /* stage-3 units, "h.0,h.1" ("": a GPT's blocks, a ResNet's stages, else the root's children) */
   bool    zero_prefetch, zero_reshard;
+  int64_t dp, tp;              /* the mesh: dp 0 = world / tp */
+  bool    sequence_parallel;
   /* checkpoint */
   char   *ckpt_dir;
   int64_t ckpt_every, keep_last;

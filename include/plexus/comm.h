@@ -56,7 +56,12 @@ bool px_comm_mpi_available(void);
 
 /* Lower-level starts, for programs that manage the lifetime themselves. */
 px_status px_comm_init_self(px_comm **out);
-px_status px_comm_init_mpi(px_comm **out);      /* MPI_Init(_thread) if needed */
+/* px_comm_init_mpi initialises MPI if the program has not, at
+ * MPI_THREAD_MULTIPLE: a watchdog thread watches MPI's blocking collectives
+ * (docs/PARALLEL.md, "How a rank waits under MPI").  With
+ * PX_COMM_MPI_WAIT=poll in the environment, or MPI already initialised
+ * below MULTIPLE, blocking collectives use plexus's polling wait instead. */
+px_status px_comm_init_mpi(px_comm **out);
 void px_comm_finalize_mpi(void);                 /* MPI_Finalize if we initialised it */
 
 void px_comm_free(px_comm *c);

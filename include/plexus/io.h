@@ -117,8 +117,15 @@ px_status px_checkpoint_load_tensors(const char *ckpt_path, const char *name, co
  * Collective: every rank writes its own items into one checkpoint (names
  * distinct across ranks: "optim.rank00001-of-00004.safetensors"); rank 0
  * makes the .partial directory, and after every rank has written and
- * fsynced its files, writes SHA256SUMS (rank 0's files first, then rank 1's,
- * ...), installs and rotates as px_checkpoint_write does.  All ranks must
+ * fsynced its files, gathers every rank's list of pieces (small) and writes
+ * the index "metadata.json" (every tensor's dtype, global shape, and the
+ * boxes, flat ranges, byte ranges and CRC-32C of its pieces in every file;
+ * a plain state dict's tensors as whole pieces) when any rank wrote
+ * safetensors, then SHA256SUMS (rank 0's files first, then rank 1's, ...,
+ * metadata.json last), installs and rotates as px_checkpoint_write does:
+ * the index is the last data file, by one rank, and the rename of the
+ * .partial directory is the commit.  No item may be named "metadata.json".
+ * All ranks must
  * see the same file system at dir (one node, or a shared file system).  A
  * rank that fails makes every rank return its status and message (the
  * lowest failing rank's), and no checkpoint appears.  A rank may pass no
@@ -152,13 +159,17 @@ typedef struct px_tensor_piece {
   float   *data;             /* count floats (F32) */
 } px_tensor_piece;
 
-/* The pieces as a safetensors file: tensor k is named "<key>@<offset>", of
- * shape (count,), a view of data; *pieces_json (malloc'ed) is the value of
- * the "pieces" metadata key, {"<tensor name>": {"key": .., "dtype": "F32",
- * "shape": [..], "offset": .., "count": ..}, ...}, which readers use to put
- * the pieces back. */
+/* The pieces as a safetensors file: tensor k is named "<key>@<offset>" (a
+ * whole-tensor box) or "<key>[a:b, c:d]@<offset>" (a box), of shape
+ * (count,), a view of data; *pieces_json (malloc'ed) is the value of the
+ * "pieces" metadata key, {"<tensor name>": {"key": .., "dtype": "F32",
+ * "shape": [..], "box_offset": [..], "box_size": [..], "offset": ..,
+ * "count": ..}, ...} (box_offset and box_size only for a box that is not
+ * the whole tensor), which readers use to put the pieces back.  Pieces of
+ * count 0 are left out (they hold nothing; two of one key would share a
+ * name).  Version 2 (boxes); readers take versions 1 and 2. */
 #define PX_PIECES_FORMAT  "plexus-pieces"
-#define PX_PIECES_VERSION "1"
+#define PX_PIECES_VERSION "2"
 px_status px_pieces_state_dict(const px_tensor_piece *pieces, int n, px_state_dict *sd, char **pieces_json);
 
 /* Load pieces from a checkpoint's file written with the same pieces (the
@@ -176,12 +187,19 @@ px_status px_checkpoint_load_pieces(const char *ckpt_path, const char *name, con
 px_status px_checkpoint_assemble(const char *ckpt_path, const char *prefix, const px_state_dict *sd, bool strict);
 
 /* Load by intersection (resharding): fill each wanted piece (a flat range of
- * a named tensor, any layout: a ZeRO slice of any world size and stage, or a
- * whole tensor) from whatever the checkpoint's files "<prefix>*.safetensors"
- * hold.  A file is either a file of pieces (any saved layout) or a plain
- * state dict (DDP's model.safetensors, optim.safetensors: each tensor the
- * piece [0, numel) of itself).  Each file is checked against SHA256SUMS;
- * saved pieces of keys nothing wants are skipped.  Every wanted element must
+ * a box of a named tensor, any layout: a ZeRO slice of any world size and
+ * stage, a tensor-parallel block, or a whole tensor) from whatever the
+ * checkpoint's files "<prefix>*.safetensors" hold.  A file is either a file
+ * of pieces (any saved layout, versions 1 and 2) or a plain state dict
+ * (DDP's model.safetensors, optim.safetensors: each tensor the piece
+ * [0, numel) of itself).  With an index (metadata.json, checked against
+ * SHA256SUMS) only the files holding a piece that overlaps a wanted one are
+ * opened, and of them only the header and those pieces are read, each
+ * checked against the index (header CRC-32C, names, boxes, byte ranges) and
+ * its own CRC-32C; without one (checkpoints of version 1, and of DDP) every
+ * file is read whole and checked against SHA256SUMS.  A wanted box and a
+ * saved box are intersected by contiguous runs of the last dimension.
+ * Saved pieces of keys nothing wants are skipped.  Every wanted element must
  * be found in exactly one saved piece, with the same whole shape: a hole
  * (a missing rank's file) or an overlap is PX_ERR_FORMAT naming the tensor,
  * the elements and the file.  All or nothing: on error no wanted piece has

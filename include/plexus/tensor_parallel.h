@@ -48,7 +48,8 @@ typedef struct px_tp_counts {
   uint64_t fwd_allreduce, bwd_allreduce;
   uint64_t fwd_allgather, bwd_allgather;
   uint64_t fwd_reduce_scatter, bwd_reduce_scatter;
-  uint64_t elems;  /* elements moved by all of them */
+  uint64_t elems;    /* elements moved by all of them */
+  double   seconds;  /* wall time inside them (waiting for slower ranks included) */
 } px_tp_counts;
 
 typedef struct px_tp_group {
@@ -137,7 +138,7 @@ px_module *px_tp_row_parallel(px_tp_group *g, px_tp_layout layout, int in_featur
  * With sequence_parallel set, a column-parallel layer leaves its dx partial
  * (the gather's backward sums it) and a row-parallel layer leaves y partial
  * (the scatter sums it), adding its bias on tp rank 0 only so the sum holds
- * it once.  T must be a multiple of P.  Not yet wired into px_tp_gpt. */
+ * it once.  T must be a multiple of P.  (px_tp_gpt uses the form below.) */
 px_module *px_tp_sequence_gather(px_tp_group *g);
 px_module *px_tp_sequence_scatter(px_tp_group *g);
 void px_tp_set_sequence_parallel(px_module *tp_linear, bool on);
@@ -147,7 +148,10 @@ void px_tp_set_sequence_parallel(px_module *tp_linear, bool on);
  * column-parallel layer takes (N, T/P, in), all-gathers it to (N, T, in)
  * and reduce-scatters dx back; a row-parallel one reduce-scatters its
  * partial (N, T, out) to (N, T/P, out), adds its bias on every rank, and
- * all-gathers dy backward.  Not for a gathered output. */
+ * all-gathers dy backward.  Not for a gathered output.  On a
+ * px_tp_vocab_embedding: reduce-scatter of its output along T instead of
+ * the all-reduce (ids (N, T)); on a px_tp_vocab_tied_head: all-gather of
+ * its input (N, T/P, C). */
 void px_tp_set_sequence_split(px_module *tp_linear, bool on);
 
 /* The vocabulary split: rank r holds rows [first, first + count) of a
@@ -188,6 +192,12 @@ px_status px_tp_cross_entropy(px_tp_group *g, const px_tensor *logits, int vocab
 typedef struct px_tp_gpt_config {
   int   vocab_size, context, n_layer, n_head, n_embd;
   float dropout;
+  /* Sequence parallelism: layer norms, dropout and residual adds on T/P
+   * positions a rank, all-gathers / reduce-scatters at the tp regions'
+   * boundaries instead of all-reduces (tp_gpt.c has the map).  The input
+   * (N, T) ids are the same on every tp rank, T a multiple of P; the logits
+   * are (N, T, count) as without. */
+  bool  sequence_parallel;
 } px_tp_gpt_config;
 px_module *px_tp_gpt(px_tp_group *g, const px_tp_gpt_config *cfg);
 

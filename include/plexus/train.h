@@ -79,6 +79,15 @@ typedef struct px_train_opts {
    * checkpoint (docs/CHECKPOINTS.md). */
   px_ddp_opts  ddp;
   px_zero_opts zero;
+  /* Tensor parallel (tensor_parallel.h; NULL: data parallel over comm).  The
+   * model is a px_tp_gpt over mesh->tp_group; the ranks of a tp group read
+   * the same batches (the loader is sharded over mesh->dp ranks), DDP or
+   * ZeRO 1-2 run over mesh->dp_comm, the loss is px_tp_cross_entropy over
+   * tp_vocab columns, clipping px_tp_clip_grad_norm (or
+   * px_tp_zero_clip_grad_norm), and checkpoints store each tp rank's boxes
+   * (docs/PARALLEL.md). */
+  struct px_mesh *mesh;
+  int          tp_vocab;     /* with mesh: the global vocabulary */
   /* Checkpoints */
   const char *ckpt_dir;      /* NULL: no checkpoints */
   int64_t  ckpt_every;       /* steps; 0: at the end of every epoch (and of the run) */
@@ -99,7 +108,7 @@ typedef struct px_train_opts {
                    .epochs = 1, .max_steps = 0, .seed = 0, .stop_at_step = 0,              \
                    .stop_flag = NULL, .eval_every = 0,                                      \
                    .eval_batch_size = 0, .eval_max_batches = 0, .ddp = PX_DDP_DEFAULTS,     \
-                   .zero = {.stage = 0, .bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20,      \
+                   .zero = {.stage = 0, .bucket_bytes = 0, .first_bucket_bytes = 1u << 20,              \
                             .reshard_after_forward = true, .prefetch = true},                        \
                    .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
                    .config_json = NULL, .log_every = 50})

@@ -1,9 +1,17 @@
 // The MPI backend (MPI-3: Open MPI, MPICH), compiled when CMake finds MPI.
 //
-// Every operation, blocking or not, is a non-blocking MPI call; a blocking
-// one then waits on it right away.  MPI's own blocking calls cannot time
-// out, and a watchdog is the difference between a job that hangs until its
-// allocation runs out and one that says where it stopped.
+// The blocking collectives (all-reduce, all-gather, reduce-scatter,
+// broadcast, barrier) call MPI's blocking ones, which run Open MPI's tuned
+// algorithms: faster than its non-blocking ones (libnbc) at some sizes.
+// MPI's blocking calls cannot time out, and a watchdog is the difference
+// between a job that hangs until its allocation runs out and one that says
+// where it stopped: so around each such call a watchdog thread is armed
+// (mpi_watch.c) that throttles the call once it has stalled and ends the job
+// at the deadline.  That needs MPI_THREAD_MULTIPLE (the watchdog thread
+// calls MPI_Abort); where MPI does not provide it (a program that
+// initialised MPI itself at a lower level, or PX_COMM_MPI_WAIT=poll), and
+// for point-to-point and every asynchronous operation, the operation is a
+// non-blocking MPI call and a blocking one waits on it at once:
 //
 // The wait (wait_req) polls MPI_Test back to back, with the deadline checked
 // at every poll: Open MPI moves a non-blocking collective only inside MPI
@@ -20,14 +28,15 @@
 // does so at every module's grads_ready during backward.
 //
 // MPI cannot tell which peers are missing, so the watchdog says so, then
-// ends the job with MPI_Abort from the waiting thread (no second thread
-// calls MPI: MPI_THREAD_SERIALIZED is enough): the peers are stuck in the
+// ends the job with MPI_Abort (from the waiting thread in wait_req, from the
+// watchdog thread around a blocking call): the peers are stuck in the
 // collective and no return value can reach them.
 //
 // Errors: our communicators use MPI_ERRORS_RETURN, and a failed MPI call
 // becomes PX_ERR_COMM with MPI_Error_string's text.
 #define _POSIX_C_SOURCE 200809L
 #include "comm/internal.h"
+#include "comm/mpi_watch.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -79,6 +88,9 @@ px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) {
 bool px_comm_mpi_available(void) { return true; }
 
 static bool we_initialized;
+/* Blocking collectives call MPI's blocking ones under the watchdog thread
+ * (MPI provides MPI_THREAD_MULTIPLE and the thread started). */
+static bool blocking_calls;
 static const px_comm_ops px_comm_mpi_ops_table;
 
 typedef struct mcomm {
@@ -101,6 +113,8 @@ typedef struct mreq {
   char label[PX_COMM_LABEL_MAX];
   double timeout;
   double spin;              /* seconds to poll without a nap (wait_req) */
+  bool blocking;            /* a blocking px_comm call: may use MPI's blocking one */
+  bool completed;           /* it did: no request to wait for */
   bool finished;            /* post-processing done */
   void *avg_buf;            /* divide avg_count elements by the size */
   size_t avg_count;
@@ -168,8 +182,9 @@ static px_status fits_int(const char *what, size_t count) {
 #define SPIN_SECONDS 0.25
 static double spin_seconds(size_t bytes) { return SPIN_SECONDS + 4e-9 * (double)bytes; }
 
-static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t bytes) {
+static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t bytes, bool blocking) {
   memset(r, 0, sizeof *r);
+  r->blocking = blocking;
   r->spin = spin_seconds(bytes);
   r->base.ops = &px_comm_mpi_ops_table;
   r->c = c;
@@ -200,15 +215,7 @@ static void discard(mreq *r) {
 
 static px_status watchdog_abort(mreq *r) {
   const char *label = r->label[0] ? r->label : "no label set";
-  if (r->peer >= 0)
-    fprintf(stderr, "plexus: rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks [%d]\n",
-            world_rank_of(r->c), r->what, label, r->timeout, r->peer);
-  else
-    fprintf(stderr,
-            "plexus: rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks: "
-            "unknown under MPI (peers did not all arrive)\n",
-            world_rank_of(r->c), r->what, label, r->timeout);
-  fflush(stderr);
+  px_mpi_watch_message(world_rank_of(r->c), r->what, label, r->timeout, r->peer);
   // The documented exception to "library code never ends the process":
   // the peers are blocked in MPI and only the launcher can free them.
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -263,11 +270,35 @@ static px_status wait_req(mreq *r) {
   }
 }
 
-/* A blocking operation: the started request, waited for at once. */
+/* A blocking operation: done already (MPI's blocking call), or the
+ * started request, waited for at once. */
 static px_status run_now(px_status started, mreq *r) {
   if (started) return started;
+  if (r->completed) {
+    finish(r);
+    return PX_OK;
+  }
   return wait_req(r);
 }
+
+/* Whether a blocking px_comm call runs MPI's blocking call now, with the
+ * watchdog thread armed; px_mpi_watch_disarm after it. */
+static bool block_now(mreq *r) {
+  if (!r->blocking || !blocking_calls) return false;
+  r->completed = px_mpi_watch_arm(r->what, r->label, world_rank_of(r->c), r->peer, r->timeout, r->spin);
+  return r->completed;
+}
+
+/* MPI's blocking call under the watchdog, or the non-blocking one. */
+#define BLOCK_OR_START(r, rc, blocking_call, start_call) \
+  do {                                                   \
+    if (block_now(r)) {                                  \
+      (rc) = (blocking_call);                            \
+      px_mpi_watch_disarm();                             \
+    } else {                                             \
+      (rc) = (start_call);                               \
+    }                                                    \
+  } while (0)
 
 /* An asynchronous one: the started request, moved to the heap. */
 static px_status hand_out(px_status started, const mreq *r, px_request **req) {
@@ -288,8 +319,13 @@ static px_status hand_out(px_status started, const mreq *r, px_request **req) {
 
 /* ---- Starting operations --------------------------------------------------------- */
 
-static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, mreq *r) {
-  req_init(r, c, "allreduce", -1, count * px_dtype_size(dtype));
+/* Reduce-scatters of this many bytes of input and more take the
+ * non-blocking call even when blocking (start_reduce_scatter says why). */
+#define RS_BLOCKING_BELOW (256u << 10)
+
+static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, mreq *r,
+                                 bool blocking) {
+  req_init(r, c, "allreduce", -1, count * px_dtype_size(dtype), blocking);
   px_status st = fits_int(r->what, count);
   if (st) return st;
   if (op == PX_AVG) {
@@ -297,33 +333,44 @@ static px_status start_allreduce(px_comm *c, void *buf, size_t count, px_dtype d
     r->avg_count = count;
     r->dtype = dtype;
   }
-  MPI_TRY(r->what, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, reduce_type(dtype), mpi_op(op), comm_of(c), &r->req));
+  int rc;
+  BLOCK_OR_START(r, rc, MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, reduce_type(dtype), mpi_op(op), comm_of(c)),
+                 MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, reduce_type(dtype), mpi_op(op), comm_of(c), &r->req));
+  if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_(I)allreduce", r->what, __FILE__, __LINE__);
   return PX_OK;
 }
 
-static px_status start_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, mreq *r) {
-  req_init(r, c, "broadcast", -1, count * px_dtype_size(dtype));
+static px_status start_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, mreq *r,
+                                 bool blocking) {
+  req_init(r, c, "broadcast", -1, count * px_dtype_size(dtype), blocking);
   px_status st = fits_int(r->what, count);
   if (st) return st;
-  MPI_TRY(r->what, MPI_Ibcast(buf, (int)count, move_type(dtype), root, comm_of(c), &r->req));
+  int rc;
+  BLOCK_OR_START(r, rc, MPI_Bcast(buf, (int)count, move_type(dtype), root, comm_of(c)),
+                 MPI_Ibcast(buf, (int)count, move_type(dtype), root, comm_of(c), &r->req));
+  if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_(I)bcast", r->what, __FILE__, __LINE__);
   return PX_OK;
 }
 
-static px_status start_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, mreq *r) {
-  req_init(r, c, "allgather", -1, (size_t)c->size * count * px_dtype_size(dtype));
+static px_status start_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, mreq *r,
+                                 bool blocking) {
+  req_init(r, c, "allgather", -1, (size_t)c->size * count * px_dtype_size(dtype), blocking);
   px_status st = fits_int(r->what, count);
   if (st) return st;
   size_t bytes = count * px_dtype_size(dtype);
   // Sending one's own block of recv is MPI_IN_PLACE (ZeRO gathers shards so).
   const void *from = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
-  MPI_TRY(r->what, MPI_Iallgather(from, (int)count, move_type(dtype), recv, (int)count, move_type(dtype),
-                                  comm_of(c), &r->req));
+  const MPI_Datatype t = move_type(dtype);
+  int rc;
+  BLOCK_OR_START(r, rc, MPI_Allgather(from, (int)count, t, recv, (int)count, t, comm_of(c)),
+                 MPI_Iallgather(from, (int)count, t, recv, (int)count, t, comm_of(c), &r->req));
+  if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_(I)allgather", r->what, __FILE__, __LINE__);
   return PX_OK;
 }
 
 static px_status start_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                                      px_reduce_op op, mreq *r) {
-  req_init(r, c, "reduce_scatter", -1, (size_t)c->size * count * px_dtype_size(dtype));
+                                      px_reduce_op op, mreq *r, bool blocking) {
+  req_init(r, c, "reduce_scatter", -1, (size_t)c->size * count * px_dtype_size(dtype), blocking);
   px_status st = fits_int(r->what, count);
   if (st) return st;
   size_t bytes = count * px_dtype_size(dtype);
@@ -343,22 +390,32 @@ static px_status start_reduce_scatter(px_comm *c, const void *send, void *recv, 
     r->avg_count = count;
     r->dtype = dtype;
   }
-  int rc = MPI_Ireduce_scatter_block(send, into, (int)count, reduce_type(dtype), mpi_op(op), comm_of(c), &r->req);
+  const MPI_Datatype t = reduce_type(dtype);
+  // Measured (2 ranks, Open MPI 4.1, docs/PERFORMANCE.md): Open MPI's
+  // blocking reduce-scatter ran 1.7-3x slower than libnbc's non-blocking
+  // one from 256 KiB of input up, and faster below; so the blocking call
+  // only below that.
+  if ((size_t)c->size * bytes >= RS_BLOCKING_BELOW) r->blocking = false;
+  int rc;
+  BLOCK_OR_START(r, rc, MPI_Reduce_scatter_block(send, into, (int)count, t, mpi_op(op), comm_of(c)),
+                 MPI_Ireduce_scatter_block(send, into, (int)count, t, mpi_op(op), comm_of(c), &r->req));
   if (rc != MPI_SUCCESS) {
     discard(r);
-    return mpi_failed(rc, "MPI_Ireduce_scatter_block", r->what, __FILE__, __LINE__);
+    return mpi_failed(rc, "MPI_(I)reduce_scatter_block", r->what, __FILE__, __LINE__);
   }
   return PX_OK;
 }
 
 static px_status start_barrier(px_comm *c, mreq *r, const char *what) {
-  req_init(r, c, what, -1, 0);
-  MPI_TRY(r->what, MPI_Ibarrier(comm_of(c), &r->req));
+  req_init(r, c, what, -1, 0, true);
+  int rc;
+  BLOCK_OR_START(r, rc, MPI_Barrier(comm_of(c)), MPI_Ibarrier(comm_of(c), &r->req));
+  if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_(I)barrier", r->what, __FILE__, __LINE__);
   return PX_OK;
 }
 
 static px_status start_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, mreq *r) {
-  req_init(r, c, "send", dst, count * px_dtype_size(dtype));
+  req_init(r, c, "send", dst, count * px_dtype_size(dtype), false);
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Isend(buf, (int)count, move_type(dtype), dst, tag, comm_of(c), &r->req));
@@ -366,7 +423,7 @@ static px_status start_send(px_comm *c, const void *buf, size_t count, px_dtype 
 }
 
 static px_status start_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, mreq *r) {
-  req_init(r, c, "recv", src, count * px_dtype_size(dtype));
+  req_init(r, c, "recv", src, count * px_dtype_size(dtype), false);
   px_status st = fits_int(r->what, count);
   if (st) return st;
   MPI_TRY(r->what, MPI_Irecv(buf, (int)count, move_type(dtype), src, tag, comm_of(c), &r->req));
@@ -377,20 +434,20 @@ static px_status start_recv(px_comm *c, void *buf, size_t count, px_dtype dtype,
 
 static px_status m_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
   mreq r;
-  return run_now(start_allreduce(c, buf, count, dtype, op, &r), &r);
+  return run_now(start_allreduce(c, buf, count, dtype, op, &r, true), &r);
 }
 static px_status m_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
   mreq r;
-  return run_now(start_broadcast(c, buf, count, dtype, root, &r), &r);
+  return run_now(start_broadcast(c, buf, count, dtype, root, &r, true), &r);
 }
 static px_status m_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
   mreq r;
-  return run_now(start_allgather(c, send, recv, count, dtype, &r), &r);
+  return run_now(start_allgather(c, send, recv, count, dtype, &r, true), &r);
 }
 static px_status m_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
                                   px_reduce_op op) {
   mreq r;
-  return run_now(start_reduce_scatter(c, send, recv, count, dtype, op, &r), &r);
+  return run_now(start_reduce_scatter(c, send, recv, count, dtype, op, &r, true), &r);
 }
 static px_status m_barrier(px_comm *c) {
   mreq r;
@@ -408,21 +465,21 @@ static px_status m_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int
 static px_status m_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
                               px_request **req) {
   mreq r;
-  return hand_out(start_allreduce(c, buf, count, dtype, op, &r), &r, req);
+  return hand_out(start_allreduce(c, buf, count, dtype, op, &r, false), &r, req);
 }
 static px_status m_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req) {
   mreq r;
-  return hand_out(start_broadcast(c, buf, count, dtype, root, &r), &r, req);
+  return hand_out(start_broadcast(c, buf, count, dtype, root, &r, false), &r, req);
 }
 static px_status m_iallgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
                               px_request **req) {
   mreq r;
-  return hand_out(start_allgather(c, send, recv, count, dtype, &r), &r, req);
+  return hand_out(start_allgather(c, send, recv, count, dtype, &r, false), &r, req);
 }
 static px_status m_ireduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
                                    px_reduce_op op, px_request **req) {
   mreq r;
-  return hand_out(start_reduce_scatter(c, send, recv, count, dtype, op, &r), &r, req);
+  return hand_out(start_reduce_scatter(c, send, recv, count, dtype, op, &r, false), &r, req);
 }
 static px_status m_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
                          px_request **req) {
@@ -547,9 +604,14 @@ px_status px_comm_init_mpi(px_comm **out) {
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
   if (finalized) return px_error(PX_ERR_COMM, "px_comm_init_mpi: MPI was already finalized");
+  const char *wait = getenv("PX_COMM_MPI_WAIT");
+  const bool poll = wait && strcmp(wait, "poll") == 0;
   if (!inited) {
-    // SERIALIZED: plexus calls MPI from whichever thread calls it, never
-    // from two at once (no progress thread under MPI).
+    // MULTIPLE: the watchdog thread (mpi_watch.c) calls MPI_Abort while
+    // the caller sits in a blocking collective; measured at 2 ranks, raw
+    // MPI's collectives ran as fast as under SERIALIZED (docs/PERFORMANCE.md).
+    // PX_COMM_MPI_WAIT=poll asks for SERIALIZED and keeps every wait on
+    // plexus's polling loop (the behaviour before the watchdog thread).
     //
     // Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial
     // tree (reduce to rank 0, then broadcast: twice the data through one
@@ -560,10 +622,13 @@ px_status px_comm_init_mpi(px_comm **out) {
     // the user chose an algorithm, ask for the ring; other MPIs ignore it.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
-    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    int rc = MPI_Init_thread(NULL, NULL, poll ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_Init_thread", "px_comm_init_mpi", __FILE__, __LINE__);
     we_initialized = true;
   }
+  int level = MPI_THREAD_SINGLE;
+  MPI_TRY("px_comm_init_mpi", MPI_Query_thread(&level));
+  blocking_calls = !poll && level == MPI_THREAD_MULTIPLE && px_mpi_watch_start();
   MPI_Comm world = MPI_COMM_NULL;
   // A duplicate, so our messages never match the application's own.
   MPI_TRY("px_comm_init_mpi", MPI_Comm_dup(MPI_COMM_WORLD, &world));

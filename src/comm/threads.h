@@ -1,7 +1,12 @@
-/* comm/threads.h — the objects of the threads backend, shared by
- * threads.c (jobs, groups, rendezvous, collectives, the progress thread,
- * px_comm_run) and threads_p2p.c (point-to-point).  threads.c's opening
- * comment says how they fit together.  Include after _POSIX_C_SOURCE. */
+/* comm/threads.h — the objects of the threads backend, shared by its
+ * files, one concept each: threads.c (the backend table and px_comm_run's
+ * launcher), threads_wait.c (deadlines, spin-then-block waits),
+ * threads_fail.c (job failure, the watchdog's messages), threads_group.c
+ * (jobs, groups, each rank's tcomm), threads_rendezvous.c,
+ * threads_coll.c (collectives), threads_progress.c (the queue and progress
+ * thread), threads_p2p.c (point-to-point) and threads_reduce.c (the
+ * reduction kernels).  threads.c's opening comment says how they fit
+ * together.  Include after _POSIX_C_SOURCE. */
 #ifndef PX_COMM_THREADS_H
 #define PX_COMM_THREADS_H
 
@@ -12,6 +17,21 @@
 #include <time.h>
 
 #define MSG_MAX 512
+
+/* All-reduces up to this many bytes take the two-rendezvous path (each rank
+ * reduces the whole buffer into this scratch); larger ones split the work. */
+#ifndef SMALL_BYTES
+#define SMALL_BYTES (16u << 10)
+#endif
+/* A wait polls with a cpu pause for SPIN_PAUSE_NS, then with sched_yield
+ * until its budget is spent (SPIN_NS; fewer when ranks outnumber cores,
+ * which yield from the start), then blocks.  Yielding lets a peer that
+ * shares this core (other programs' load, or our own progress threads)
+ * run, where a pure spin would hold the core the peer needs. */
+#define SPIN_PAUSE_NS 4000
+#define SPIN_NS 100000
+#define SPIN_NS_OVERSUBSCRIBED 20000
+
 
 typedef enum tkind {
   K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER, K_SPLIT, K_SEND, K_RECV
@@ -181,6 +201,54 @@ px_status pxt_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src
                     px_request **req);
 /* Waits for a receive (under the watchdog) until it is done. */
 void pxt_wait_recv(top *op);
+
+/* threads_wait.c: one more poll of a spin-then-block wait within the job's
+ * budget (after a pause or a yield), or false: block now.  `yield_now`:
+ * the thread waited for may need this core. */
+typedef struct spinner {
+  int polls;
+  bool yield;  /* past the pause phase */
+  struct timespec t0;
+} spinner;
+bool pxt_spin_more_as(const tjob *j, spinner *s, bool yield_now);
+bool pxt_spin_more(const tjob *j, spinner *s);
+/* Waits (spin, yielding, then block) until `flag` is set by a publisher
+ * that calls pxt_wake after setting it, or by one holding j->mu. */
+void pxt_wait_flag(tjob *j, atomic_bool *flag);
+
+/* threads_fail.c */
+const char *pxt_kind_name(tkind k);
+/* Under j->mu: a group rank of op's group in `missing` whose function has
+ * returned, or -1. */
+int pxt_gone_rank_locked(const tcomm *tc, const bool *missing);
+
+/* threads_group.c */
+tjob *pxt_job_new(void);
+void pxt_job_unref(tjob *j);
+void pxt_group_free(tgroup *g);
+/* Under j->mu: a group of `size` ranks, or NULL (out of memory). */
+tgroup *pxt_group_new_locked(tjob *j, int size);
+void pxt_group_unref(tgroup *g);
+/* A rank's px_comm on group g; takes over one of g's member references. */
+px_comm *pxt_tcomm_new(tjob *j, tgroup *g, int rank, double timeout);
+void pxt_tcomm_free(px_comm *c);
+
+/* threads_rendezvous.c: arrive at this rank's next rendezvous on op's
+ * group (posting `post` at a collective's first) and wait for the peers;
+ * enter_data: mark this rank busy reading peers' buffers afterwards. */
+px_status pxt_rendezvous(top *op, const deadline *d, const tpost *post, bool enter_data);
+/* Under j->mu: group rank 0 builds the groups of the split whose first
+ * rendezvous was number k. */
+void pxt_build_split_locked(tgroup *g, const tpost *post, uint64_t k);
+
+/* threads_coll.c: runs op (a collective) on this thread. */
+void pxt_execute(top *op);
+
+/* threads_progress.c */
+px_status pxt_run_blocking(top *op);
+px_status pxt_start_async(const top *proto, px_request **req);
+/* Waits for a queued operation, running the queue's head meanwhile. */
+void pxt_wait_queued(top *op);
 
 /* threads_reduce.c: dst[i] = srcs[0][i] ∘ srcs[1][i] ∘ ... ∘ srcs[n-1][i]
  * (AVG: the sum, then divided by n), left to right, so the bits equal the

@@ -1,8 +1,12 @@
 // Checkpoint directories, internal to the io layer: names, listing, the
 // SHA256SUMS file, rotation.  The public contract is in plexus/io.h; the
 // files are checkpoint_dir.c (names, listing, removal, rotation),
-// checkpoint_read.c (SHA256SUMS, verify, latest, reads) and
-// checkpoint_write.c (write, write0).
+// checkpoint_read.c (SHA256SUMS, verify, latest, reads),
+// checkpoint_write.c (write, write0), checkpoint_sharded.c (write_all),
+// checkpoint_pieces.c (files of pieces, format versions 1 and 2),
+// checkpoint_boxes.c (box intersection, the loader), checkpoint_index.c
+// (metadata.json: written by rank 0, read to load only what is needed) and
+// crc32c_fast.c (the index's checksums).
 //
 //   <dir>/step_00001200/                      a complete checkpoint
 //   <dir>/.step_00001300.partial.<host>.<pid>/  being written (or a crash)
@@ -135,5 +139,99 @@ void px_ckpt_sums_free(px_ckpt_sums *s);
 // Without hashing: every listed file is present as a regular file, and the
 // directory holds nothing SHA256SUMS does not list.
 px_status px_ckpt_check_files(const char *ckpt, const px_ckpt_sums *sums);
+
+/* ---- pieces and boxes (checkpoint_pieces.c, checkpoint_boxes.c) ---------- */
+
+// A piece with its box spelled out (box_size all zero turned into the
+// whole tensor; a 0-d tensor is a box of shape (1,)): what the box
+// arithmetic works on.  key points into the piece or the JSON it came from.
+typedef struct px_ckpt_box {
+  const char *key;
+  int         ndim;            // >= 1 (a 0-d tensor is one of shape (1,))
+  int         tensor_ndim;     // the tensor's own: 0 for a 0-d tensor
+  int64_t     shape[PX_MAX_DIMS];
+  int64_t     off[PX_MAX_DIMS], size[PX_MAX_DIMS];
+  size_t      offset, count;   // the flat range of the box
+} px_ckpt_box;
+
+// p's box, checked: inside the shape, the range inside the box.  false with
+// a reason in why (for a message) when it is not.
+bool px_ckpt_box_of(const px_tensor_piece *p, px_ckpt_box *out, char *why, size_t cap);
+// Whether the box is the whole tensor.
+bool px_ckpt_box_whole(const px_ckpt_box *b);
+// "[0:64, 128:192]" (empty for a whole box) into out.
+void px_ckpt_box_str(const px_ckpt_box *b, char *out, size_t cap);
+// Whether the elements of a and b (same key and shape) overlap.
+bool px_ckpt_box_overlap(const px_ckpt_box *a, const px_ckpt_box *b);
+
+// One entry of a file's "pieces" table (version 1 or 2), read and checked.
+typedef struct px_ckpt_piece_entry {
+  const char *name;          // the tensor's name in the file
+  px_ckpt_box box;           // key points into the JSON
+} px_ckpt_piece_entry;
+
+// Reads the "pieces" table of f (format and version checked: "1" or "2")
+// into *table (a cJSON object; the caller deletes it).
+struct cJSON;
+px_status px_ckpt_pieces_table(const px_safetensors *f, struct cJSON **table);
+px_status px_ckpt_pieces_table_json(const char *path, const char *format, const char *version, const char *json,
+                                    struct cJSON **table);
+px_status px_ckpt_piece_entry_read(const struct cJSON *e, const char *file, int version, px_ckpt_piece_entry *out);
+// The version of a "pieces" table px_ckpt_pieces_table accepted: 1 or 2.
+int px_ckpt_pieces_version(const px_safetensors *f);
+
+// Loading by intersection: the wanted pieces, a staging buffer, and what
+// every saved piece fed so far covered.
+typedef struct px_ckpt_hit px_ckpt_hit;
+typedef struct px_ckpt_loader {
+  const char            *ckpt, *prefix;
+  const px_tensor_piece *want;
+  px_ckpt_box           *wbox;
+  int                    n;
+  float                **stage;
+  float                 *buf;
+  px_ckpt_hit           *hits;
+  size_t                 n_hits, cap_hits;
+  bool                   strict;   // a saved piece of a key nothing wants is an error
+} px_ckpt_loader;
+
+px_status px_ckpt_loader_init(px_ckpt_loader *L, const char *ckpt, const char *prefix, const px_tensor_piece *want,
+                              int n, bool strict);
+void px_ckpt_loader_free(px_ckpt_loader *L);
+// Whether any wanted piece shares an element with the saved box s.
+bool px_ckpt_loader_needs(const px_ckpt_loader *L, const px_ckpt_box *s, bool *key_known);
+// A saved piece s, its count F32 values at data (little-endian, any
+// alignment), from file `file` (named in messages): copies what overlaps
+// each wanted piece into staging.  path names the file in messages.
+px_status px_ckpt_loader_add(px_ckpt_loader *L, const char *path, const char *file, const px_ckpt_box *s,
+                             const unsigned char *data);
+// Every wanted element found exactly once, then copied out (all or nothing).
+px_status px_ckpt_loader_finish(px_ckpt_loader *L);
+
+/* ---- the checkpoint's index (checkpoint_index.c) -------------------------- */
+
+#define PX_CKPT_INDEX          "metadata.json"
+#define PX_CKPT_INDEX_FORMAT   "plexus-checkpoint-index"
+#define PX_CKPT_INDEX_VERSION  1
+
+// CRC-32C (Castagnoli) of n bytes, continuing crc (0 to start): the
+// per-piece checksum of the index (SSE4.2's crc32 instruction where the CPU
+// has it).
+uint32_t px_ckpt_crc32c(uint32_t crc, const void *data, size_t n);
+// The table-driven path alone (what a CPU without SSE4.2 runs), for tests.
+uint32_t px_ckpt_crc32c_portable(uint32_t crc, const void *data, size_t n);
+
+// This rank's part of the index: a JSON array, one entry per piece (or
+// whole tensor) of its safetensors items, malloc'ed into *json.
+px_status px_ckpt_index_part(const px_ckpt_item *items, int n_items, int rank, char **json);
+// Rank 0: the index from every rank's part, written as tmp/metadata.json
+// (fsynced), its SHA-256 in hex.
+px_status px_ckpt_index_write(const char *tmp, const char *final, char *const *parts, int world, int64_t step,
+                              char hex[PX_SHA256_HEX]);
+// Load through the index: only files with pieces L needs are opened, and of
+// them only the header and those pieces' bytes are read, each piece checked
+// against its CRC-32C.  *used is false (and nothing read) when the
+// checkpoint has no index.  *files counts the files of L's prefix.
+px_status px_ckpt_index_load(px_ckpt_loader *L, const px_ckpt_sums *sums, bool *used, int *files);
 
 #endif

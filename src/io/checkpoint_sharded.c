@@ -5,12 +5,16 @@
 //
 //   rank 0       mkdir <dir>/.step_<step>.partial.<host>.<pid>/   -> broadcast its path (or the failure)
 //   every rank   writes and fsyncs its files there, hashing them  -> all-gather (status, "hash  name" lines)
-//   rank 0       SHA256SUMS (rank 0's lines, then rank 1's, ...), fsync, rename to step_<step>, fsync <dir>,
-//                rotation                                         -> broadcast the outcome
+//                and lists its pieces for the index               -> sent to rank 0 (a few bytes per piece)
+//   rank 0       metadata.json (the index: every tensor's boxes in every file, checkpoint_index.c), fsync;
+//                SHA256SUMS (rank 0's lines, then rank 1's, ..., metadata.json's), fsync,
+//                rename to step_<step>, fsync <dir>, rotation      -> broadcast the outcome
 //
-// So the rename, which makes the checkpoint exist, comes after every rank's
-// files are durable, and a failure anywhere leaves only a .partial
-// directory (removed here, or by the next write on this host).
+// So the index is the last data file, written by one rank once every
+// rank's files are durable; the rename, which makes the checkpoint exist
+// (the commit), comes after it and SHA256SUMS; and a failure anywhere
+// leaves only a .partial directory (removed here, or by the next write on
+// this host).
 #include "io/checkpoint.h"
 #include "io/internal.h"
 
@@ -108,11 +112,11 @@ static px_status names_distinct(const rank_report *all, int world, const char *f
 
 // Rank 0, once every rank has written: SHA256SUMS, install, rotation.
 static px_status finish(const char *dir_in, int64_t step, const char *tmp, const char *final, const rank_report *all,
-                        int world, int keep_last, bool *complete) {
+                        int world, char *const *parts, int keep_last, bool *complete) {
   *complete = false;
   px_status st = names_distinct(all, world, final);
   if (st != PX_OK) return st;
-  size_t total = 0;
+  size_t total = sizeof PX_CKPT_INDEX + PX_SHA256_HEX + 4;
   for (int r = 0; r < world; r++) total += strlen(all[r].text);
   char *sums = malloc(total + 1), *dir = px_ckpt_clean_dir(dir_in);
   size_t plen = strlen(final) + PX_CKPT_NAME_MAX + 64;
@@ -131,6 +135,11 @@ static px_status finish(const char *dir_in, int64_t step, const char *tmp, const
   if (used == 0) {
     st = px_error(PX_ERR_INVALID, "checkpoint %s: no rank gave a file to write", final);
     goto done;
+  }
+  if (parts) {
+    char hex[PX_SHA256_HEX];
+    if ((st = px_ckpt_index_write(tmp, final, parts, world, step, hex)) != PX_OK) goto done;
+    used += (size_t)snprintf(sums + used, total + 1 - used, "%s  %s\n", hex, PX_CKPT_INDEX);
   }
   unsigned char ignored[PX_SHA256_BYTES];
   snprintf(file, plen, "%s/%s", tmp, PX_CKPT_SUMS);
@@ -154,10 +163,64 @@ done:
   return st;
 }
 
+// Rank 0 receives every rank's part of the index into *parts (NULL on the
+// other ranks, and on rank 0 when no rank wrote a safetensors file: then
+// there is nothing to index).  Collective; a part is a few hundred bytes
+// per piece.
+#define PART_TAG 7301
+static px_status gather_parts(px_comm *comm, const char *part, const px_ckpt_item *items, int n_items, char ***parts) {
+  const int rank = px_comm_rank(comm), world = px_comm_size(comm);
+  int has = 0;
+  for (int i = 0; i < n_items; i++) has |= items[i].tensors != NULL;
+  int64_t mine[2] = {(int64_t)strlen(part) + 1, has};
+  int64_t *lens = malloc((size_t)world * sizeof mine);
+  if (!lens) {
+    px_comm_abort(comm, "checkpoint: out of memory");
+    return px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+  }
+  px_status st = px_comm_allgather(comm, mine, lens, 2, PX_I64);
+  int any = 0;
+  for (int r = 0; st == PX_OK && r < world; r++) any |= lens[2 * r + 1] != 0;
+  if (st != PX_OK || !any) {
+    free(lens);
+    return st;
+  }
+  if (rank != 0) {
+    st = px_comm_send(comm, part, (size_t)mine[0], PX_U8, 0, PART_TAG);
+    free(lens);
+    return st;
+  }
+  char **p = calloc((size_t)world, sizeof *p);
+  for (int r = 0; p && r < world; r++)
+    if (!(p[r] = malloc((size_t)lens[2 * r]))) {
+      for (int k = 0; k < r; k++) free(p[k]);
+      free(p);
+      p = NULL;
+    }
+  if (!p) {
+    free(lens);
+    px_comm_abort(comm, "checkpoint: out of memory for the index");
+    return px_error(PX_ERR_NOMEM, "checkpoint: out of memory for the index");
+  }
+  memcpy(p[0], part, (size_t)mine[0]);
+  for (int r = 1; r < world && st == PX_OK; r++) st = px_comm_recv(comm, p[r], (size_t)lens[2 * r], PX_U8, r, PART_TAG);
+  free(lens);
+  *parts = p;
+  return st;
+}
+
 px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items,
                                   int n_items, int keep_last, char *path_out, size_t cap) {
   if (path_out && cap) path_out[0] = '\0';
-  if (!comm) return px_checkpoint_write(dir, step, items, n_items, keep_last, path_out, cap);
+  if (!comm) {
+    // A world of one writes the same checkpoint, index included.
+    px_comm *self;
+    px_status st = px_comm_init_self(&self);
+    if (st != PX_OK) return st;
+    st = px_checkpoint_write_all(self, dir, step, items, n_items, keep_last, path_out, cap);
+    px_comm_free(self);
+    return st;
+  }
   const int rank = px_comm_rank(comm), world = px_comm_size(comm);
   // Arguments every rank can judge alike: no communication needed to agree.
   if (!dir || !*dir) return px_error(PX_ERR_INVALID, "checkpoint: empty directory name");
@@ -165,6 +228,7 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
     return px_error(PX_ERR_INVALID, "checkpoint: step %" PRId64 " is out of range (0 to 10^18 - 1)", step);
   if (keep_last < 0) return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
 
+  char *part = NULL, **parts = NULL;
   root_news *news = calloc(1, sizeof *news);
   rank_report *mine = calloc(1, sizeof *mine);
   rank_report *all = calloc((size_t)world, sizeof *all);
@@ -194,10 +258,18 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
     free(d);
   }
   px_status mst = n_items > 0 ? px_ckpt_check_items(items, n_items) : PX_OK;
+  for (int i = 0; i < n_items && mst == PX_OK; i++)
+    if (strcmp(items[i].name, PX_CKPT_INDEX) == 0)
+      mst = px_error(PX_ERR_INVALID, "checkpoint: \"%s\" is the index's name; a file cannot be called so", PX_CKPT_INDEX);
   if (mst == PX_OK) mst = write_mine(tmp, final, items, n_items, mine);
+  // This rank's part of the index (its pieces: where, which box, checksum).
+  if (mst == PX_OK) mst = px_ckpt_index_part(items, n_items, rank, &part);
   mine->status = (int32_t)mst;
   if (mst != PX_OK) snprintf(mine->text, sizeof mine->text, "rank %d: %s", rank, px_last_error());
   if ((st = px_comm_allgather(comm, mine, all, sizeof *mine, PX_U8)) != PX_OK) goto done;
+  bool all_ok = true;
+  for (int r = 0; r < world; r++) all_ok = all_ok && all[r].status == PX_OK;
+  if (all_ok && (st = gather_parts(comm, part, items, n_items, &parts)) != PX_OK) goto done;
 
   root_news *out = news;  // reused for the outcome (tmp is copied first on rank 0)
   if (rank == 0) {
@@ -209,7 +281,7 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
     bool complete = false;
     px_status rst;
     if (failed >= 0) rst = px_error((px_status)all[failed].status, "%s", all[failed].text);
-    else rst = finish(dir, step, tmp_copy, final, all, world, keep_last, &complete);
+    else rst = finish(dir, step, tmp_copy, final, all, world, parts, keep_last, &complete);
     if (!complete) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", px_last_error());
@@ -232,6 +304,10 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
   }
   st = out->status == PX_OK ? PX_OK : px_error((px_status)out->status, "%s", out->text);
 done:
+  if (parts)
+    for (int r = 0; r < world; r++) free(parts[r]);
+  free(parts);
+  free(part);
   free(final);
   free(all);
   free(mine);

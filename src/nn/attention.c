@@ -189,10 +189,12 @@ static px_status attn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
                     a->in_dim, a->heads_total, m->children[0]->params[0].name, a->in_dim, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
-  const int64_t N = x->shape[0], T = x->shape[1];
   const int H = a->n_head, C = a->dim;
   px_status st = px_module_forward(m->children[0], ctx, x, &a->qkv);  // c_attn
   if (st != PX_OK) return st;
+  // The positions c_attn gave: x's, or under sequence parallelism (a tensor-
+  // parallel c_attn gathering its input) every tp rank's.
+  const int64_t N = a->qkv.shape[0], T = a->qkv.shape[1];
   const int64_t oshape[3] = {N, T, C};
   if ((st = px_ctx_tensor(ctx, &a->o, 3, oshape)) != PX_OK) return st;
   const int nthr = omp_get_max_threads();

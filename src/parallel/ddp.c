@@ -10,6 +10,7 @@
 // so all ranks issue the same collectives in the same order.
 #include "plexus/parallel.h"
 #include "parallel/internal.h"
+#include "parallel/rank_sum.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -20,7 +21,7 @@ typedef struct bucket {
   size_t      offset, count;  /* grad_data[offset, offset + count) */
   int         pending;        /* parameters not yet ready this step */
   int         n_params;
-  px_request *req;
+  pxr_sum    *req;          /* sums in rank order, as ZeRO's reduce-scatters */
   double      t_start;
   double      t_done;         /* first seen complete (0: not yet this step) */
 } bucket;
@@ -28,6 +29,7 @@ typedef struct bucket {
 struct px_ddp {
   px_model   *model;
   px_comm    *comm;
+  pxr_ctx     rsum;
   px_ddp_opts opts;
   bucket     *buckets;
   int         n_buckets;
@@ -61,8 +63,7 @@ static void launch_ready_buckets(px_ddp *d) {
     px_comm_set_label(d->comm, label);
     b->t_start = px_time_now();
     b->t_done = 0;
-    px_status st = px_comm_iallreduce(d->comm, d->model->grad_data + b->offset, b->count, PX_F32, PX_SUM,
-                                      &b->req);
+    px_status st = pxr_allreduce(&d->rsum, d->model->grad_data + b->offset, b->count, &b->req);
     if (st != PX_OK) { fail(d, st); b->req = NULL; }
     d->next_launch++;
   }
@@ -116,7 +117,7 @@ static void progress_buckets(px_ddp *d) {
     bucket *bk = &d->buckets[b];
     bool done = false;
     if (!bk->req || bk->t_done > 0) continue;
-    if (px_request_test(bk->req, &done) != PX_OK || !done) return;
+    if (pxr_test(bk->req, &done) != PX_OK || !done) return;
     bk->t_done = px_time_now();
   }
 }
@@ -182,7 +183,7 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
   d->opts = o;
   d->sync = true;
   d->divisor = px_comm_size(comm);
-  if ((st = build_buckets(d)) != PX_OK) { px_ddp_free(d); return st; }
+  if ((st = build_buckets(d)) != PX_OK || (st = pxr_init(&d->rsum, comm)) != PX_OK) { px_ddp_free(d); return st; }
   px_hooks h = {.user = d, .pre_forward = on_pre_forward, .post_forward = on_post_forward,
                 .pre_backward = on_pre_backward, .grads_ready = on_grads_ready};
   if ((st = px_model_attach_hooks(model, &h, &d->hook_handle)) != PX_OK) { px_ddp_free(d); return st; }
@@ -200,6 +201,7 @@ void px_ddp_free(px_ddp *d) {
   free(d->param_bucket);
   free(d->param_ready);
   free(d->module_ran);
+  pxr_fini(&d->rsum);
   free(d);
 }
 
@@ -209,7 +211,7 @@ static px_status wait_all(px_ddp *d) {
   px_status first = PX_OK;
   for (int b = 0; b < d->n_buckets; b++) {
     if (!d->buckets[b].req) continue;
-    px_status st = px_request_wait(d->buckets[b].req);
+    px_status st = pxr_wait(d->buckets[b].req);
     if (d->buckets[b].t_done == 0) d->buckets[b].t_done = px_time_now();
     d->buckets[b].req = NULL;
     if (st != PX_OK && first == PX_OK) first = st;

@@ -27,7 +27,9 @@ px_status px_tp_allreduce(px_tp_group *g, float *buf, size_t n, px_reduce_op op,
   if (backward) g->counts.bwd_allreduce++;
   else g->counts.fwd_allreduce++;
   g->counts.elems += n;
+  const double t0 = px_time_now();
   px_status st = px_comm_allreduce(g->comm, buf, n, PX_F32, op);
+  g->counts.seconds += px_time_now() - t0;
   return st == PX_OK ? st : px_error_wrap(st, "tensor parallel (tp %d, rank %d): all-reduce of %zu floats in %s",
                                           g->size, g->rank, n, backward ? "backward" : "forward");
 }
@@ -40,7 +42,9 @@ px_status px_tp_allgather(px_tp_group *g, const float *send, float *recv, size_t
   if (backward) g->counts.bwd_allgather++;
   else g->counts.fwd_allgather++;
   g->counts.elems += n * (size_t)g->size;
+  const double t0 = px_time_now();
   px_status st = px_comm_allgather(g->comm, send, recv, n, PX_F32);
+  g->counts.seconds += px_time_now() - t0;
   return st == PX_OK ? st : px_error_wrap(st, "tensor parallel (tp %d, rank %d): all-gather of %zu floats in %s",
                                           g->size, g->rank, n, backward ? "backward" : "forward");
 }

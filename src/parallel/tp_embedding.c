@@ -17,6 +17,15 @@
 //   dE_r += dyᵀ · x   (n_r, R)·(R, C)
 //   dx = Σ_r dy_r · E_r            one ALL-REDUCE backward ("copy to the tp
 //                                  region": x was used by every rank)
+//
+// Sequence parallel (px_tp_set_sequence_split): the residual stream between
+// them holds T/P positions a rank.  The embedding reduce-scatters its
+// partial (N, T, C) to this rank's (N, T/P, C) instead of all-reducing it,
+// and all-gathers dy backward (every rank's ids need their rows' gradient);
+// the head all-gathers its input (N, T/P, C) to (N, T, C) and reduce-
+// scatters the partial dx back.  The same bytes as the all-reduce, halved.
+// The head keeps only its T/P positions and gathers them again in backward
+// (as the column-parallel layers do: tp_linear.c).
 #include "parallel/tp_internal.h"
 
 #include <string.h>
@@ -26,6 +35,7 @@ typedef struct tp_embedding {
   int       vocab, dim, first, count;
   px_tensor ids;
   bool      awaiting_backward;
+  bool      seq;       /* sequence split: reduce-scatter forward, all-gather backward */
 } tp_embedding;
 
 void px_tp_vocab_range(int vocab, int tp_rank, int tp_size, int *first, int *count) {
@@ -48,14 +58,30 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
     if (ids[p] < 0 || ids[p] >= e->vocab)
       return px_error(PX_ERR_INVALID, "VocabParallelEmbedding(%d, %d) \"%s\": token id %d at flat position %lld is "
                       "outside [0, %d)", e->vocab, e->dim, m->params[0].name, ids[p], (long long)p, e->vocab);
+  const int P = e->tm.g->size;
+  if (e->seq && (x->ndim != 2 || x->shape[1] % P != 0)) {
+    char s[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "VocabParallelEmbedding(%d, %d) \"%s\", sequence parallel over tp %d: ids must be "
+                    "(N, T) with T a multiple of %d, got %s", e->vocab, e->dim, m->params[0].name, P, P,
+                    px_shape_str(x->ndim, x->shape, s, sizeof s));
+  }
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
   shape[x->ndim] = e->dim;
-  px_status st = px_ctx_tensor(ctx, y, x->ndim + 1, shape);
-  if (st != PX_OK) return st;
   const size_t C = (size_t)e->dim;
+  float *Y;
+  px_status st;
+  px_arena_mark mk = {0};
+  if (e->seq) {  // y is this rank's (N, T/P, C); the partial (N, T, C) is scratch
+    shape[1] /= P;
+    if ((st = px_ctx_tensor(ctx, y, 3, shape)) != PX_OK) return st;
+    mk = px_arena_get_mark(ctx->arena);
+    if (!(Y = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float)))) return PX_ERR_NOMEM;
+  } else {
+    if ((st = px_ctx_tensor(ctx, y, x->ndim + 1, shape)) != PX_OK) return st;
+    Y = px_f32(y);
+  }
   const float *W = m->params[0].data;
-  float *Y = px_f32(y);
   for (int64_t p = 0; p < R; p++) {
     const int local = ids[p] - e->first;
     if (local >= 0 && local < e->count) memcpy(Y + (size_t)p * C, W + (size_t)local * C, C * sizeof(float));
@@ -63,12 +89,16 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   }
   e->ids = *x;
   e->awaiting_backward = true;
+  if (e->seq) {
+    st = px_tp_seq_reduce_scatter(e->tm.g, ctx, Y, px_f32(y), x->shape[0], x->shape[1], (int64_t)C, false);
+    px_arena_rewind(ctx->arena, mk);
+    return st;
+  }
   return px_tp_allreduce(e->tm.g, Y, (size_t)R * C, PX_SUM, false);
 }
 
 static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   tp_embedding *e = (tp_embedding *)m;
-  (void)ctx;
   if (dx)
     return px_error(PX_ERR_INVALID, "VocabParallelEmbedding \"%s\": token ids have no gradient; call backward with "
                     "dx = NULL", m->params[0].name);
@@ -76,11 +106,21 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   const int64_t R = px_tensor_numel(&e->ids);
   const size_t C = (size_t)e->dim;
   float *dW = m->params[0].grad;
+  const float *DY = px_f32(dy);
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);
+  if (e->seq) {  // every position's dy: this rank's rows may be used anywhere in the sequence
+    float *whole = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float));
+    if (!whole) return PX_ERR_NOMEM;
+    px_status st = px_tp_seq_all_gather(e->tm.g, ctx, DY, whole, e->ids.shape[0], e->ids.shape[1], (int64_t)C, true);
+    if (st != PX_OK) return st;
+    DY = whole;
+  }
   // Positions in order: the same bits as the single-process embedding.
   for (int64_t p = 0; p < R; p++) {
     const int local = ids[p] - e->first;
-    if (local >= 0 && local < e->count) px_axpy(dW + (size_t)local * C, px_f32(dy) + (size_t)p * C, C, 1.0f);
+    if (local >= 0 && local < e->count) px_axpy(dW + (size_t)local * C, DY + (size_t)p * C, C, 1.0f);
   }
+  px_arena_rewind(ctx->arena, mk);
   e->awaiting_backward = false;
   return PX_OK;
 }
@@ -112,7 +152,8 @@ px_module *px_tp_vocab_embedding(px_tp_group *g, int vocab, int dim) {
 typedef struct tp_head {
   px_module     base;
   tp_embedding *emb;  /* not owned */
-  px_tensor     x;    /* saved input (R, C) */
+  px_tensor     x;    /* saved input (R, C); sequence parallel: this rank's (N, T/P, C) */
+  bool          seq;  /* sequence split: all-gather x forward (and again backward), reduce-scatter dx */
 } tp_head;
 
 static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -128,15 +169,33 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   if (!e->awaiting_backward)
     return px_error(PX_ERR_INVALID, "VocabParallelTiedHead tied to \"%s\": the embedding must run forward before the "
                     "head (its backward, after the head's, reports the gradient complete)", e->tm.base.params[0].name);
+  px_status st;
+  h->x = *x;
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
   shape[x->ndim - 1] = n;
-  px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
-  if (st != PX_OK) return st;
-  const int R = (int)(px_tensor_numel(x) / C);
+  const float *X = px_f32(x);
+  px_arena_mark mk = {0};
+  if (h->seq) {  // this rank's (N, T/P, C) -> everyone's (N, T, C), scratch (backward gathers again)
+    if (x->ndim != 3) {
+      char s[PX_SHAPE_STR_MAX];
+      return px_error(PX_ERR_SHAPE, "VocabParallelTiedHead \"%s\", sequence parallel: input must be (N, T/tp, %d), "
+                      "got %s", e->tm.base.params[0].name, C, px_shape_str(x->ndim, x->shape, s, sizeof s));
+    }
+    shape[1] *= e->tm.g->size;
+    if ((st = px_ctx_tensor(ctx, y, 3, shape)) != PX_OK) return st;
+    mk = px_arena_get_mark(ctx->arena);
+    float *whole = px_arena_alloc(ctx->arena, (size_t)px_tensor_numel(x) * e->tm.g->size * sizeof(float));
+    if (!whole) return PX_ERR_NOMEM;
+    if ((st = px_tp_seq_all_gather(e->tm.g, ctx, X, whole, shape[0], shape[1], C, false)) != PX_OK) return st;
+    X = whole;
+  } else if ((st = px_ctx_tensor(ctx, y, x->ndim, shape)) != PX_OK) {
+    return st;
+  }
+  const int R = (int)(px_tensor_numel(y) / n);
   // logits_r = x · E_rᵀ     (R, C)·(C, n_r)
-  px_sgemm(false, true, R, n, C, 1.0f, px_f32(x), C, e->tm.base.params[0].data, C, 0.0f, px_f32(y), n);
-  h->x = *x;
+  px_sgemm(false, true, R, n, C, 1.0f, X, C, e->tm.base.params[0].data, C, 0.0f, px_f32(y), n);
+  if (h->seq) px_arena_rewind(ctx->arena, mk);
   return PX_OK;
 }
 
@@ -144,16 +203,33 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   tp_head *h = (tp_head *)m;
   const tp_embedding *e = h->emb;
   const int C = e->dim, n = e->count;
-  const int R = (int)(px_tensor_numel(&h->x) / C);
+  const int R = (int)(px_tensor_numel(dy) / n);  // every position (sequence parallel: T, not T/P)
   const px_param *E = &e->tm.base.params[0];
   if (!e->awaiting_backward)
     return px_error(PX_ERR_INVALID, "VocabParallelTiedHead tied to \"%s\": the embedding's backward already ran",
                     E->name);
+  px_status st;
+  if (h->seq) {
+    const int64_t N = h->x.shape[0], Tl = h->x.shape[1], T = Tl * e->tm.g->size;
+    if (dx && (st = px_ctx_tensor(ctx, dx, 3, (int64_t[]){N, Tl, C})) != PX_OK) return st;
+    const px_arena_mark mk = px_arena_get_mark(ctx->arena);
+    float *whole = px_arena_alloc(ctx->arena, (size_t)R * C * sizeof(float));
+    if (!whole) return PX_ERR_NOMEM;
+    if ((st = px_tp_seq_all_gather(e->tm.g, ctx, px_f32(&h->x), whole, N, T, C, true)) != PX_OK) return st;
+    // dE_r += dyᵀ · x     (n_r, R)·(R, C)
+    px_sgemm(true, false, n, C, R, 1.0f, px_f32(dy), n, whole, C, 1.0f, E->grad, C);
+    if (dx) {  // the partial (N, T, C), reduce-scattered to this rank's positions
+      float *part = whole;  // x is no longer needed
+      px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, part, C);
+      st = px_tp_seq_reduce_scatter(e->tm.g, ctx, part, px_f32(dx), N, T, C, true);
+    }
+    px_arena_rewind(ctx->arena, mk);
+    return st;
+  }
   // dE_r += dyᵀ · x     (n_r, R)·(R, C)
   px_sgemm(true, false, n, C, R, 1.0f, px_f32(dy), n, px_f32(&h->x), C, 1.0f, E->grad, C);
   if (!dx) return PX_OK;
-  px_status st = px_ctx_tensor_like(ctx, dx, &h->x);
-  if (st != PX_OK) return st;
+  if ((st = px_ctx_tensor_like(ctx, dx, &h->x)) != PX_OK) return st;
   // dx = Σ_r dy_r · E_r   (R, n_r)·(n_r, C), summed over the group
   px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, px_f32(dx), C);
   return px_tp_allreduce(e->tm.g, px_f32(dx), (size_t)R * C, PX_SUM, true);
@@ -177,4 +253,11 @@ px_module *px_tp_vocab_tied_head(px_tp_group *g, px_module *embedding) {
     return NULL;
   }
   return &h->base;
+}
+
+bool px_tp_vocab_set_sequence_split(px_module *m, bool on) {
+  if (m && m->ops == &px_tp_vocab_embedding_ops) ((tp_embedding *)m)->seq = on;
+  else if (m && m->ops == &tp_head_ops) ((tp_head *)m)->seq = on;
+  else return false;
+  return true;
 }

@@ -64,11 +64,10 @@ static void local_gemm(const tp_linear *l, const float *X, int R, float *Y) {
     px_sgemm(false, false, R, l->lout, l->lin, 1.0f, X, l->lin, m->params[0].data, l->lout, beta, Y, l->lout);
 }
 
-// dW += …, db += Σ dy  for R rows of dy (R, lout) against the saved input.
-static void param_grads(tp_linear *l, const float *DY, int R) {
+// dW += …, db += Σ dy  for R rows of dy (R, lout) against the input X (R, lin).
+static void param_grads(tp_linear *l, const float *X, const float *DY, int R) {
   px_module *m = &l->tm.base;
   const int lin = l->lin, lout = l->lout;
-  const float *X = px_f32(&l->x);
   if (l->layout == PX_TP_LINEAR)  // dW += dyᵀ · x    (lout, R)·(R, lin)
     px_sgemm(true, false, lout, lin, R, 1.0f, DY, lout, X, lin, 1.0f, m->params[0].grad, lin);
   else                            // dW += xᵀ · dy    (lin, R)·(R, lout)
@@ -90,11 +89,14 @@ static void input_grad(const tp_linear *l, const float *DY, int R, float *DX) {
 }
 
 // Sequence split at the boundary (px_tp_set_sequence_split).  Column: x
-// (N, T/P, in) is all-gathered to (N, T, in) (kept for backward), y (N, T,
-// out/P); backward reduce-scatters the partial dx back to (N, T/P, in).
-// Row: y = reduce-scatter of the partial x_r · W_r to (N, T/P, out), then b
-// on every rank (the scatter made y whole); backward all-gathers dy to
-// (N, T, out), so db and dx are complete.
+// (N, T/P, in) is all-gathered to (N, T, in) in scratch, y (N, T, out/P);
+// only x (this rank's positions) is kept, and backward all-gathers it again
+// (Megatron-LM's trade: one more all-gather for (P-1)/P of the input's
+// bytes), then reduce-scatters the partial dx back to (N, T/P, in).  Row: y =
+// reduce-scatter of the partial x_r · W_r to (N, T/P, out), then b on every
+// rank (the scatter made y whole); backward all-gathers dy to (N, T, out),
+// so db and dx are complete.  Scratch is released (arena marks) as soon as
+// the collective is done: what stays is what backward needs.
 static px_status split_forward(tp_linear *l, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   px_tp_group *g = l->tm.g;
   const int P = g->size;
@@ -110,20 +112,25 @@ static px_status split_forward(tp_linear *l, px_ctx *ctx, const px_tensor *x, px
   const int R = (int)(N * T);
   l->sn = N;
   l->st = T;
+  l->x = *x;
   px_status st;
   if (l->column) {
-    if ((st = px_ctx_tensor(ctx, &l->x, 3, (int64_t[]){N, T, l->lin})) != PX_OK) return st;
-    if ((st = px_tp_seq_all_gather(g, ctx, px_f32(x), px_f32(&l->x), N, T, l->lin, false)) != PX_OK) return st;
     if ((st = px_ctx_tensor(ctx, y, 3, (int64_t[]){N, T, l->lout})) != PX_OK) return st;
-    local_gemm(l, px_f32(&l->x), R, px_f32(y));
+    const px_arena_mark mk = px_arena_get_mark(ctx->arena);
+    float *whole = px_arena_alloc(ctx->arena, (size_t)R * l->lin * sizeof(float));
+    if (!whole) return PX_ERR_NOMEM;
+    if ((st = px_tp_seq_all_gather(g, ctx, px_f32(x), whole, N, T, l->lin, false)) != PX_OK) return st;
+    local_gemm(l, whole, R, px_f32(y));
+    px_arena_rewind(ctx->arena, mk);
     return PX_OK;
   }
-  l->x = *x;
+  if ((st = px_ctx_tensor(ctx, y, 3, (int64_t[]){N, T / P, l->out})) != PX_OK) return st;
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);
   float *part = px_arena_alloc(ctx->arena, (size_t)R * l->out * sizeof(float));
   if (!part) return PX_ERR_NOMEM;
   local_gemm(l, px_f32(x), R, part);
-  if ((st = px_ctx_tensor(ctx, y, 3, (int64_t[]){N, T / P, l->out})) != PX_OK) return st;
   if ((st = px_tp_seq_reduce_scatter(g, ctx, part, px_f32(y), N, T, l->out, false)) != PX_OK) return st;
+  px_arena_rewind(ctx->arena, mk);
   if (l->has_bias)
     for (int64_t r = 0; r < N * (T / P); r++)
       px_axpy(px_f32(y) + (size_t)r * l->out, l->tm.base.params[1].data, (size_t)l->out, 1.0f);
@@ -135,22 +142,28 @@ static px_status split_backward(tp_linear *l, px_ctx *ctx, const px_tensor *dy, 
   const int64_t N = l->sn, T = l->st, Tl = T / g->size;
   const int R = (int)(N * T);
   px_status st;
+  if (dx && (st = px_ctx_tensor(ctx, dx, 3, (int64_t[]){N, l->column ? Tl : T, l->lin})) != PX_OK) return st;
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);
   if (l->column) {
-    param_grads(l, px_f32(dy), R);
-    if (!dx) return PX_OK;
-    float *part = px_arena_alloc(ctx->arena, (size_t)R * l->lin * sizeof(float));
-    if (!part) return PX_ERR_NOMEM;
-    input_grad(l, px_f32(dy), R, part);
-    if ((st = px_ctx_tensor(ctx, dx, 3, (int64_t[]){N, Tl, l->lin})) != PX_OK) return st;
-    return px_tp_seq_reduce_scatter(g, ctx, part, px_f32(dx), N, T, l->lin, true);
+    float *whole = px_arena_alloc(ctx->arena, (size_t)R * l->lin * sizeof(float));
+    if (!whole) return PX_ERR_NOMEM;
+    if ((st = px_tp_seq_all_gather(g, ctx, px_f32(&l->x), whole, N, T, l->lin, true)) != PX_OK) return st;
+    param_grads(l, whole, px_f32(dy), R);
+    if (dx) {
+      float *part = px_arena_alloc(ctx->arena, (size_t)R * l->lin * sizeof(float));
+      if (!part) return PX_ERR_NOMEM;
+      input_grad(l, px_f32(dy), R, part);
+      if ((st = px_tp_seq_reduce_scatter(g, ctx, part, px_f32(dx), N, T, l->lin, true)) != PX_OK) return st;
+    }
+    px_arena_rewind(ctx->arena, mk);
+    return PX_OK;
   }
   float *whole = px_arena_alloc(ctx->arena, (size_t)R * l->out * sizeof(float));
   if (!whole) return PX_ERR_NOMEM;
   if ((st = px_tp_seq_all_gather(g, ctx, px_f32(dy), whole, N, T, l->out, true)) != PX_OK) return st;
-  param_grads(l, whole, R);
-  if (!dx) return PX_OK;
-  if ((st = px_ctx_tensor_like(ctx, dx, &l->x)) != PX_OK) return st;
-  input_grad(l, whole, R, px_f32(dx));
+  param_grads(l, px_f32(&l->x), whole, R);
+  if (dx) input_grad(l, whole, R, px_f32(dx));
+  px_arena_rewind(ctx->arena, mk);
   return PX_OK;
 }
 
@@ -210,7 +223,7 @@ static px_status tp_linear_backward(px_module *m, px_ctx *ctx, const px_tensor *
     for (int r = 0; r < R; r++) memcpy(mine + (size_t)r * lout, DY + (size_t)r * l->out + c0, (size_t)lout * sizeof(float));
     DY = mine;
   }
-  param_grads(l, DY, R);
+  param_grads(l, px_f32(&l->x), DY, R);
   if (!dx) return PX_OK;
   px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
   if (st != PX_OK) return st;
@@ -330,4 +343,5 @@ void px_tp_set_sequence_parallel(px_module *m, bool on) {
 void px_tp_set_sequence_split(px_module *m, bool on) {
   if (m && (m->ops == &px_tp_column_ops || m->ops == &px_tp_row_ops) && !((tp_linear *)m)->gather)
     ((tp_linear *)m)->split = on;
+  else px_tp_vocab_set_sequence_split(m, on);
 }

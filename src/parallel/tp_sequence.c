@@ -13,6 +13,7 @@
 // the (N, T, C) tensors are packed to (P, N, Tl, C) on the way in and out.
 #include "parallel/tp_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct tp_seq {
@@ -46,11 +47,15 @@ px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in,
   const int P = g->size;
   const size_t chunk = (size_t)(N * (T / P) * C);
   if (P == 1) { memcpy(out, in, chunk * sizeof(float)); return PX_OK; }
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);  // the packed copy is scratch
   float *blocks = px_arena_alloc(ctx->arena, chunk * (size_t)P * sizeof(float));
   if (!blocks) return PX_ERR_NOMEM;
   pack(in, blocks, N, T, C, P, true);
   count_rs(g, backward, chunk * (size_t)P);
+  const double t0 = px_time_now();
   px_status st = px_comm_reduce_scatter(g->comm, blocks, out, chunk, PX_F32, PX_SUM);
+  g->counts.seconds += px_time_now() - t0;
+  px_arena_rewind(ctx->arena, mk);
   return st == PX_OK ? st : px_error_wrap(st, "sequence parallel (tp %d): reduce-scatter in %s", P,
                                           backward ? "backward" : "forward");
 }
@@ -59,11 +64,13 @@ px_status px_tp_seq_all_gather(px_tp_group *g, px_ctx *ctx, const float *in, flo
                                int64_t C, bool backward) {
   const int P = g->size;
   const size_t chunk = (size_t)(N * (T / P) * C);
+  const px_arena_mark mk = px_arena_get_mark(ctx->arena);  // the packed copy is scratch
   float *blocks = px_arena_alloc(ctx->arena, chunk * (size_t)P * sizeof(float));
   if (!blocks) return PX_ERR_NOMEM;
   px_status st = px_tp_allgather(g, in, blocks, chunk, backward);
   if (st != PX_OK) return st;
   pack(out, blocks, N, T, C, P, false);
+  px_arena_rewind(ctx->arena, mk);
   return PX_OK;
 }
 
@@ -123,3 +130,81 @@ static px_module *make(px_tp_group *g, bool gather) {
 
 px_module *px_tp_sequence_gather(px_tp_group *g) { return make(g, true); }
 px_module *px_tp_sequence_scatter(px_tp_group *g) { return make(g, false); }
+
+/* ---- Replicated modules on a split sequence -----------------------------------
+ * A layer norm or the position embedding keeps its own ops, wrapped: the
+ * module's struct is the layer's own (so nothing else changes: names,
+ * streams, the tree), m->ops points at a copy of the layer's table whose
+ * backward sums this backward's parameter gradients over the tp group, and
+ * m->user holds that table, the layer's own and the group. */
+typedef struct seq_replicated {
+  px_module_ops        ops;    /* m->ops: the layer's, backward and destroy replaced */
+  const px_module_ops *inner;  /* the layer's */
+  px_tp_group         *g;
+} seq_replicated;
+
+static px_status replicated_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  const seq_replicated *s = m->user;
+  size_t n = 0;
+  for (int k = 0; k < m->n_params; k++)
+    if (!m->params[k].is_buffer) n += m->params[k].numel;
+  if (s->g->size <= 1 || n == 0) return s->inner->backward(m, ctx, dy, dx);
+  // Earlier micro-batches' gradients (already summed) aside; this backward's
+  // land in zeroed gradients, are summed over tp, and the earlier ones added.
+  float *kept = px_arena_alloc(ctx->arena, 2 * n * sizeof(float));
+  if (!kept) return PX_ERR_NOMEM;
+  float *sum = kept + n;
+  size_t at = 0;
+  for (int k = 0; k < m->n_params; k++) {
+    px_param *p = &m->params[k];
+    if (p->is_buffer) continue;
+    memcpy(kept + at, p->grad, p->numel * sizeof(float));
+    memset(p->grad, 0, p->numel * sizeof(float));
+    at += p->numel;
+  }
+  px_status st = s->inner->backward(m, ctx, dy, dx);
+  if (st != PX_OK) return st;
+  at = 0;
+  for (int k = 0; k < m->n_params; k++) {
+    const px_param *p = &m->params[k];
+    if (p->is_buffer) continue;
+    memcpy(sum + at, p->grad, p->numel * sizeof(float));
+    at += p->numel;
+  }
+  if ((st = px_tp_allreduce(s->g, sum, n, PX_SUM, true)) != PX_OK) return st;
+  at = 0;
+  for (int k = 0; k < m->n_params; k++) {
+    px_param *p = &m->params[k];
+    if (p->is_buffer) continue;
+    for (size_t i = 0; i < p->numel; i++) p->grad[i] = kept[at + i] + sum[at + i];
+    at += p->numel;
+  }
+  return PX_OK;
+}
+
+static void replicated_destroy(px_module *m) {
+  seq_replicated *s = m->user;
+  m->user = NULL;
+  if (s->inner->destroy) s->inner->destroy(m);
+  m->ops = s->inner;
+  free(s);
+}
+
+px_module *px_tp_sequence_replicated(px_tp_group *g, px_module *m) {
+  if (!m) return NULL;
+  seq_replicated *s = malloc(sizeof *s);
+  if (!s || m->user) {
+    free(s);
+    px_module_free(m);
+    px_error(PX_ERR_NOMEM, "sequence parallel: out of memory wrapping a replicated module");
+    return NULL;
+  }
+  s->inner = m->ops;
+  s->ops = *m->ops;
+  s->ops.backward = replicated_backward;
+  s->ops.destroy = replicated_destroy;
+  s->g = g;
+  m->ops = &s->ops;
+  m->user = s;
+  return m;
+}

@@ -167,7 +167,7 @@ static void launch_rs(px_zero *z, int g) {
   }
   set_label(z, "reduce-scatter", g);
   pxz_delay(z);
-  px_status st = px_comm_ireduce_scatter(z->comm, send, recv, G->piece, PX_F32, PX_SUM, &G->rs_req);
+  px_status st = pxr_reduce_scatter(&z->rsum, send, recv, G->piece, &G->rs_req);
   z->n_reduce_scatter++;
   if (st != PX_OK) { G->rs_req = NULL; pxz_fail(z, st); }
   z->inflight[z->in_tail++] = g;
@@ -181,7 +181,7 @@ static px_status finish_rs(px_zero *z, int g) {
   zgroup *G = &z->groups[g];
   px_status st = PX_OK;
   if (G->rs_req) {
-    st = px_request_wait(G->rs_req);
+    st = pxr_wait(G->rs_req);
     G->rs_req = NULL;
     if (st != PX_OK) pxz_fail(z, st);
   }
@@ -208,7 +208,7 @@ static void poll_done(px_zero *z) {
     int g = z->inflight[z->in_head];
     if (z->groups[g].rs_req) {
       bool done = false;
-      px_status st = px_request_test(z->groups[g].rs_req, &done);
+      px_status st = pxr_test(z->groups[g].rs_req, &done);
       if (st != PX_OK) { pxz_fail(z, st); return; }
       if (!done) return;
     }
@@ -435,6 +435,7 @@ static void zero_destroy(px_zero *z) {
   free(z->shard_params); free(z->shard_grads);
   pool_free(&z->ppool);
   pool_free(&z->gpool);
+  pxr_fini(&z->rsum);
   free(z);
 }
 
@@ -481,6 +482,7 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
   // (every rank holds the same model, so every rank fails alike).
   st = z->stage == 3 ? pxz_build_units(z) : build_buckets(z);
   if (st == PX_OK) st = check_opts_agree(z);
+  if (st == PX_OK) st = pxr_init(&z->rsum, comm);
   if (st == PX_OK) st = lay_out_groups(z);
   if (st == PX_OK) {
     z->inflight = calloc((size_t)z->n_groups + 1, sizeof *z->inflight);

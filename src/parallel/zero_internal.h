@@ -14,6 +14,7 @@
 #define PX_PARALLEL_ZERO_INTERNAL_H
 
 #include "parallel/internal.h"
+#include "parallel/rank_sum.h"
 
 /* Reduce-scatters allowed in flight when new gradient storage is needed.
  * Stages 2-3 first finish the oldest beyond this, so a rank holds its
@@ -50,7 +51,7 @@ typedef struct zgroup {
   px_request *ag_req;      /* all-gather into pbuf in flight */
   float      *gbuf;        /* stage 2-3: gradient storage (piece·N) while materialised;
                               stage 1: the padded copy a reduce-scatter sends */
-  px_request *rs_req;      /* reduce-scatter in flight */
+  pxr_sum    *rs_req;      /* reduce-scatter in flight (in rank order: rank_sum.h) */
 } zgroup;
 
 /* Buffers reused across steps (DESIGN decision 4): gradient buckets and
@@ -71,6 +72,7 @@ typedef struct zpool {
 struct px_zero {
   px_model    *model;
   px_comm     *comm;
+  pxr_ctx      rsum;         /* reduce-scatters sum in rank order, as DDP's all-reduce */
   px_zero_opts opts;
   int          stage, rank, size;
   int          hook_handle;
@@ -101,6 +103,10 @@ struct px_zero {
   int         *fwd_order, *bwd_order, n_fwd, n_bwd; /* units as the first training step ran them */
   int         *fwd_pos, *bwd_pos;                   /* (n_groups,) position in those, -1 */
   bool         recording, order_known;
+  /* The root unit as the first training step read it, [0] forward, [1]
+   * backward: after the last unit so far (after the last unit, once the
+   * order is known), and between two units (then it stays gathered). */
+  bool         root_after[2], root_between[2];
 };
 
 /* zero.c */

@@ -1,8 +1,9 @@
 // ZeRO stage 3: units of parameters that gather together (FSDP's
 // fully_shard(module)).  A unit is a module subtree, so its parameters are
 // one flat range (px_model_create lays modules out in pre-order); the
-// parameters outside every unit form the root unit, gathered at the start
-// of each step and freed when its gradients are ready.
+// parameters outside every unit form the root unit, gathered when a module
+// of its own reads it and freed when its gradients are ready, or earlier,
+// while the units compute (reads_root below says when).
 //
 // A unit's life in one training step (reshard_after_forward = true):
 //
@@ -162,7 +163,15 @@ px_status pxz_build_units(px_zero *z) {
 void pxz_start_gather(px_zero *z, int g) {
   zgroup *G = &z->groups[g];
   if (G->pbuf || G->count == 0 || z->error != PX_OK) return;
-  G->pbuf = pxz_pool_get(&z->ppool, G->piece * (size_t)z->size);
+  // Every gathered buffer has the largest unit's size: the root unit and
+  // the blocks take turns in the same buffers instead of the pool giving
+  // back the smaller one and allocating anew (freed and reallocated, such
+  // buffers leave the process larger than the pool: glibc raises its mmap
+  // threshold after the first free and serves the next from the heap).
+  size_t most = 0;
+  for (int k = 0; k < z->n_groups; k++)
+    if (z->groups[k].piece > most) most = z->groups[k].piece;
+  G->pbuf = pxz_pool_get(&z->ppool, most * (size_t)z->size);
   if (!G->pbuf) { pxz_fail(z, PX_ERR_NOMEM); return; }
   char label[96];
   snprintf(label, sizeof label, "ZeRO-3 step %llu, unit %d all-gather", (unsigned long long)z->model->ctx.step, g);
@@ -201,28 +210,73 @@ void pxz_release_all(px_zero *z) {
   for (int g = 0; g < z->n_groups; g++) pxz_release(z, g);
 }
 
-/* Start gathering the unit after u in `order` (if the order is known). */
-static void prefetch_after(px_zero *z, int u, const int *order, const int *pos, int n) {
-  if (!z->opts.prefetch || !z->order_known || pos[u] < 0 || pos[u] + 1 >= n) return;
-  int v = order[pos[u] + 1];
-  if (!z->groups[v].pbuf) pxz_start_gather(z, v);
+/* Start gathering the unit after u in `order` (if the order is known); after
+ * the last unit, the root unit when the first step read it there (a GPT's
+ * ln_f and tied head in forward, its embeddings in backward). */
+static void prefetch_after(px_zero *z, int u, const int *order, const int *pos, int n, bool root_after) {
+  if (!z->opts.prefetch || !z->order_known || pos[u] < 0) return;
+  int v = pos[u] + 1 < n ? order[pos[u] + 1] : root_after ? z->root_group : -1;
+  if (v >= 0 && !z->groups[v].pbuf) pxz_start_gather(z, v);
 }
 
-static void record(int u, int *order, int *pos, int *n) {
+static void record(px_zero *z, int u, bool backward) {
+  int *order = backward ? z->bwd_order : z->fwd_order, *pos = backward ? z->bwd_pos : z->fwd_pos;
+  int *n = backward ? &z->n_bwd : &z->n_fwd;
   if (pos[u] >= 0) return;
   pos[u] = *n;
   order[(*n)++] = u;
+  if (z->root_after[backward]) z->root_between[backward] = true;
+  z->root_after[backward] = false;
+}
+
+/* The root unit (the parameters outside every unit: a GPT's wte, wpe and
+ * ln_f, read again by the tied head) is gathered when a module of its own
+ * that holds parameters, or a module reading one of them, runs.  When the
+ * first training step read it only before the first unit and after the
+ * last of a pass (a GPT with its blocks as units), a unit that starts
+ * computing frees it (as FSDP2 reshards a module's parameters after its
+ * forward), and it is gathered again, prefetched by the last unit, for
+ * what reads it after: so it is not held beside the unit computing, the
+ * one prefetched and the one whose gradients are being written, where a
+ * step's memory peaks.  When the root unit is read between units (units
+ * inside the blocks), it stays gathered, from the second step on, from its
+ * first read until its gradients are ready: one gather a step, not one per
+ * unit. */
+static bool reads_root(const px_zero *z, const px_module *m) {
+  if (z->root_group < 0) return false;
+  if (z->module_home[m->uid] == z->root_group)
+    for (int k = 0; k < m->n_params; k++)
+      if (!m->params[k].is_buffer) return true;
+  for (int f = 0; f < m->n_foreign; f++) {
+    int i = px_parallel_param_index(z->model, m->foreign[f]);
+    if (i >= 0 && z->param_group[i] == z->root_group) return true;
+  }
+  return false;
+}
+
+static void root_for(px_zero *z, const px_module *m, bool backward) {
+  if (!reads_root(z, m)) return;
+  if (z->recording && (backward ? z->n_bwd : z->n_fwd) > 0) z->root_after[backward] = true;
+  pxz_ensure_gathered(z, z->root_group);
+}
+
+static void root_free_for_unit(px_zero *z, bool backward) {
+  // The first step frees it too (it cannot know yet): a step's peak is
+  // the same from the first on, at the cost of gathering the root unit
+  // again after each unit in that step when the units sit between its
+  // modules.
+  if (z->root_group >= 0 && (!z->order_known || !z->root_between[backward]) && z->opts.reshard_after_forward &&
+      !z->groups[z->root_group].pinned)
+    pxz_release(z, z->root_group);
 }
 
 void pxz_units_pre_forward(px_zero *z, px_module *m) {
-  if (m == z->model->root) {
-    if (z->model->ctx.training && !z->order_known) {
-      // The first training step writes down the order units run in.
-      z->recording = true;
-      z->n_fwd = z->n_bwd = 0;
-      for (int g = 0; g < z->n_groups; g++) z->fwd_pos[g] = z->bwd_pos[g] = -1;
-    }
-    if (z->root_group >= 0) pxz_ensure_gathered(z, z->root_group);
+  if (m == z->model->root && z->model->ctx.training && !z->order_known) {
+    // The first training step writes down the order units run in.
+    z->recording = true;
+    z->n_fwd = z->n_bwd = 0;
+    z->root_after[0] = z->root_after[1] = z->root_between[0] = z->root_between[1] = false;
+    for (int g = 0; g < z->n_groups; g++) z->fwd_pos[g] = z->bwd_pos[g] = -1;
   }
   int u = z->module_unit[m->uid];
   // A recompute (px_checkpoint) runs inside backward: a unit inside the
@@ -231,10 +285,12 @@ void pxz_units_pre_forward(px_zero *z, px_module *m) {
   // used as it is; nothing is prefetched in forward order.
   const bool recompute = z->model->ctx.recomputing > 0;
   if (u >= 0) {
-    if (z->recording && !recompute) record(u, z->fwd_order, z->fwd_pos, &z->n_fwd);
+    if (!recompute) root_free_for_unit(z, false);
+    if (z->recording && !recompute) record(z, u, false);
     pxz_ensure_gathered(z, u);
-    if (!recompute) prefetch_after(z, u, z->fwd_order, z->fwd_pos, z->n_fwd);
+    if (!recompute) prefetch_after(z, u, z->fwd_order, z->fwd_pos, z->n_fwd, z->root_after[0]);
   }
+  root_for(z, m, recompute);
   for (int f = 0; f < m->n_foreign; f++) {
     int i = px_parallel_param_index(z->model, m->foreign[f]);
     if (i >= 0) pxz_ensure_gathered(z, z->param_group[i]);
@@ -251,17 +307,18 @@ void pxz_units_post_forward(px_zero *z, px_module *m) {
 }
 
 void pxz_units_pre_backward(px_zero *z, px_module *m) {
-  if (m == z->model->root && z->root_group >= 0) {
-    pxz_ensure_gathered(z, z->root_group);
-    pxz_materialise_grads(z, z->root_group);
-  }
+  // The root unit's gradient storage exists from the start of backward: a
+  // tied head writes the embedding's gradient first, the embedding last.
+  if (m == z->model->root && z->root_group >= 0) pxz_materialise_grads(z, z->root_group);
   int u = z->module_unit[m->uid];
   if (u >= 0) {
-    if (z->recording) record(u, z->bwd_order, z->bwd_pos, &z->n_bwd);
+    root_free_for_unit(z, true);
+    if (z->recording) record(z, u, true);
     pxz_ensure_gathered(z, u);
     pxz_materialise_grads(z, u);
-    prefetch_after(z, u, z->bwd_order, z->bwd_pos, z->n_bwd);
+    prefetch_after(z, u, z->bwd_order, z->bwd_pos, z->n_bwd, z->root_after[1]);
   }
+  root_for(z, m, true);
   for (int f = 0; f < m->n_foreign; f++) {
     int i = px_parallel_param_index(z->model, m->foreign[f]);
     if (i < 0) continue;

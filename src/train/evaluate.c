@@ -37,7 +37,8 @@ int64_t px_count_correct(const px_tensor *logits, const int32_t *y) {
 // count for nothing until `target` passes were made; count false: all of
 // them count for nothing (a rank with an empty share).
 static px_status eval_share(px_model *model, px_dataset *share, size_t batch_size, int workers,
-                            int64_t max_batches, int64_t target, bool count, double sums[3]) {
+                            int64_t max_batches, int64_t target, bool count, px_tp_group *tp, int vocab,
+                            double sums[3]) {
   px_loader *l;
   px_loader_opts lo = PX_LOADER_DEFAULTS;
   lo.batch_size = batch_size;
@@ -67,10 +68,12 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
       break;
     }
     float loss;
-    st = px_cross_entropy_loss(&logits, (const int32_t *)b->y.data, &ce, &loss, NULL);
+    // Tensor parallel: this rank's vocabulary columns (a language model).
+    st = tp ? px_tp_cross_entropy(tp, &logits, vocab, (const int32_t *)b->y.data, -100, &loss, NULL)
+            : px_cross_entropy_loss(&logits, (const int32_t *)b->y.data, &ce, &loss, NULL);
     if (st != PX_OK) break;
     sums[0] += (double)loss * (double)rows;
-    sums[1] += (double)px_count_correct(&logits, (const int32_t *)b->y.data);
+    if (!tp) sums[1] += (double)px_count_correct(&logits, (const int32_t *)b->y.data);
     sums[2] += (double)rows;
   }
   if (st == PX_OK && passes < target) {
@@ -84,13 +87,16 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
   return st;
 }
 
-px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t batch_size, int workers,
-                      int64_t max_batches, px_eval_metrics *out) {
+// The split is shared over `world` shares (rank's is this rank's: the ranks
+// of a tensor-parallel group take the same share and sum only over
+// sum_comm, the dp ranks); every rank of comm makes the same passes.
+static px_status evaluate(px_comm *comm, int rank, int world, px_comm *sum_comm, px_tp_group *tp, int vocab,
+                          px_model *model, px_dataset *data, size_t batch_size, int workers, int64_t max_batches,
+                          px_eval_metrics *out) {
   memset(out, 0, sizeof *out);
   out->loss = out->accuracy = out->perplexity = NAN;
   if (!model || !data || batch_size < 1)
     return px_error(PX_ERR_INVALID, "evaluate: NULL model or dataset, or batch size 0");
-  const int rank = px_comm_rank(comm), world = px_comm_size(comm);
   const size_t n = data->length;
   const size_t lo = n * (size_t)rank / (size_t)world, hi = n * (size_t)(rank + 1) / (size_t)world;
   double sums[3] = {0, 0, 0};  // loss × rows, correct rows, rows
@@ -99,7 +105,7 @@ px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t b
   // The most batches any rank has: every rank makes that many passes.
   int64_t target = (int64_t)((hi - lo + batch_size - 1) / batch_size);
   if (max_batches > 0 && target > max_batches) target = max_batches;
-  px_status st = world > 1 ? px_comm_allreduce(comm, &target, 1, PX_I64, PX_MAX) : PX_OK;
+  px_status st = px_comm_size(comm) > 1 ? px_comm_allreduce(comm, &target, 1, PX_I64, PX_MAX) : PX_OK;
   if (st != PX_OK) {
     px_model_train(model, was_training);
     return st;
@@ -110,7 +116,7 @@ px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t b
     // An empty share keeps pace on the split's first samples.
     st = px_dataset_subset(&share, data, empty ? 0 : lo, empty ? (n < batch_size ? n : batch_size) : hi - lo);
     if (st == PX_OK) {
-      st = eval_share(model, share, batch_size, workers, max_batches, target, !empty, sums);
+      st = eval_share(model, share, batch_size, workers, max_batches, target, !empty, tp, vocab, sums);
       px_dataset_free(share);
     }
   }
@@ -118,7 +124,7 @@ px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t b
   // Every rank takes part in the all-reduce, also one that failed, so the
   // others do not wait on it; the flag makes all of them fail together.
   double v[4] = {sums[0], sums[1], sums[2], st == PX_OK ? 0.0 : 1.0};
-  px_status cst = px_comm_allreduce(comm, v, 4, PX_F64, PX_SUM);
+  px_status cst = px_comm_allreduce(sum_comm, v, 4, PX_F64, PX_SUM);
   if (st != PX_OK) return st;
   if (cst != PX_OK) return cst;
   if (v[3] > 0) return px_error(PX_ERR_COMM, "evaluate: %g other rank(s) failed to evaluate their share", v[3]);
@@ -129,4 +135,16 @@ px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t b
     else out->perplexity = exp(out->loss);
   }
   return PX_OK;
+}
+
+px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t batch_size, int workers,
+                      int64_t max_batches, px_eval_metrics *out) {
+  return evaluate(comm, px_comm_rank(comm), px_comm_size(comm), comm, NULL, 0, model, data, batch_size, workers,
+                  max_batches, out);
+}
+
+px_status px_evaluate_tp(px_mesh *mesh, int vocab, px_model *model, px_dataset *data, size_t batch_size,
+                         int workers, int64_t max_batches, px_eval_metrics *out) {
+  return evaluate(mesh->world_comm, mesh->dp_rank, mesh->dp, mesh->dp_comm, &mesh->tp_group, vocab, model, data,
+                  batch_size, workers, max_batches, out);
 }

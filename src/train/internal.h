@@ -2,6 +2,7 @@
 #ifndef PX_TRAIN_INTERNAL_H
 #define PX_TRAIN_INTERNAL_H
 
+#include "plexus/tensor_parallel.h"
 #include "plexus/train.h"
 
 typedef struct px_trainer {
@@ -17,6 +18,10 @@ typedef struct px_trainer {
   px_dataset    *train, *val;
   px_train_opts  o;
   px_logger     *log;
+  /* Data parallel over dp_comm: comm itself, or a tensor-parallel mesh's
+   * dp communicator (o.mesh); dp ranks, this rank's index among them. */
+  px_comm       *dp_comm;
+  int            dp, dp_rank;
 
   size_t   batches_per_epoch;  /* per rank */
   int64_t  steps_per_epoch;
@@ -51,6 +56,20 @@ px_status px_trainer_save(px_trainer *t);
  * load its own pieces (optimizer state; stage 3: parameters). */
 px_status px_trainer_resume(px_trainer *t, bool *resumed);
 px_status px_trainer_resume_shards(px_trainer *t);
+
+/* Checkpoints of a tensor-parallel run (state_tp.c): every tp rank of dp
+ * rank 0 writes its boxes as pieces, rank 0 also state_json (collective
+ * over comm); every rank loads its boxes from any layout (collective). */
+px_status px_trainer_save_tp(px_trainer *t, const char *state_json);
+px_status px_trainer_load_tp(px_trainer *t, const char *path);
+/* Under ZeRO 1-2 over a tp mesh's dp ranks: every rank's optimizer shard
+ * (after the wrap, as px_trainer_resume_shards). */
+px_status px_trainer_resume_tp_shards(px_trainer *t);
+
+/* px_evaluate for a tensor-parallel model (evaluate.c): the split is
+ * shared over the mesh's dp ranks, the loss is px_tp_cross_entropy. */
+px_status px_evaluate_tp(px_mesh *mesh, int vocab, px_model *model, px_dataset *data, size_t batch_size,
+                         int workers, int64_t max_batches, px_eval_metrics *out);
 
 /* Memory per rank (memory.c): this rank's figures, their maximum over
  * the ranks and the largest peak RSS (collective). */

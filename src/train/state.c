@@ -194,6 +194,18 @@ static px_status optim_state_dict(px_trainer *t, px_state_dict *sd) {
   return PX_OK;
 }
 
+// The model's parameter count, whole: a tensor-parallel rank's boxes count
+// as the global tensors they are cut from.
+static size_t global_param_count(const px_trainer *t) {
+  if (!t->o.mesh) return t->model->n_param_elems;
+  size_t n = 0;
+  for (int i = 0; i < t->model->n_params; i++) {
+    const px_tp_box b = px_tp_param_box(t->model->params[i]);
+    n += (size_t)(b.global_shape[0] * b.global_shape[1]);
+  }
+  return n;
+}
+
 static char *state_json(px_trainer *t) {
   cJSON *j = cJSON_CreateObject();
   if (!j) return NULL;
@@ -213,10 +225,26 @@ static char *state_json(px_trainer *t) {
   cJSON_AddNumberToObject(j, "world_size", t->world);
   cJSON_AddNumberToObject(j, "batch_size", (double)t->o.batch_size);
   cJSON_AddNumberToObject(j, "accum_steps", t->o.accum_steps);
-  cJSON_AddNumberToObject(j, "param_count", (double)t->model->n_param_elems);
-  // The layout the shards were cut for: loading needs the same one (until
-  // loads intersect pieces across layouts).
+  cJSON_AddNumberToObject(j, "param_count", (double)global_param_count(t));
+  // The device mesh of a tensor-parallel run (a data-parallel run has none:
+  // its world size says it all).
+  cJSON *mesh = t->o.mesh ? cJSON_AddObjectToObject(j, "mesh") : NULL;
+  if (mesh) {
+    cJSON_AddNumberToObject(mesh, "dp", t->dp);
+    cJSON_AddNumberToObject(mesh, "tp", t->o.mesh->tp);
+    cJSON_AddNumberToObject(mesh, "pp", 1);
+  }
+  // The layout the shards were cut for (any layout loads them: the loads
+  // intersect pieces), and what a resume on another rank count must
+  // handle, said in the file for whoever reads it (docs/CHECKPOINTS.md).
   cJSON_AddNumberToObject(j, "zero_stage", stage_of(t));
+  cJSON *dep = cJSON_AddObjectToObject(j, "rank_count_dependent");
+  if (dep) {
+    cJSON_AddStringToObject(dep, "next_batch", "counts steps of world_size x batch_size x accum_steps samples");
+    cJSON_AddStringToObject(dep, "forward_count", "dropout masks are drawn per rank");
+    cJSON_AddStringToObject(dep, "files", "model.rank*, optim.rank*: pieces of named tensors; metadata.json lists "
+                            "where each is, and any layout loads them");
+  }
   if (t->val && t->last_eval_step == t->step) {
     cJSON *e = cJSON_AddObjectToObject(j, "eval");
     if (e) {
@@ -297,6 +325,13 @@ static px_status save_sharded(px_trainer *t) {
 }
 
 px_status px_trainer_save(px_trainer *t) {
+  if (t->o.mesh) {  // tensor parallel: every tp rank its boxes (state_tp.c)
+    char *json = state_json(t);
+    if (!json) return px_error(PX_ERR_NOMEM, "checkpoint: out of memory for state.json");
+    px_status st = px_trainer_save_tp(t, json);
+    free(json);
+    return st;
+  }
   if (t->zero) return save_sharded(t);
   px_state_dict msd, osd;
   px_status st = px_model_state_dict(t->model, &msd);
@@ -416,35 +451,46 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   // Checkpoints from before ZeRO have no "zero_stage": they are DDP's.
   if (st == PX_OK && cJSON_GetObjectItemCaseSensitive(j, "zero_stage"))
     st = json_int(j, "zero_stage", path, &ck_stage);
+  // A tensor-parallel run's batches are per dp rank: its data world is dp.
+  int64_t ck_dp = world, ck_tp = 1;
+  const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(j, "mesh");
+  if (st == PX_OK && mesh) st = json_int(mesh, "dp", path, &ck_dp);
+  if (st == PX_OK && mesh) st = json_int(mesh, "tp", path, &ck_tp);
   const cJSON *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
   if (st == PX_OK && (!cJSON_IsString(opt) || strcmp(opt->valuestring, optim_name(t->o.optim.kind)) != 0))
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry over)",
                   path, cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(t->o.optim.kind));
   // Any saved layout loads into this one (DESIGN decision 8): every load
   // below intersects the saved pieces with the pieces this rank needs.
-  if (st == PX_OK && (ck_stage != stage || world != t->world)) {
+  const int tp = t->o.mesh ? t->o.mesh->tp : 1;
+  if (st == PX_OK && (ck_stage != stage || world != t->world || ck_tp != tp)) {
     char a[48], b[48];
     size_t m = strlen(note);
-    snprintf(note + m, note_cap - m, "%sresume: checkpoint saved by %s on %lld rank(s); this run is %s on %d "
-             "rank(s): its tensors are resharded (loaded by intersecting pieces)", m ? "\n" : "",
-             layout_name((int)ck_stage, a, sizeof a), (long long)world, layout_name(stage, b, sizeof b), t->world);
+    snprintf(note + m, note_cap - m, "%sresume: checkpoint saved by %s on %lld rank(s) (tp %lld); this run is %s on "
+             "%d rank(s) (tp %d): its tensors are resharded (loaded by intersecting pieces)", m ? "\n" : "",
+             layout_name((int)ck_stage, a, sizeof a), (long long)world, (long long)ck_tp,
+             layout_name(stage, b, sizeof b), t->world, tp);
   }
-  if (st == PX_OK && (size_t)params != t->model->n_param_elems)
+  world = ck_dp;  // from here on: the ranks the data was sharded over
+  if (st == PX_OK && (size_t)params != global_param_count(t))
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved from a model of %lld parameters; this model has %zu (another "
-                  "model or size?)", path, (long long)params, t->model->n_param_elems);
+                  "model or size?)", path, (long long)params, global_param_count(t));
   cJSON_Delete(j);
   if (st != PX_OK) return st;
 
   // Rank 0 holds the whole model before the wrap (which hands every rank
   // its part) and, under DDP, the whole optimizer state: whole pieces, from
   // whatever files the checkpoint's layout wrote.
+  // (Tensor parallel: every rank loads its boxes after this, px_trainer_load_tp.)
   px_state_dict sd;
-  st = px_model_state_dict(t->model, &sd);
-  if (st != PX_OK) return st;
-  st = load_whole(path, "model", &sd);
-  px_state_dict_free(&sd);
-  if (st != PX_OK) return st;
-  if (stage == 0) {
+  if (!t->o.mesh) {
+    st = px_model_state_dict(t->model, &sd);
+    if (st != PX_OK) return st;
+    st = load_whole(path, "model", &sd);
+    px_state_dict_free(&sd);
+    if (st != PX_OK) return st;
+  }
+  if (stage == 0 && !t->o.mesh) {
     st = optim_state_dict(t, &sd);
     if (st != PX_OK) return st;
     if (sd.count > 0) st = load_whole(path, "optim", &sd);
@@ -460,9 +506,9 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   // optimizer's update count, the seed and the dropout counter carry over
   // as they are (dropout masks are drawn per rank, so a resharded run's
   // masks differ from the unstopped run's).
-  if (world != t->world || (size_t)batch != t->o.batch_size || accum != t->o.accum_steps) {
+  if (world != t->dp || (size_t)batch != t->o.batch_size || accum != t->o.accum_steps) {
     const size_t g_old = (size_t)batch * (size_t)world * (size_t)accum;
-    const size_t g_new = t->o.batch_size * (size_t)t->world * (size_t)t->o.accum_steps;
+    const size_t g_new = t->o.batch_size * (size_t)t->dp * (size_t)t->o.accum_steps;
     // Samples of this epoch already trained on, from the position saved.
     const size_t seen = (size_t)pos->next_batch * (size_t)batch * (size_t)world;
     pos->next_batch = (int64_t)(seen / g_new * (size_t)t->o.accum_steps);
@@ -473,7 +519,7 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
                "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld, this run on %d × %zu "
                "× %d: the same global batch (%zu), so the same samples in each step and the same step count; batch "
                "%lld of epoch %lld is next", m ? "\n" : "", (long long)world, (long long)batch, (long long)accum,
-               t->world, t->o.batch_size, t->o.accum_steps, g_new, (long long)pos->next_batch,
+               t->dp, t->o.batch_size, t->o.accum_steps, g_new, (long long)pos->next_batch,
                (long long)pos->epoch + 1);
     } else {
       // The steps so far, counted in this run's steps, so that the end of
@@ -486,8 +532,8 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
                "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld (global batch %zu), "
                "this run on %d × %zu × %d (global batch %zu): training goes on from the same sample count (%zu "
                "samples into epoch %lld), not on the same trajectory; %s", m ? "\n" : "", (long long)world,
-               (long long)batch, (long long)accum, g_old, t->world, t->o.batch_size, t->o.accum_steps, g_new,
-               (size_t)pos->next_batch * t->o.batch_size * (size_t)t->world, (long long)pos->epoch + 1,
+               (long long)batch, (long long)accum, g_old, t->dp, t->o.batch_size, t->o.accum_steps, g_new,
+               (size_t)pos->next_batch * t->o.batch_size * (size_t)t->dp, (long long)pos->epoch + 1,
                t->o.max_steps == 0 ? "the step counter is counted in this run's steps" : "the step counter stays "
                "(the run's length is --steps)");
       if (t->o.max_steps == 0 && pos->step != old_step) {
@@ -531,7 +577,7 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
   px_comm_set_label(t->comm, "resume: broadcast of the checkpoint");
   // Under ZeRO the wrap that follows broadcasts rank 0's parameters and
   // buffers, and each rank reads its own optimizer state.
-  if (t->o.zero.stage == 0) {
+  if (t->o.zero.stage == 0 && !t->o.mesh) {
     if ((cst = px_comm_broadcast(t->comm, md->param_data, md->n_param_elems, PX_F32, 0)) != PX_OK) return cst;
     if (md->n_buffer_elems &&
         (cst = px_comm_broadcast(t->comm, md->buffer_data, md->n_buffer_elems, PX_F32, 0)) != PX_OK)
@@ -541,6 +587,8 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
       return cst;
   }
   if ((cst = px_comm_broadcast(t->comm, path, sizeof path, PX_U8, 0)) != PX_OK) return cst;
+  // Tensor parallel: every rank its own boxes, from any saved layout.
+  if (t->o.mesh && (cst = px_trainer_load_tp(t, path)) != PX_OK) return cst;
   t->step = pos.step;
   t->epoch = (uint64_t)pos.epoch;
   t->next_batch = (size_t)pos.next_batch;
@@ -560,6 +608,7 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
 
 px_status px_trainer_resume_shards(px_trainer *t) {
   if (!t->zero || !t->resumed) return PX_OK;
+  if (t->o.mesh) return px_trainer_resume_tp_shards(t);  // shards of tp boxes (state_tp.c)
   const int stage = stage_of(t);
   px_tensor_piece *pc = NULL;
   int n = 0;

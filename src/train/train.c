@@ -44,14 +44,23 @@ static px_status check_opts(const px_train_opts *o) {
   if (o->zero.stage < 0 || o->zero.stage > 3)
     return px_error(PX_ERR_INVALID, "train: zero.stage is %d; expected 0 (DDP), 1 (optimizer state sharded), 2 (and "
                     "gradients) or 3 (and parameters)", o->zero.stage);
+  if (o->mesh && o->zero.stage == 3)
+    return px_error(PX_ERR_UNSUPPORTED, "train: ZeRO stage 3 over the dp ranks of a tensor-parallel mesh is not "
+                    "built; use zero.stage 1 or 2 with tensor parallelism");
+  if (o->mesh && o->label_smoothing != 0.0f)
+    return px_error(PX_ERR_UNSUPPORTED, "train: label smoothing with tensor parallelism (the vocabulary-parallel "
+                    "loss has none)");
+  if (o->mesh && o->tp_vocab < 1)
+    return px_error(PX_ERR_INVALID, "train: a tensor-parallel run needs tp_vocab, the global vocabulary size");
   if (o->resume && !o->ckpt_dir && strcmp(o->resume, "auto") == 0)
     return px_error(PX_ERR_INVALID, "train: resume \"auto\" needs a checkpoint directory (ckpt_dir)");
   return PX_OK;
 }
 
-// The batch's targets as one i32 per row of the logits.
-static px_status loss_of(const px_tensor *logits, const px_batch *b, const px_ce_opts *ce, float *loss,
-                         float *dlogits) {
+// The batch's targets as one i32 per row of the logits (tensor parallel:
+// this rank's vocabulary columns of every row).
+static px_status loss_of(const px_trainer *t, const px_tensor *logits, const px_batch *b, const px_ce_opts *ce,
+                         float *loss, float *dlogits) {
   const int64_t C = logits->shape[logits->ndim - 1];
   const int64_t rows = C ? px_tensor_numel(logits) / C : 0;
   if (b->y.dtype != PX_I32 || px_tensor_numel(&b->y) != rows) {
@@ -63,6 +72,9 @@ static px_status loss_of(const px_tensor *logits, const px_batch *b, const px_ce
                     px_shape_str(logits->ndim, logits->shape, a, sizeof a), px_dtype_name(b->y.dtype),
                     px_shape_str(b->y.ndim, b->y.shape, c, sizeof c));
   }
+  if (t->o.mesh)
+    return px_tp_cross_entropy(&t->o.mesh->tp_group, logits, t->o.tp_vocab, (const int32_t *)b->y.data, -100, loss,
+                               dlogits);
   return px_cross_entropy_loss(logits, (const int32_t *)b->y.data, ce, loss, dlogits);
 }
 
@@ -77,7 +89,9 @@ static px_status run_eval(px_trainer *t) {
   px_eval_metrics m;
   size_t bs = t->o.eval_batch_size ? t->o.eval_batch_size : t->o.batch_size;
   px_comm_set_label(t->comm, "evaluation");
-  TRY(px_evaluate(t->comm, t->model, t->val, bs, t->o.workers, t->o.eval_max_batches, &m));
+  if (t->o.mesh) TRY(px_evaluate_tp(t->o.mesh, t->o.tp_vocab, t->model, t->val, bs, t->o.workers,
+                                    t->o.eval_max_batches, &m));
+  else TRY(px_evaluate(t->comm, t->model, t->val, bs, t->o.workers, t->o.eval_max_batches, &m));
   m.step = t->step;
   m.epoch = (int64_t)t->epoch;
   t->last_eval = m;
@@ -101,15 +115,27 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
   if (t->zero) {
     // The norm is global: each shard's sum of squares, all-reduced once.
     TRY(px_zero_sync(t->zero));
-    if (t->o.clip_grad_norm > 0.0f || want_norm)
+    if ((t->o.clip_grad_norm > 0.0f || want_norm) && t->o.mesh) {  // max_norm ∞: the norm only
+      float norm;
+      TRY(px_tp_zero_clip_grad_norm(t->o.mesh, t->zero, t->model,
+                                    t->o.clip_grad_norm > 0.0f ? t->o.clip_grad_norm : INFINITY, &norm));
+      *grad_norm = norm;
+    } else if (t->o.clip_grad_norm > 0.0f || want_norm) {
       TRY(px_zero_clip_grad_norm(t->zero, t->o.clip_grad_norm, grad_norm));
+    }
     px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
     TRY(px_optim_step(t->opt));
     return px_zero_after_step(t->zero);
   }
   if (t->ddp) TRY(px_ddp_sync(t->ddp));
   px_model *md = t->model;
-  if (t->o.clip_grad_norm > 0.0f)
+  if (t->o.mesh && (t->o.clip_grad_norm > 0.0f || want_norm)) {
+    // A split parameter counts with every tp rank's box, a replicated one once.
+    float norm;
+    TRY(px_tp_clip_grad_norm(&t->o.mesh->tp_group, md, t->o.clip_grad_norm > 0.0f ? t->o.clip_grad_norm : INFINITY,
+                             &norm));
+    *grad_norm = norm;
+  } else if (t->o.clip_grad_norm > 0.0f)
     *grad_norm = px_clip_grad_norm(md->grad_data, md->n_param_elems, t->o.clip_grad_norm);
   else if (want_norm)
     *grad_norm = sqrt(px_sumsq(md->grad_data, md->n_param_elems));
@@ -127,7 +153,11 @@ static px_status report_memory(px_trainer *t, px_train_result *res) {
   const size_t total_max = m->params + m->grads + m->optim_state + m->gathered + m->arena_peak;
   char layout[48];
   if (t->zero) snprintf(layout, sizeof layout, "ZeRO stage %d", t->o.zero.stage);
-  else snprintf(layout, sizeof layout, "%s", t->world > 1 ? "DDP" : "one process");
+  else snprintf(layout, sizeof layout, "%s", t->dp > 1 ? "DDP" : "one process");
+  if (t->o.mesh) {
+    const size_t used = strlen(layout);
+    snprintf(layout + used, sizeof layout - used, ", dp %d × tp %d", t->dp, t->o.mesh->tp);
+  }
   TRY(px_log_text(t->log, "memory per rank (%s, %d rank%s; rank 0 / max over ranks): params %s / %s, grads %s / %s, "
                   "optimizer %s / %s, gathered %s / %s, activations %s / %s; peak RSS %s",
                   layout, t->world, t->world == 1 ? "" : "s", px_train_bytes_str(a->params, b[0], 32),
@@ -190,7 +220,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       float *dlogits = px_model_scratch(md, (size_t)px_tensor_numel(&logits));
       if (!dlogits) return PX_ERR_NOMEM;
       float loss;
-      TRY(loss_of(&logits, b, &ce, &loss, dlogits));
+      TRY(loss_of(t, &logits, b, &ce, &loss, dlogits));
       if (!isfinite(loss))
         return px_error(PX_ERR_INVALID, "train: the loss is %g at step %lld (epoch %llu, batch %zu): lower the "
                         "learning rate or clip gradients (--clip-grad)", (double)loss, (long long)t->step,
@@ -217,7 +247,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       if (log_now) {
         double now = px_time_now();
         double mean = global_mean(t->comm, loss_sum, loss_n);
-        double samples = (double)samples_log * t->world;
+        double samples = (double)samples_log * t->dp;  // the tp ranks of a group share their samples
         double per_s = now > t_log ? samples / (now - t_log) : NAN;
         double eta = (double)(t->total_steps - t->step) * (now - t_start) / (double)(t->step - t->start_step);
         px_step_metrics m = {.step = t->step, .total_steps = t->total_steps, .epoch = (int64_t)t->epoch + 1,
@@ -252,7 +282,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
   }
   double dt = px_time_now() - t_start;
   res->seconds = dt;
-  res->samples_per_s = dt > 0 ? (double)samples_run * t->world / dt : NAN;
+  res->samples_per_s = dt > 0 ? (double)samples_run * t->dp / dt : NAN;
   return PX_OK;
 }
 
@@ -277,12 +307,12 @@ static px_status setup_parallel(px_trainer *t, px_model *model, bool *resumed) {
     t->shard_n = model->n_param_elems;
     TRY(px_optim_create(&t->opt, model->param_data, model->grad_data, model->n_param_elems, &t->o.optim));
     TRY(px_trainer_resume(t, resumed));
-    if (t->world > 1) TRY(px_ddp_wrap(&t->ddp, model, t->comm, &t->o.ddp));
+    if (t->dp > 1) TRY(px_ddp_wrap(&t->ddp, model, t->dp_comm, &t->o.ddp));
     return PX_OK;
   }
   TRY(px_trainer_resume(t, resumed));
   px_comm_set_label(t->comm, "ZeRO wrap");
-  TRY(px_zero_wrap(&t->zero, model, t->comm, &t->o.zero));
+  TRY(px_zero_wrap(&t->zero, model, t->dp_comm, &t->o.zero));
   px_zero_shard(t->zero, &t->shard_params, &t->shard_grads, &t->shard_n);
   TRY(px_zero_optim_create(t->zero, &t->opt, &t->o.optim));
   return px_trainer_resume_shards(t);
@@ -308,6 +338,9 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   t.log = log;
   t.last_eval_step = t.last_ckpt_step = -1;
   t.last_eval.loss = t.last_eval.accuracy = t.last_eval.perplexity = NAN;
+  t.dp_comm = t.o.mesh ? t.o.mesh->dp_comm : comm;
+  t.dp = t.o.mesh ? t.o.mesh->dp : t.world;
+  t.dp_rank = t.o.mesh ? t.o.mesh->dp_rank : t.rank;
 
   px_loader_opts lo = PX_LOADER_DEFAULTS;
   lo.batch_size = t.o.batch_size;
@@ -315,8 +348,8 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   lo.prefetch = t.o.prefetch;
   lo.shuffle = true;
   lo.seed = t.o.seed;
-  lo.rank = t.rank;
-  lo.world = t.world;
+  lo.rank = t.dp_rank;  // the ranks of a tensor-parallel group read the same batches
+  lo.world = t.dp;
   lo.skip_bad = t.o.skip_bad;
   px_status st = px_loader_create(&t.loader, train, &lo);
   if (st != PX_OK) return px_error_wrap(st, "train");

@@ -8,10 +8,13 @@
  * px_request_wait.  Rank 0 (and any others) go straight in and wait.  Each
  * rank checks the sums, and rank 0 prints, for each wait, its wall seconds
  * and the CPU seconds its thread spent in it (CLOCK_THREAD_CPUTIME_ID: only
- * the waiting thread, not Open MPI's own helper threads):
+ * the waiting thread, not Open MPI's own helper threads) and the CPU
+ * seconds of the whole process (getrusage RUSAGE_SELF: with plexus's
+ * watchdog thread, which throttles a stalled blocking call, and Open MPI's
+ * threads):
  *
- *   comm_stall: blocking waited=3.012 cpu=0.281
- *   comm_stall: request waited=3.004 cpu=0.270
+ *   comm_stall: blocking waited=3.012 cpu=0.281 proc=0.300
+ *   comm_stall: request waited=3.004 cpu=0.270 proc=0.280
  *
  * With --timeout T below S the watchdog must end the job instead.
  * comm_stall --has-mpi exits 0 if plexus was built with MPI, else 77. */
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 typedef struct opts {
@@ -31,6 +35,12 @@ static double thread_cpu(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double process_cpu(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 static void nap(double seconds) {
@@ -50,7 +60,7 @@ static int rank_main(px_comm *c, void *arg) {
     float v[256];
     for (int i = 0; i < 256; i++) v[i] = (float)(r + i);
     if (r == 1) nap(o->stall);
-    double t0 = px_time_now(), c0 = thread_cpu();
+    double t0 = px_time_now(), c0 = thread_cpu(), p0 = process_cpu();
     px_status st;
     if (round == 0) {
       st = px_comm_allreduce(c, v, 256, PX_F32, PX_SUM);
@@ -59,7 +69,7 @@ static int rank_main(px_comm *c, void *arg) {
       st = px_comm_iallreduce(c, v, 256, PX_F32, PX_SUM, &q);
       if (st == PX_OK) st = px_request_wait(q);
     }
-    double waited = px_time_now() - t0, cpu = thread_cpu() - c0;
+    double waited = px_time_now() - t0, cpu = thread_cpu() - c0, proc = process_cpu() - p0;
     if (st) { fprintf(stderr, "comm_stall: rank %d: %s: %s\n", r, how, px_last_error()); return 1; }
     // Σ_r (r + i) = n(n−1)/2 + n·i
     for (int i = 0; i < 256; i++)
@@ -68,7 +78,7 @@ static int rank_main(px_comm *c, void *arg) {
         return 1;
       }
     if (r == 0) {
-      printf("comm_stall: %s waited=%.3f cpu=%.3f\n", how, waited, cpu);
+      printf("comm_stall: %s waited=%.3f cpu=%.3f proc=%.3f\n", how, waited, cpu, proc);
       fflush(stdout);
     }
   }

@@ -1,0 +1,37 @@
+/* comm/mpi_watch.h — the MPI backend's watchdog thread (mpi_watch.c).
+ *
+ * A blocking px_comm collective under MPI calls MPI's own blocking
+ * collective (MPI_Allreduce, ...), which cannot time out and spins while it
+ * waits.  Around that call the calling thread arms the watch with what it is
+ * in; one thread per process watches the armed call and
+ *   - once it has waited `spin` seconds (it has stalled: a peer is late),
+ *     throttles the caller: a signal every ~2 ms whose handler naps 2 ms,
+ *     so the spinning call uses a few % of a core until the peer arrives;
+ *   - at `timeout` seconds prints the watchdog's message and ends the job
+ *     with MPI_Abort (so MPI must provide MPI_THREAD_MULTIPLE).
+ * Arming and disarming are a few atomic stores: no lock, no system call
+ * while collectives keep coming (the thread sleeps only after 1 s of none,
+ * and the first arm after that wakes it). */
+#ifndef PX_COMM_MPI_WATCH_H
+#define PX_COMM_MPI_WATCH_H
+
+#include <stdbool.h>
+
+/* Starts the thread and installs the throttle's signal handler, once per
+ * process.  False (and the MPI backend keeps its polling waits) when the
+ * thread cannot start or the signal is already handled by the program. */
+bool px_mpi_watch_start(void);
+
+/* The calling thread is about to block in `what` on a communicator whose
+ * world rank is world_rank; label is printed at expiry and must stay valid
+ * until disarm (the communicator's own label: its owner is blocked).
+ * peer >= 0 for point-to-point.  timeout <= 0: no deadline, still throttled.
+ * False when another thread's call is armed: use the polling wait then. */
+bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int peer, double timeout,
+                      double spin);
+void px_mpi_watch_disarm(void);
+
+/* The watchdog's message, printed to stderr by either wait. */
+void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout, int peer);
+
+#endif
