@@ -8,7 +8,15 @@
  * Every step's loss and, at the end, every parameter this rank holds (found
  * in the reference by its whole-model name) must agree to 1e-5 relative
  * (max |a - b| / max(|a|, |b|, rms of the tensor)); the initial parameters
- * must be bit-for-bit the reference's. */
+ * must be bit-for-bit the reference's.
+ *
+ * With dropout > 0 the reference runs the same m micro-batches per step
+ * with gradient accumulation (m forwards, each loss gradient scaled by
+ * 1/m): a dropout mask is a function of (seed, module stream, training
+ * forward count, element index in the forward's input), so the pipeline's
+ * micro-batch j of step s must draw the mask of the single process's
+ * forward s·m + j + 1 on that micro-batch.  With dropout 0 the reference
+ * runs the whole batch in one forward (the stronger claim). */
 #ifndef PX_PP_CASES_H
 #define PX_PP_CASES_H
 
@@ -20,12 +28,62 @@
 enum { PPC_IN = 12, PPC_HIDDEN = 16, PPC_CLASSES = 5, PPC_B = 24, PPC_STEPS = 20 };
 
 typedef struct ppc_mlp {
-  int depth;  // hidden layers: 2·depth + 2 units (flatten, Linear/ReLU pairs, the last Linear)
+  int   depth;    // hidden layers: 2·depth + 2 units (flatten, Linear/ReLU pairs, the last Linear)
+  float dropout;  // > 0: a Dropout unit after every ReLU (3·depth + 2 units)
 } ppc_mlp;
 
 static px_module *ppc_build(void *arg) {
   const ppc_mlp *a = arg;
-  return px_zoo_mlp(PPC_IN, PPC_HIDDEN, a->depth, PPC_CLASSES);
+  if (a->dropout <= 0) return px_zoo_mlp(PPC_IN, PPC_HIDDEN, a->depth, PPC_CLASSES);
+  px_module *m = px_chain();
+  bool ok = m && px_chain_add_named(m, "flatten", px_flatten()) == PX_OK;
+  int index = 0, width = PPC_IN;
+  char name[16];
+  for (int d = 0; ok && d <= a->depth; d++) {
+    const bool last = d == a->depth;
+    snprintf(name, sizeof name, "%d", index++);
+    ok = px_chain_add_named(m, name, px_linear(width, last ? PPC_CLASSES : PPC_HIDDEN, true)) == PX_OK;
+    width = PPC_HIDDEN;
+    if (last || !ok) break;
+    snprintf(name, sizeof name, "%d", index++);
+    ok = px_chain_add_named(m, name, px_relu()) == PX_OK;
+    snprintf(name, sizeof name, "%d", index++);
+    ok = ok && px_chain_add_named(m, name, px_dropout(a->dropout)) == PX_OK;
+  }
+  if (!ok) {
+    px_module_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* One single-process step on x (rows × …) as m micro-batches of rows/m
+ * with gradient accumulation: gradients zeroed, then per micro-batch a
+ * forward, the cross-entropy against its targets (tpm targets each), the
+ * loss gradient scaled by 1/m and a backward.  *loss: the micro-batch
+ * losses' mean.  m = 1: the whole batch in one forward. */
+static void ppc_ref_step(px_model *ref, const px_tensor *x, const int32_t *targets, int64_t tpm, int m,
+                         float *loss) {
+  px_model_zero_grad(ref);
+  const int64_t rows = x->shape[0] / m;
+  const size_t row_bytes = px_tensor_nbytes(x) / (size_t)x->shape[0];
+  int64_t shape[PX_MAX_DIMS];
+  for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
+  shape[0] = rows;
+  double sum = 0;
+  for (int j = 0; j < m; j++) {
+    px_tensor xj = px_tensor_view((char *)x->data + (size_t)j * (size_t)rows * row_bytes, x->dtype, x->ndim, shape);
+    px_tensor logits;
+    CHECK_OK(px_model_forward(ref, &xj, &logits));
+    float *dl = px_model_scratch(ref, (size_t)px_tensor_numel(&logits)), l;
+    CHECK_OK(px_cross_entropy_loss(&logits, targets + (size_t)j * (size_t)tpm, NULL, &l, dl));
+    px_scale(dl, (size_t)px_tensor_numel(&logits), 1.0f / (float)m);
+    px_tensor dlt = logits;
+    dlt.data = dl;
+    CHECK_OK(px_model_backward(ref, &dlt, NULL));
+    sum += l;
+  }
+  *loss = (float)(sum / m);
 }
 
 // Step s's batch: inputs (B, IN) and class targets.
@@ -58,12 +116,13 @@ static double ppc_compare(px_pp *pp, const px_model *ref, const char **worst_nam
 static px_optim_opts ppc_optim(void) { return px_adamw_defaults(1e-2f); }
 
 /* One case: a pipeline over `pipe` with schedule `sched` (p = its size) and
- * an MLP of `depth` hidden layers, split as `split` says (NULL: equal unit
- * counts).  Returns the number of failed checks on this rank. */
+ * an MLP of `depth` hidden layers (dropout after each ReLU when > 0), split
+ * as `split` says (NULL: equal unit counts).  Returns the number of failed
+ * checks on this rank. */
 static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const px_pp_split *split, float clip,
-                    const char *what) {
+                    float dropout, const char *what) {
   const int before = px_test_failures;
-  ppc_mlp arg = {.depth = depth};
+  ppc_mlp arg = {.depth = depth, .dropout = dropout};
   const px_optim_opts oo = ppc_optim();
   px_pp_opts po = {.build = ppc_build, .build_arg = &arg, .split = split, .seed = 5, .optim = &oo,
                    .clip_grad_norm = clip};
@@ -86,14 +145,9 @@ static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const
   int clipped = 0;
   for (int s = 0; s < PPC_STEPS; s++) {
     ppc_batch(s, x, y);
-    px_tensor xt = px_tensor_view(x, PX_F32, 2, (int64_t[]){PPC_B, PPC_IN}), logits;
-    px_model_zero_grad(ref);
-    CHECK_OK(px_model_forward(ref, &xt, &logits));
-    float *dl = px_model_scratch(ref, (size_t)px_tensor_numel(&logits)), lref;
-    CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, dl));
-    px_tensor dlt = logits;
-    dlt.data = dl;
-    CHECK_OK(px_model_backward(ref, &dlt, NULL));
+    px_tensor xt = px_tensor_view(x, PX_F32, 2, (int64_t[]){PPC_B, PPC_IN});
+    float lref;
+    ppc_ref_step(ref, &xt, y, PPC_B / m, dropout > 0 ? m : 1, &lref);
     const float nref = clip > 0 ? px_clip_grad_norm(ref->grad_data, ref->n_param_elems, clip) : 0;
     CHECK_OK(px_optim_step(oref));
     float l;
@@ -136,15 +190,15 @@ static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const
 }
 
 /* ---- The GPT: tied embedding and head on the first and last stage ------------
- * 3 blocks, 8 units (wte wpe drop h.0 h.1 h.2 ln_f lm_head), dropout 0 (a
- * stage's dropout masks are keyed by its own module numbering). */
+ * 3 blocks, 8 units (wte wpe drop h.0 h.1 h.2 ln_f lm_head); dropout (the
+ * embedding's, attention probabilities', residuals') as the caller says. */
 enum { PPG_V = 37, PPG_CTX = 12, PPG_T = 10, PPG_B = 8 };
 #define PPG_CLIP 0.5f  // acts on most steps: the tied weight must count once in the norm
 
 static px_module *ppg_build(void *arg) {
-  (void)arg;
+  const float *dropout = arg;
   const px_gpt_config cfg = {.vocab_size = PPG_V, .context = PPG_CTX, .n_layer = 3, .n_head = 4, .n_embd = 16,
-                             .dropout = 0.0f};
+                             .dropout = dropout ? *dropout : 0.0f};
   return px_zoo_gpt(&cfg);
 }
 
@@ -190,7 +244,7 @@ static double ppg_compare(px_pp *pp, const px_model *ref, const char **worst_nam
 /* The GPT through `sched`: losses of 20 SGD+momentum steps, gradient norms
  * clipped at 0.5 over the whole pipeline, parameters (the head's
  * copy of wte.weight against the one wte.weight), evaluation. */
-static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, const char *what) {
+static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, float dropout, const char *what) {
   const int before = px_test_failures;
   // SGD with momentum: splitting the batch into micro-batches changes the
   // order of float32 sums in the weight gradients, and AdamW divides by
@@ -200,11 +254,12 @@ static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, const char *what
   // sees the same).  The MLP cases use AdamW.
   px_optim_opts oo = px_sgd_defaults(0.1f);
   oo.momentum = 0.9f;
-  px_pp_opts po = {.build = ppg_build, .seed = 11, .optim = &oo, .clip_grad_norm = PPG_CLIP};
+  px_pp_opts po = {.build = ppg_build, .build_arg = &dropout, .seed = 11, .optim = &oo,
+                   .clip_grad_norm = PPG_CLIP};
   px_pp *pp;
   CHECK_OK(px_pp_create(&pp, pipe, sched, &po));
   px_model *ref;
-  CHECK_OK(px_model_create(&ref, ppg_build(NULL), 11));
+  CHECK_OK(px_model_create(&ref, ppg_build(&dropout), 11));
   px_optim *oref;
   CHECK_OK(px_optim_create(&oref, ref->param_data, ref->grad_data, ref->n_param_elems, &oo));
   const char *name = NULL;
@@ -224,14 +279,9 @@ static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, const char *what
   const float clip = PPG_CLIP;
   for (int s = 0; s < PPC_STEPS; s++) {
     ppg_batch(s, x, y);
-    px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){PPG_B, PPG_T}), logits;
-    px_model_zero_grad(ref);
-    CHECK_OK(px_model_forward(ref, &xt, &logits));
-    float *dl = px_model_scratch(ref, (size_t)px_tensor_numel(&logits)), lref;
-    CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, dl));
-    px_tensor dlt = logits;
-    dlt.data = dl;
-    CHECK_OK(px_model_backward(ref, &dlt, NULL));
+    px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){PPG_B, PPG_T});
+    float lref;
+    ppc_ref_step(ref, &xt, y, (PPG_B / m) * PPG_T, dropout > 0 ? m : 1, &lref);
     const float nref = clip > 0 ? px_clip_grad_norm(ref->grad_data, ref->n_param_elems, clip) : 0;
     CHECK_OK(px_optim_step(oref));
     float l;

@@ -5,7 +5,8 @@ interleaved, and (with MPI) 2 processes under mpiexec print the same loss at
 every logged step and the same held-out loss, digit for digit (the pipeline
 computes the single model's math; only where it runs changes); the loss
 falls.  A --pp that is not the number of ranks, and a batch that does not
-split into the micro-batches, are refused naming both numbers.
+split into the micro-batches, are refused naming both numbers, and --pp
+with --tp (not built) is refused, not run as a pipeline alone.
 
 If it fails: the CLI does not hand the options to the executor, a stage
 split changes the arithmetic, or the ranks see different batches."""
@@ -17,12 +18,12 @@ import cli_util as cu
 BASE = ["train", "--model", "mlp", "--depth", "3", "--hidden", "32", "--data", "mnist",
         "--data-path", cu.FMNIST, "--train-subset", "1024", "--val-subset", "256",
         "--batch-size", "32", "--micro-batches", "4", "--steps", "20", "--log-every", "5",
-        "--lr", "0.002", "--num-threads", "1"]
+        "--lr", "0.002", "--num-threads", "1", "--progress", "lines"]
 
 
 def losses(out):
-    steps = re.findall(r"^step (\d+) \(epoch \d+\): loss ([0-9.]+)$", out, re.M)
-    held = re.findall(r"held-out loss ([0-9.]+)", out)
+    steps = re.findall(r"^step (\d+)/\d+ epoch \d+/\d+ loss ([0-9.]+) ", out, re.M)
+    held = re.findall(r"^plexus train: done: .*; (?:test|held-out) loss ([0-9.]+)", out, re.M)
     return steps, held
 
 
@@ -43,7 +44,7 @@ def main():
         runs[name] = losses(p.stdout)
         print("  %s: steps %s, held-out %s" % (name, runs[name][0][-1:], runs[name][1]))
     first = next(iter(runs.values()), None)
-    cu.check(first is not None and len(first[0]) == 5 and len(first[1]) == 1, "no losses: %s" % (first,))
+    cu.check(first is not None and len(first[0]) == 4 and len(first[1]) == 1, "no losses: %s" % (first,))
     if first:
         cu.check(float(first[0][-1][1]) < float(first[0][0][1]) - 0.2,
                  "the loss did not fall: %s" % (first[0],))
@@ -55,6 +56,9 @@ def main():
     p = cu.run(BASE + ["--threads", "2", "--pp", "2", "--batch-size", "30"], expect_ok=False)
     cu.check(p.returncode != 0 and "--batch-size 30" in p.stderr and "--micro-batches 4" in p.stderr,
              "batch 30 in 4 micro-batches: %d %s" % (p.returncode, p.stderr[-300:]))
+    p = cu.run(BASE + ["--threads", "4", "--pp", "2", "--tp", "2"], expect_ok=False)
+    cu.check(p.returncode != 0 and "--pp 2 with --tp 2" in p.stderr and "not built" in p.stderr,
+             "--pp 2 --tp 2: %d %s" % (p.returncode, p.stderr[-300:]))
     cu.finish("test_pp_cli_train_same_losses_any_schedule_or_launcher")
 
 

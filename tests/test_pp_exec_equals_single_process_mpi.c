@@ -4,7 +4,9 @@
  * process's loss at every one of 20 AdamW steps, its parameters after them
  * (1e-5 relative) and its evaluation loss (tests/pp_cases.h).  With one
  * process every stage is on rank 0 and handed over in memory.  And the GPT
- * with its tied embedding and head on the first and last stage (1F1B).
+ * with its tied embedding and head on the first and last stage (1F1B),
+ * without dropout and with dropout 0.1 (against one process running the
+ * same 4 micro-batches with gradient accumulation).
  * If this fails and the threads twin passes: a message's size or tag
  * differs between the MPI and threads transports, or a send buffer was
  * reused before MPI finished with it. */
@@ -22,13 +24,14 @@ static int run(px_comm *c, void *arg) {
     char what[96];
     snprintf(what, sizeof what, "%s p %d m %d v %d (%s)", px_pp_kind_name(cases[i].kind), p, cases[i].m,
              cases[i].v, px_comm_backend_name(px_comm_backend_of(c)));
-    ppc_case(c, s, 6, NULL, i == 1 ? 0.3f : 0.0f, what);  // 1F1B: with gradient-norm clipping
+    ppc_case(c, s, 6, NULL, i == 1 ? 0.3f : 0.0f, i == 3 ? 0.2f : 0.0f, what);  // interleaved: with dropout  // 1F1B: with gradient-norm clipping
     px_pp_schedule_free(s);
   }
   // The GPT: wte on the first stage, its tied head (and a copy of wte.weight) on the last.
   px_pp_schedule *s;
   CHECK_OK(px_pp_schedule_make(PX_PP_1F1B, p, 4, 1, &s));
-  ppg_case(c, s, "1f1b m 4 (mpi)");
+  ppg_case(c, s, 0.0f, "1f1b m 4 (mpi)");
+  ppg_case(c, s, 0.1f, "1f1b m 4, dropout (mpi)");
   px_pp_schedule_free(s);
   return px_test_failures ? 1 : 0;
 }

@@ -51,9 +51,11 @@ int px_cmd_tokenize(int argc, char **argv);
 int px_cmd_generate(int argc, char **argv);
 int px_cmd_schedule(int argc, char **argv);
 
-/* plexus train --pp P (cmd_train_pp.c): this rank's part of the pipeline;
- * returns the rank's exit code. */
-int px_app_train_pp(px_comm *comm, const px_config *c, const px_optim_opts *optim);
+/* plexus train --pp P (cmd_train_pp.c): this rank's part of the pipeline,
+ * run with the options and logger options of the normal path; *res filled
+ * as px_train fills it (the caller reports it). */
+px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts *o, const px_logger_opts *log_opts,
+                          px_train_result *res);
 
 /* Print "plexus <cmd>: <px_last_error()>" on stderr and return 1. */
 int px_app_fail(const char *cmd);

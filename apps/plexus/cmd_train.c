@@ -160,6 +160,37 @@ static px_status load_init(px_comm *comm, px_model *model, const px_config *c) {
   return status == 0 ? PX_OK : px_error((px_status)status, "%s", msg);
 }
 
+// The run's results on rank 0 (px_train's or the pipeline's), and the exit
+// status a stop by signal asks for.
+static void report(px_comm *comm, train_job *job, const px_train_result *res) {
+  const px_config *c = &job->cfg;
+  const int rank = px_comm_rank(comm);
+  if (rank == 0) {
+    // Results go to stdout even with --quiet: they are what the run is for.
+    if (res->stopped)
+      printf("plexus train: stopped at step %lld after %.1f s (%.0f samples/s)", (long long)res->steps, res->seconds,
+             res->samples_per_s);
+    else
+      printf("plexus train: done: %lld steps in %.1f s (%.0f samples/s)", (long long)res->steps, res->seconds,
+             res->samples_per_s);
+    if (res->eval.samples > 0) {
+      // MNIST-layout directories hold a test split; other sources a held-out one.
+      printf("; %s loss %.4f", strcmp(c->data, "mnist") == 0 ? "test" : "held-out", res->eval.loss);
+      if (res->eval.accuracy == res->eval.accuracy) printf(", accuracy %.4f", res->eval.accuracy);
+      if (res->eval.perplexity == res->eval.perplexity) printf(", perplexity %.2f", res->eval.perplexity);
+    }
+    printf("\n");
+    if (res->last_checkpoint[0]) printf("plexus train: last checkpoint %s\n", res->last_checkpoint);
+    fflush(stdout);
+  }
+  // Every process ends with the same exit status: under MPI each holds its
+  // own job (a rank whose peer got the signal stopped too); under threads
+  // rank 0 speaks for the process.
+  const bool at_budget = c->stop_at_step > 0 && res->steps >= c->stop_at_step;
+  if (res->stopped && !at_budget && (rank == 0 || px_comm_backend_of(comm) == PX_COMM_MPI))
+    job->stopped_by_signal = true;
+}
+
 // The device mesh of --dp/--tp (a pipeline dimension slots in as pp):
 // NULL when the run is plain data parallel (tp 1 and no --dp), else a mesh
 // over comm, described on rank 0.  A product that is not the world size
@@ -255,9 +286,16 @@ static int train_rank(px_comm *comm, void *arg) {
     printf("plexus train: %d rank%s (%s backend), config:\n%s\n", px_comm_size(comm),
            px_comm_size(comm) == 1 ? "" : "s", px_comm_backend_name(px_comm_backend_of(comm)), job->config_json);
 
-  if (c->pp > 1) {  // pipeline parallel: its own loop (cmd_train_pp.c)
+  px_logger_opts lo = {.rank = rank, .console = !c->quiet,
+                       .progress = strcmp(c->progress, "bar") == 0 ? 1 : strcmp(c->progress, "lines") == 0 ? 0 : -1,
+                       .jsonl_path = job->jsonl[0] ? job->jsonl : NULL,
+                       .tensorboard_dir = job->tensorboard[0] ? job->tensorboard : NULL, .run_name = c->model};
+  if (c->pp > 1) {  // pipeline parallel: its own loop (cmd_train_pp.c), the same options, logs and report
     const px_train_opts po = train_opts(job);
-    return px_app_train_pp(comm, c, &po.optim);
+    px_train_result res;
+    if (px_app_train_pp(comm, c, &po, &lo, &res) != PX_OK) return rank_fail(comm, "");
+    report(comm, job, &res);
+    return 0;
   }
   px_app_data train = {0}, val = {0};
   px_model *model = NULL;
@@ -289,10 +327,6 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "");
     goto done;
   }
-  px_logger_opts lo = {.rank = rank, .console = !c->quiet,
-                       .progress = strcmp(c->progress, "bar") == 0 ? 1 : strcmp(c->progress, "lines") == 0 ? 0 : -1,
-                       .jsonl_path = job->jsonl[0] ? job->jsonl : NULL,
-                       .tensorboard_dir = job->tensorboard[0] ? job->tensorboard : NULL, .run_name = c->model};
   if (px_logger_create(&log, &lo) != PX_OK) {
     rc = rank_fail(comm, "logging");
     goto done;
@@ -317,30 +351,7 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "");
     goto done;
   }
-  if (rank == 0) {
-    // Results go to stdout even with --quiet: they are what the run is for.
-    if (res.stopped)
-      printf("plexus train: stopped at step %lld after %.1f s (%.0f samples/s)", (long long)res.steps, res.seconds,
-             res.samples_per_s);
-    else
-      printf("plexus train: done: %lld steps in %.1f s (%.0f samples/s)", (long long)res.steps, res.seconds,
-             res.samples_per_s);
-    if (res.eval.samples > 0) {
-      // MNIST-layout directories hold a test split; other sources a held-out one.
-      printf("; %s loss %.4f", strcmp(c->data, "mnist") == 0 ? "test" : "held-out", res.eval.loss);
-      if (res.eval.accuracy == res.eval.accuracy) printf(", accuracy %.4f", res.eval.accuracy);
-      if (res.eval.perplexity == res.eval.perplexity) printf(", perplexity %.2f", res.eval.perplexity);
-    }
-    printf("\n");
-    if (res.last_checkpoint[0]) printf("plexus train: last checkpoint %s\n", res.last_checkpoint);
-    fflush(stdout);
-  }
-  // Every process ends with the same exit status: under MPI each holds its
-  // own job (a rank whose peer got the signal stopped too); under threads
-  // rank 0 speaks for the process.
-  const bool at_budget = c->stop_at_step > 0 && res.steps >= c->stop_at_step;
-  if (res.stopped && !at_budget && (rank == 0 || px_comm_backend_of(comm) == PX_COMM_MPI))
-    job->stopped_by_signal = true;
+  report(comm, job, &res);
 done:
   px_logger_free(log);
   px_model_free(model);

@@ -248,7 +248,7 @@ px_module *px_dropout(float p);
 /* Dropout on part `part` of `parts` equal pieces of axis 1 (sequence
  * parallelism): the input (N, T, …) is positions [part·T, (part+1)·T) of
  * (N, parts·T, …), and each element keeps or drops as the same element of
- * the whole does under px_dropout (same module uid, seed and step).
+ * the whole does under px_dropout (same module stream, seed and step).
  * part = 0, parts = 1 is px_dropout. */
 px_module *px_dropout_part(float p, int part, int parts);
 px_module *px_flatten(void);      /* (N, ...) -> (N, prod(...)), a view */

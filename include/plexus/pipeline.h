@@ -136,9 +136,14 @@ void px_pp_schedule_print(const px_pp_schedule *s, FILE *out);
  * and frees the rest, then gives every kept module its whole-model stream
  * before initialising.  So stage s's parameters are bit-for-bit those of
  * the single-process model, and a rank allocates only its stages'.
- * (Dropout masks are keyed by the module's uid in the stage's model, not
- * the whole model's: a pipeline with dropout trains correctly but draws
- * other masks than one process.) */
+ * Dropout masks (dropout.c, attention.c) are drawn from (seed, stream,
+ * ctx.step, element index), so they are the whole model's too; the
+ * executor sets a slot model's ctx.step before each FORWARD so that
+ * micro-batch j of step s (0-based, counted by px_pp_step) draws the masks
+ * of the single process's (s·m + j + 1)-th training forward: a pipeline
+ * with dropout gives the losses and parameters of one process running the
+ * same m micro-batches per step with gradient accumulation (not of one
+ * forward on the whole batch, whose element indices differ). */
 
 /* Builds the whole model's module tree (as px_zoo_mlp(…) does); called once
  * per stage model and micro-batch slot, so it must return the same tree
@@ -265,6 +270,15 @@ px_model *px_pp_chunk_model(px_pp *pp, int chunk);
 int px_pp_chunk_stage(const px_pp *pp, int chunk);
 const px_pp_plan *px_pp_plan_of(const px_pp *pp);
 
+/* The learning rate of the next OPTIM_STEP, for every chunk's optimizer
+ * (a schedule: px_pp_set_lr(pp, px_lr_at(&sched, step)) before each step). */
+void px_pp_set_lr(px_pp *pp, float lr);
+/* on: the following steps measure the global gradient norm (stats'
+ * grad_norm, one scalar all-reduce over the pipeline) also without
+ * clipping, as a logging step wants it; with clip_grad_norm > 0 it is
+ * always measured. */
+void px_pp_measure_grad_norm(px_pp *pp, bool on);
+
 typedef struct px_pp_stats {
   double step_s;       /* wall time of the last step */
   double wait_s;       /* of which waiting for receives */
@@ -273,7 +287,8 @@ typedef struct px_pp_stats {
   size_t arena_high;   /* the slots' arena high-water marks summed (bytes): activations held */
   size_t comm_bytes;   /* send and receive buffers (bytes) */
   size_t param_elems;  /* parameters held by this rank */
-  float  grad_norm;    /* the last step's global gradient norm before clipping (with clip_grad_norm > 0) */
+  float  grad_norm;    /* the last step's global gradient norm before clipping (clip_grad_norm > 0 or
+                          px_pp_measure_grad_norm; else that of the last step that measured it) */
 } px_pp_stats;
 void px_pp_stats_get(const px_pp *pp, px_pp_stats *out);
 

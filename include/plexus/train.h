@@ -146,6 +146,10 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
 px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t batch_size, int workers,
                       int64_t max_batches, px_eval_metrics *out);
 
+/* Rows of logits (…, C) whose argmax is the target y[row] (px_evaluate's
+ * accuracy count; the pipeline's evaluation counts on its last stage). */
+int64_t px_count_correct(const px_tensor *logits, const int32_t *y);
+
 /* This process's peak resident memory in bytes (VmHWM in
  * /proc/self/status; 0 where the system does not say). */
 size_t px_train_peak_rss(void);

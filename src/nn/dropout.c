@@ -40,7 +40,7 @@ static void apply_mask(const dropout *d, const float *in, float *out, size_t n) 
 // n·parts·Tl + part·Tl + t, so its elements draw the whole's u_i.
 static void apply_mask_part(const dropout *d, const float *in, float *out, int64_t N, int64_t Tl, size_t inner) {
   const float p = d->p, scale = 1.0f / (1.0f - p);
-  const uint64_t hi = ((uint64_t)d->base.uid << 40) ^ d->step;
+  const uint64_t hi = ((uint64_t)d->base.stream << 40) ^ d->step;  // as apply_mask: the stream, not the uid
   const int64_t rows = N * Tl;
   #pragma omp parallel for schedule(static) if (PX_PAR((size_t)rows * inner))
   for (int64_t r = 0; r < rows; r++) {

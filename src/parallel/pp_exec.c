@@ -58,6 +58,7 @@ struct px_pp {
   int64_t               rows;   // rows per micro-batch of the first step
   double                loss_sum;
   float                 clip;
+  bool                  want_norm;  // measure the global gradient norm without clipping
   px_pp_stats           stats;
 };
 
@@ -77,6 +78,13 @@ px_model *px_pp_chunk_model(px_pp *pp, int chunk) {
 }
 int px_pp_chunk_stage(const px_pp *pp, int chunk) { return chunk >= 0 && chunk < pp->v ? pp->chunk[chunk].stage : -1; }
 const px_pp_plan *px_pp_plan_of(const px_pp *pp) { return pp->plan; }
+
+void px_pp_set_lr(px_pp *pp, float lr) {
+  for (int c = 0; c < pp->v; c++)
+    if (pp->chunk[c].opt) px_optim_set_lr(pp->chunk[c].opt, lr);
+}
+
+void px_pp_measure_grad_norm(px_pp *pp, bool on) { pp->want_norm = on; }
 
 void px_pp_stats_get(const px_pp *pp, px_pp_stats *out) {
   *out = pp->stats;
@@ -412,6 +420,13 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
     return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD with %d micro-batches in flight "
                     "already (or this one twice)", ch->stage, micro, ch->n_slots);
   pp_slot *sl = &ch->slot[k];
+  // Dropout masks are drawn from (seed, module stream, ctx.step, element).
+  // The streams are the whole model's (px_pp_stage_model); the step is set
+  // here so that micro-batch j of step s draws what one process draws in
+  // its (s·m + j + 1)-th training forward: the single process running the
+  // same m micro-batches per step with gradient accumulation, whichever
+  // slot (and so whichever model's own counter) runs the micro-batch.
+  sl->md->ctx.step = pp->steps * (uint64_t)pp->m + (uint64_t)micro;  // px_model_forward adds 1
   const double t0 = px_time_now();
   st = with_where(px_model_forward(sl->md, &in, &ch->y[micro]), ch->stage, micro, "FORWARD");
   pp->stats.compute_s += px_time_now() - t0;
@@ -475,7 +490,7 @@ static px_status do_backward(px_pp *pp, pp_chunk *ch, int micro, bool first) {
   return st;
 }
 
-// Global gradient-norm clipping: every rank's squared sum (the head's copy
+// Global gradient norm (and clipping with clip > 0): every rank's squared sum (the head's copy
 // of a tied weight left out: it holds the same summed gradient as the
 // embedding's), summed over the pipeline, then the same scale everywhere.
 static px_status clip_grads(px_pp *pp) {
@@ -494,7 +509,7 @@ static px_status clip_grads(px_pp *pp) {
   pp->stats.grad_norm = norm;
   for (int c = 0; c < pp->v; c++) {
     px_model *md = pp->chunk[c].slot[0].md;
-    px_clip_grad_scale(md->grad_data, md->n_param_elems, norm, pp->clip);
+    if (pp->clip > 0) px_clip_grad_scale(md->grad_data, md->n_param_elems, norm, pp->clip);
   }
   return PX_OK;
 }
@@ -557,7 +572,7 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
       set_label(pp, "step (tied embedding gradient)", a->stage, a->micro, a->op);
       if ((st = sync_tied(pp)) != PX_OK) break;
       set_label(pp, "step (gradient norm)", a->stage, a->micro, a->op);
-      if (pp->clip > 0 && (st = clip_grads(pp)) != PX_OK) break;
+      if ((pp->clip > 0 || pp->want_norm) && (st = clip_grads(pp)) != PX_OK) break;
       for (int c = 0; c < pp->v && st == PX_OK; c++)
         if (pp->chunk[c].opt) st = px_optim_step(pp->chunk[c].opt);
       continue;

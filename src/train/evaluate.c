@@ -18,7 +18,7 @@
 #include <string.h>
 
 // Rows of `logits` (C classes each) whose argmax is the target.
-static int64_t count_correct(const px_tensor *logits, const int32_t *y) {
+int64_t px_count_correct(const px_tensor *logits, const int32_t *y) {
   const int64_t C = logits->shape[logits->ndim - 1];
   const int64_t rows = px_tensor_numel(logits) / C;
   const float *z = px_f32(logits);
@@ -73,7 +73,7 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
             : px_cross_entropy_loss(&logits, (const int32_t *)b->y.data, &ce, &loss, NULL);
     if (st != PX_OK) break;
     sums[0] += (double)loss * (double)rows;
-    if (!tp) sums[1] += (double)count_correct(&logits, (const int32_t *)b->y.data);
+    if (!tp) sums[1] += (double)px_count_correct(&logits, (const int32_t *)b->y.data);
     sums[2] += (double)rows;
   }
   if (st == PX_OK && passes < target) {
