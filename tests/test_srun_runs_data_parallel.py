@@ -7,7 +7,8 @@ of the quick start makes ONE job of two MPI ranks: rank 0 reports
 stalls in a collective ends the whole step through the watchdog, with its
 message, in seconds.  When the build
 has the `plexus` command, `srun -n 2 plexus train` runs on 2 ranks of the
-MPI backend and exits 0; `--backend mpi` refuses a launch without PMI
+MPI backend and exits 0 (data parallel, ZeRO-3, tensor parallel with
+sequence parallelism, and a 2-stage 1F1B pipeline); `--backend mpi` refuses a launch without PMI
 (`--mpi=none`) instead of training twice; and a signal sent through Slurm
 (as `sbatch --signal` does before a time limit) ends both ranks after a step
 with a checkpoint and exit 75, from which `--resume auto` under srun goes on.
@@ -393,6 +394,28 @@ def plexus_cases(cluster):
     ck = os.path.join(z3, "checkpoints", "step_00000010")
     check(all(os.path.exists(os.path.join(ck, "%s.rank%05d-of-00002.safetensors" % (w, r)))
               for w in ("model", "optim") for r in (0, 1)), f"--zero 3 under srun: rank files missing in {ck}")
+
+    # Tensor parallelism under srun: the two tasks are one tp group of the
+    # GPT (dp inferred as 1), and the mesh is printed.
+    text = cluster.path("words.txt")
+    rnd = random.Random(7)
+    with open(text, "w") as f:
+        for _ in range(300):
+            f.write(" ".join("w%d" % rnd.randrange(40) for _ in range(rnd.randint(5, 15))) + "\n")
+    gpt = [PLEXUS, "train", "--model", "gpt", "--data", "text", "--data-path", text, "--context", "16",
+           "--n-layer", "2", "--n-head", "4", "--n-embd", "32", "--batch-size", "4", "--progress", "lines"]
+    p = srun(cluster, gpt + ["--steps", "6", "--tp", "2", "--sequence-parallel"])
+    show(p)
+    check(p.returncode == 0 and "mesh dp 1 × tp 2 × pp 1 (world 2)" in p.stdout and
+          re.search(r"^0: plexus train: done: 6 steps", p.stdout, re.M) is not None,
+          f"plexus train --tp 2 under srun exited {p.returncode} or printed no mesh and no 6 steps done")
+
+    # Pipeline parallelism under srun: the two tasks are the two stages.
+    p = srun(cluster, train + ["--steps", "6", "--pp", "2", "--micro-batches", "4", "--schedule-pp", "1f1b"])
+    show(p)
+    check(p.returncode == 0 and "pipeline of 2 stages over 2 ranks" in p.stdout and
+          re.search(r"^0: plexus train: done: 6 steps", p.stdout, re.M) is not None,
+          f"plexus train --pp 2 under srun exited {p.returncode} or did not run 6 steps as a 2-stage pipeline")
 
     # The sbatch script of docs/SLURM.md says --backend mpi, so that a launch
     # without PMI fails at once instead of training once per task.
