@@ -37,8 +37,10 @@ try:
         cu.check({"model.safetensors", "optim.safetensors", "metadata.json", "state.json", "SHA256SUMS"} <= names,
                  "DDP checkpoint files: %s" % sorted(names))
         cu.check("metadata.json" in cu.sha256sums(ck), "SHA256SUMS does not cover metadata.json")
-        with open(os.path.join(ck, "metadata.json")) as f:
-            ix = json.load(f)
+        ix = {}
+        if "metadata.json" in names:
+            with open(os.path.join(ck, "metadata.json")) as f:
+                ix = json.load(f)
         listed = set(ix.get("tensors", {}))
         cu.check(ix.get("format") == "plexus-checkpoint-index" and listed and
                  any(k.startswith("exp_avg.") for k in listed) and any(k.startswith("exp_avg_sq.") for k in listed),
@@ -47,7 +49,8 @@ try:
         # The same checkpoint as an old plexus wrote it: no index.
         old = os.path.join(tmp, "old", os.path.basename(ck))
         shutil.copytree(ck, old)
-        os.remove(os.path.join(old, "metadata.json"))
+        if os.path.exists(os.path.join(old, "metadata.json")):
+            os.remove(os.path.join(old, "metadata.json"))
         with open(os.path.join(old, "SHA256SUMS")) as f:
             lines = [ln for ln in f if not ln.rstrip("\n").endswith("  metadata.json")]
         with open(os.path.join(old, "SHA256SUMS"), "w") as f:
