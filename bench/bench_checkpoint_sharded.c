@@ -287,9 +287,10 @@ static int run_rank(px_comm *c, void *arg) {
     report(c, "load_cold", N, bytes, t_cold, b->repeats, cpu_load[0]);
     report(c, "load_warm", N, bytes, t_warm, b->repeats, cpu_load[1]);
     if (r == 0) {
-      // What a load reads: every file of the prefix whole, on every rank.
-      printf("NOTE each rank reads %zu bytes per load (every model.rank*/optim.rank* file whole) for the %zu it "
-             "needs\n", bytes, bytes / (size_t)N);
+      // What a load reads: through metadata.json, only the rank's own pieces
+      // (pread, adjacent pieces in one read), plus each file's header.
+      printf("NOTE each rank reads its %zu bytes of pieces per load (found through metadata.json) plus the "
+             "headers\n", bytes / (size_t)N);
       if (N == 1) breakdown(path, bytes);
       char cmd[1200];
       snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -113,7 +113,13 @@ try:
     lines0 = inspect(ck0, "DDP, 2 ranks")
     cu.check("world size     2" in lines0, "DDP: no world size 2 line")
     cu.check(any(ln.startswith("strategy       DDP ") for ln in lines0), "DDP: no strategy line")
-    cu.check("rank 0 wrote 3 files: model.safetensors, optim.safetensors, state.json" in lines0, "DDP: rank 0's files")
+    # Every training checkpoint has the index, DDP's too: rank 0 writes it.
+    d0 = [ln for ln in lines0 if ln.startswith("rank 0 wrote 4 files: ")]
+    cu.check(len(d0) == 1 and set(d0[0].split(": ", 1)[1].split(", ")) ==
+             {"model.safetensors", "optim.safetensors", "metadata.json", "state.json"},
+             "DDP: rank 0's files are not model, optimizer, the index and state.json: %r" % d0)
+    cu.check("the index (plexus-checkpoint-index v1): " in file_line(lines0, "metadata.json"),
+             "DDP: metadata.json is not described as the index")
     cu.check("rank 1 wrote nothing" in lines0, "DDP: rank 1 should have written nothing")
     check_pieces_counts(ck0, lines0, "DDP")
 

@@ -96,6 +96,21 @@ px_status px_ckpt_make_dirs(char *dir, const char *ckpt);
 // SHA-256 into digest; errors name the checkpoint and the file.
 px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
                              int n, unsigned char digest[PX_SHA256_BYTES]);
+// px_ckpt_write_file that also gives each chunk's CRC-32C into crcs (n
+// entries), computed in the same pass over the bytes as the SHA-256.
+px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
+                                 int n, unsigned char digest[PX_SHA256_BYTES], uint32_t *crcs);
+// A chunk of a written file and its CRC-32C (the index's piece checksums,
+// taken while writing rather than in a second pass).
+typedef struct px_ckpt_chunk_crc {
+  const void *data;
+  size_t      size;
+  uint32_t    crc;
+} px_ckpt_chunk_crc;
+// px_ckpt_write_item that also gives the CRC-32C of each chunk of a
+// safetensors item (malloc'ed into *crcs, *n_crcs entries; NULL, 0 for bytes).
+px_status px_ckpt_write_item_crc(const char *tmp, const char *final, const px_ckpt_item *it, char hex[PX_SHA256_HEX],
+                                 px_ckpt_chunk_crc **crcs, int *n_crcs);
 // One item (a safetensors image or raw bytes) written as tmp/<name>, fsynced,
 // its SHA-256 in hex into hex; messages name final/<name>.
 px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
@@ -224,6 +239,11 @@ uint32_t px_ckpt_crc32c_portable(uint32_t crc, const void *data, size_t n);
 // This rank's part of the index: a JSON array, one entry per piece (or
 // whole tensor) of its safetensors items, malloc'ed into *json.
 px_status px_ckpt_index_part(const px_ckpt_item *items, int n_items, int rank, char **json);
+// The same, with each item's chunk CRCs from px_ckpt_write_item_crc (crcs[i]
+// for items[i]; may be NULL): a piece whose bytes are such a chunk takes its
+// CRC from there instead of reading the bytes again.
+px_status px_ckpt_index_part_crc(const px_ckpt_item *items, int n_items, int rank, px_ckpt_chunk_crc *const *crcs,
+                                 const int *n_crcs, char **json);
 // Rank 0: the index from every rank's part, written as tmp/metadata.json
 // (fsynced), its SHA-256 in hex.
 px_status px_ckpt_index_write(const char *tmp, const char *final, char *const *parts, int world, int64_t step,

@@ -67,8 +67,19 @@ static const px_named_tensor *sd_find(const px_state_dict *sd, const char *name)
 /* ---- writing: each rank's part, rank 0's whole --------------------------- */
 
 // One piece of a part: where it is in its file and its checksum.
+// The CRC-32C taken while writing the chunk holding these bytes, if any.
+static bool known_crc(const px_ckpt_chunk_crc *crcs, int n, const void *data, size_t size, uint32_t *out) {
+  for (int i = 0; i < n; i++)
+    if (crcs[i].data == data && crcs[i].size == size) {
+      *out = crcs[i].crc;
+      return true;
+    }
+  return false;
+}
+
 static px_status add_piece(cJSON *pieces, const char *tensor, const px_ckpt_box *b, int shape_ndim, const char *dtype,
-                           const cJSON *hdr, const px_named_tensor *t, const char *file) {
+                           const cJSON *hdr, const px_named_tensor *t, const char *file, const px_ckpt_chunk_crc *crcs,
+                           int n_crcs) {
   const cJSON *h = cJSON_GetObjectItemCaseSensitive(hdr, tensor);
   const cJSON *offs = h ? cJSON_GetObjectItemCaseSensitive(h, "data_offsets") : NULL;
   uint64_t begin, end;
@@ -83,7 +94,9 @@ static px_status add_piece(cJSON *pieces, const char *tensor, const px_ckpt_box 
   cJSON *e = cJSON_CreateObject();
   if (!e || !cJSON_AddItemToArray(pieces, e)) { cJSON_Delete(e); return px_error(PX_ERR_NOMEM, "checkpoint index: out of memory"); }
   char crc[9];
-  crc_hex(px_ckpt_crc32c(0, t->tensor.data, (size_t)nbytes), crc);
+  uint32_t c;
+  if (!known_crc(crcs, n_crcs, t->tensor.data, (size_t)nbytes, &c)) c = px_ckpt_crc32c(0, t->tensor.data, (size_t)nbytes);
+  crc_hex(c, crc);
   cJSON_AddStringToObject(e, "tensor", tensor);
   cJSON_AddStringToObject(e, "key", b->key);
   cJSON_AddStringToObject(e, "dtype", dtype);
@@ -98,7 +111,7 @@ static px_status add_piece(cJSON *pieces, const char *tensor, const px_ckpt_box 
   return PX_OK;
 }
 
-static px_status part_of_item(const px_ckpt_item *it, cJSON *files) {
+static px_status part_of_item(const px_ckpt_item *it, cJSON *files, const px_ckpt_chunk_crc *crcs, int n_crcs) {
   px_st_image img;
   px_status st = px_st_image_build(it->name, it->tensors, it->metadata, it->n_metadata, &img);
   if (st != PX_OK) return st;
@@ -131,7 +144,7 @@ static px_status part_of_item(const px_ckpt_item *it, cJSON *files) {
       if ((st = px_ckpt_piece_entry_read(e, it->name, version, &pe)) != PX_OK) break;
       const cJSON *nd = cJSON_GetObjectItemCaseSensitive(e, "shape");
       st = add_piece(pieces, pe.name, &pe.box, cJSON_GetArraySize(nd), "F32", hdr, sd_find(it->tensors, pe.name),
-                     it->name);
+                     it->name, crcs, n_crcs);
     }
     if (st == PX_OK && cJSON_GetArraySize(table) != it->tensors->count)
       st = px_error(PX_ERR_INVALID, "checkpoint index: %s holds %d tensors but its \"pieces\" metadata lists %d",
@@ -145,7 +158,8 @@ static px_status part_of_item(const px_ckpt_item *it, cJSON *files) {
       b.ndim = t->tensor.ndim;
       for (int d = 0; d < t->tensor.ndim; d++) b.shape[d] = b.size[d] = t->tensor.shape[d];
       b.count = (size_t)px_tensor_numel(&t->tensor);
-      st = add_piece(pieces, t->name, &b, t->tensor.ndim, px_dtype_name(t->tensor.dtype), hdr, t, it->name);
+      st = add_piece(pieces, t->name, &b, t->tensor.ndim, px_dtype_name(t->tensor.dtype), hdr, t, it->name, crcs,
+                     n_crcs);
     }
   }
 done:
@@ -156,6 +170,11 @@ done:
 }
 
 px_status px_ckpt_index_part(const px_ckpt_item *items, int n_items, int rank, char **json) {
+  return px_ckpt_index_part_crc(items, n_items, rank, NULL, NULL, json);
+}
+
+px_status px_ckpt_index_part_crc(const px_ckpt_item *items, int n_items, int rank, px_ckpt_chunk_crc *const *crcs,
+                                 const int *n_crcs, char **json) {
   *json = NULL;
   cJSON *root = cJSON_CreateObject(), *files = cJSON_CreateArray();
   if (!root || !files || !cJSON_AddItemToObject(root, "files", files)) {
@@ -166,7 +185,8 @@ px_status px_ckpt_index_part(const px_ckpt_item *items, int n_items, int rank, c
   cJSON_AddNumberToObject(root, "rank", rank);
   px_status st = PX_OK;
   for (int i = 0; i < n_items && st == PX_OK; i++)
-    if (items[i].tensors) st = part_of_item(&items[i], files);
+    if (items[i].tensors)
+      st = part_of_item(&items[i], files, crcs ? crcs[i] : NULL, crcs && n_crcs ? n_crcs[i] : 0);
   if (st == PX_OK && !(*json = cJSON_PrintUnformatted(root))) st = px_error(PX_ERR_NOMEM, "checkpoint index: out of memory");
   cJSON_Delete(root);
   return st;
@@ -339,6 +359,47 @@ static px_status disagree(const char *ckpt, const char *name, const char *key, c
                   "checkpoint was altered after it was written", ckpt, name, key, PX_CKPT_INDEX, what);
 }
 
+// The file's header agrees with the index about piece q (where its F32
+// bytes are; for a file of pieces, its key, shape, box and range).
+static px_status check_need(const px_ckpt_loader *L, const char *name, const char *path, const cJSON *h,
+                            const cJSON *table, bool of_pieces, const char *ver, const need *q) {
+  const char *tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->entry, "tensor"));
+  const cJSON *t = tensor ? cJSON_GetObjectItemCaseSensitive(h, tensor) : NULL;
+  const cJSON *offs = t ? cJSON_GetObjectItemCaseSensitive(t, "data_offsets") : NULL;
+  uint64_t b = 0, e = 0;
+  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_u64(offs->child, &b) ||
+      !json_u64(offs->child->next, &e) || b != q->begin || e != q->end || q->end - q->begin != q->box.count * 4 ||
+      strcmp(str_or(cJSON_GetObjectItemCaseSensitive(t, "dtype")), "F32") != 0) {
+    return disagree(L->ckpt, name, q->box.key, "where the piece's F32 bytes are");
+  }
+  if (of_pieces) {
+    // The file's own description of the piece must be the index's.
+    const cJSON *e2 = cJSON_GetObjectItemCaseSensitive(table, tensor);
+    px_ckpt_piece_entry fe2;
+    if (!e2 || px_ckpt_piece_entry_read(e2, path, ver && strcmp(ver, "1") == 0 ? 1 : 2, &fe2) != PX_OK ||
+        strcmp(fe2.box.key, q->box.key) != 0 || fe2.box.ndim != q->box.ndim || fe2.box.offset != q->box.offset ||
+        fe2.box.count != q->box.count ||
+        memcmp(fe2.box.shape, q->box.shape, sizeof q->box.shape[0] * (size_t)q->box.ndim) != 0 ||
+        memcmp(fe2.box.off, q->box.off, sizeof q->box.off[0] * (size_t)q->box.ndim) != 0 ||
+        memcmp(fe2.box.size, q->box.size, sizeof q->box.size[0] * (size_t)q->box.ndim) != 0) {
+      return disagree(L->ckpt, name, q->box.key, "the piece's key, shape, box or range");
+    }
+  } else if (strcmp(tensor, q->box.key) != 0) {
+    return disagree(L->ckpt, name, q->box.key, "the tensor's name");
+  }
+  return PX_OK;
+}
+
+static int by_begin(const void *a, const void *b) {
+  const need *x = a, *y = b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+// One pread covers adjacent pieces up to this many bytes: fewer system calls,
+// while the buffer stays small enough to be in cache when the CRC and the
+// copy read it back (64 MiB runs made warm loads slower).
+#define READ_RUN_MAX ((uint64_t)4 << 20)
+
 // The pieces of one file that the loader needs: header checked against the
 // index, then each piece read and checked against its CRC-32C, and fed.
 static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJSON *fe, need *needs, int n_needs) {
@@ -394,51 +455,46 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
       (st = px_ckpt_pieces_table_json(path, fmt, ver, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "pieces")),
                                       &table)) != PX_OK)
     goto done;
-  for (int i = 0; i < n_needs && st == PX_OK; i++) {
-    need *q = &needs[i];
-    const char *tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->entry, "tensor"));
-    const cJSON *t = tensor ? cJSON_GetObjectItemCaseSensitive(h, tensor) : NULL;
-    const cJSON *offs = t ? cJSON_GetObjectItemCaseSensitive(t, "data_offsets") : NULL;
-    uint64_t b = 0, e = 0;
-    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_u64(offs->child, &b) ||
-        !json_u64(offs->child->next, &e) || b != q->begin || e != q->end || q->end - q->begin != q->box.count * 4 ||
-        strcmp(str_or(cJSON_GetObjectItemCaseSensitive(t, "dtype")), "F32") != 0) {
-      st = disagree(L->ckpt, name, q->box.key, "where the piece's F32 bytes are");
+  // Pieces in file order, adjacent ones read together: one pread per run of
+  // neighbours (a rank's pieces of one file are usually all adjacent) into
+  // a buffer reused across runs, each piece then checked and fed from it.
+  qsort(needs, (size_t)n_needs, sizeof *needs, by_begin);
+  size_t cap = 0;
+  for (int i = 0; i < n_needs && st == PX_OK;) {
+    if ((st = check_need(L, name, path, h, table, of_pieces, ver, &needs[i])) != PX_OK) break;
+    int j = i + 1;
+    uint64_t run = needs[i].end - needs[i].begin;
+    while (j < n_needs && needs[j].begin == needs[j - 1].end && run + (needs[j].end - needs[j].begin) <= READ_RUN_MAX) {
+      if ((st = check_need(L, name, path, h, table, of_pieces, ver, &needs[j])) != PX_OK) break;
+      run += needs[j].end - needs[j].begin;
+      j++;
+    }
+    if (st != PX_OK) break;
+    if (run > cap || !data) {
+      free(data);
+      cap = (size_t)run;
+      if (!(data = malloc(cap ? cap : 1))) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory reading \"%s\"", L->ckpt, name); break; }
+    }
+    if ((st = pread_all(fd, data, (size_t)run, hbytes + needs[i].begin)) != PX_OK) {
+      st = px_error(st, "checkpoint %s: reading tensor \"%s\" from \"%s\" failed (truncated?)", L->ckpt, needs[i].box.key,
+                    name);
       break;
     }
-    if (of_pieces) {
-      // The file's own description of the piece must be the index's.
-      const cJSON *e2 = cJSON_GetObjectItemCaseSensitive(table, tensor);
-      px_ckpt_piece_entry fe2;
-      if (!e2 || px_ckpt_piece_entry_read(e2, path, ver && strcmp(ver, "1") == 0 ? 1 : 2, &fe2) != PX_OK ||
-          strcmp(fe2.box.key, q->box.key) != 0 || fe2.box.ndim != q->box.ndim || fe2.box.offset != q->box.offset ||
-          fe2.box.count != q->box.count ||
-          memcmp(fe2.box.shape, q->box.shape, sizeof q->box.shape[0] * (size_t)q->box.ndim) != 0 ||
-          memcmp(fe2.box.off, q->box.off, sizeof q->box.off[0] * (size_t)q->box.ndim) != 0 ||
-          memcmp(fe2.box.size, q->box.size, sizeof q->box.size[0] * (size_t)q->box.ndim) != 0) {
-        st = disagree(L->ckpt, name, q->box.key, "the piece's key, shape, box or range");
+    for (int k = i; k < j && st == PX_OK; k++) {
+      const need *q = &needs[k];
+      const unsigned char *at = data + (q->begin - needs[i].begin);
+      const size_t len = (size_t)(q->end - q->begin);
+      const char *tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->entry, "tensor"));
+      const uint32_t got = px_ckpt_crc32c(0, at, len);
+      if (got != q->crc) {
+        st = px_error(PX_ERR_FORMAT, "checkpoint %s: file \"%s\", tensor \"%s\" (piece \"%s\"): CRC-32C %08" PRIx32
+                      " but %s says %08" PRIx32 "; the file is corrupted", L->ckpt, name, q->box.key, tensor, got,
+                      PX_CKPT_INDEX, q->crc);
         break;
       }
-    } else if (strcmp(tensor, q->box.key) != 0) {
-      st = disagree(L->ckpt, name, q->box.key, "the tensor's name");
-      break;
+      st = px_ckpt_loader_add(L, path, name, &q->box, at);
     }
-    const size_t len = (size_t)(q->end - q->begin);
-    unsigned char *grown = realloc(data, len ? len : 1);
-    if (!grown) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory reading \"%s\"", L->ckpt, name); break; }
-    data = grown;
-    if ((st = pread_all(fd, data, len, hbytes + q->begin)) != PX_OK) {
-      st = px_error(st, "checkpoint %s: reading tensor \"%s\" from \"%s\" failed (truncated?)", L->ckpt, q->box.key, name);
-      break;
-    }
-    const uint32_t got = px_ckpt_crc32c(0, data, len);
-    if (got != q->crc) {
-      st = px_error(PX_ERR_FORMAT, "checkpoint %s: file \"%s\", tensor \"%s\" (piece \"%s\"): CRC-32C %08" PRIx32
-                    " but %s says %08" PRIx32 "; the file is corrupted", L->ckpt, name, q->box.key, tensor, got,
-                    PX_CKPT_INDEX, q->crc);
-      break;
-    }
-    st = px_ckpt_loader_add(L, path, name, &q->box, data);
+    i = j;
   }
 done:
   cJSON_Delete(table);

@@ -76,13 +76,15 @@ done:
 }
 
 // This rank's files into tmp; their SHA256SUMS lines into r->text.
+// Each item's chunk CRCs into crcs[i], n_crcs[i] (for the index, without a
+// second pass over the bytes).
 static px_status write_mine(const char *tmp, const char *final, const px_ckpt_item *items, int n_items,
-                            rank_report *r) {
+                            rank_report *r, px_ckpt_chunk_crc **crcs, int *n_crcs) {
   size_t used = 0;
   for (int i = 0; i < n_items; i++) {
     const px_ckpt_item *it = &items[i];
     char hex[PX_SHA256_HEX];
-    px_status st = px_ckpt_write_item(tmp, final, it, hex);
+    px_status st = px_ckpt_write_item_crc(tmp, final, it, hex, &crcs[i], &n_crcs[i]);
     if (st != PX_OK) return st;
     int k = snprintf(r->text + used, REPORT_TEXT - used, "%s  %s\n", hex, it->name);
     if (k < 0 || (size_t)k >= REPORT_TEXT - used)
@@ -229,6 +231,8 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
   if (keep_last < 0) return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
 
   char *part = NULL, **parts = NULL;
+  px_ckpt_chunk_crc **crcs = NULL;
+  int *n_crcs = NULL;
   root_news *news = calloc(1, sizeof *news);
   rank_report *mine = calloc(1, sizeof *mine);
   rank_report *all = calloc((size_t)world, sizeof *all);
@@ -261,9 +265,12 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
   for (int i = 0; i < n_items && mst == PX_OK; i++)
     if (strcmp(items[i].name, PX_CKPT_INDEX) == 0)
       mst = px_error(PX_ERR_INVALID, "checkpoint: \"%s\" is the index's name; a file cannot be called so", PX_CKPT_INDEX);
-  if (mst == PX_OK) mst = write_mine(tmp, final, items, n_items, mine);
+  crcs = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *crcs);
+  n_crcs = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *n_crcs);
+  if (mst == PX_OK && (!crcs || !n_crcs)) mst = px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+  if (mst == PX_OK) mst = write_mine(tmp, final, items, n_items, mine, crcs, n_crcs);
   // This rank's part of the index (its pieces: where, which box, checksum).
-  if (mst == PX_OK) mst = px_ckpt_index_part(items, n_items, rank, &part);
+  if (mst == PX_OK) mst = px_ckpt_index_part_crc(items, n_items, rank, crcs, n_crcs, &part);
   mine->status = (int32_t)mst;
   if (mst != PX_OK) snprintf(mine->text, sizeof mine->text, "rank %d: %s", rank, px_last_error());
   if ((st = px_comm_allgather(comm, mine, all, sizeof *mine, PX_U8)) != PX_OK) goto done;
@@ -304,6 +311,10 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
   }
   st = out->status == PX_OK ? PX_OK : px_error((px_status)out->status, "%s", out->text);
 done:
+  if (crcs)
+    for (int i = 0; i < n_items; i++) free(crcs[i]);
+  free(crcs);
+  free(n_crcs);
   if (parts)
     for (int r = 0; r < world; r++) free(parts[r]);
   free(parts);

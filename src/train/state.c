@@ -353,9 +353,21 @@ px_status px_trainer_save(px_trainer *t) {
     {.name = "optim.safetensors", .tensors = &osd, .metadata = optim_meta, .n_metadata = 2},
     {.name = "state.json", .bytes = json, .n_bytes = json ? strlen(json) : 0},
   };
-  if (st == PX_OK)
-    st = px_checkpoint_write0(t->comm, t->o.ckpt_dir, t->step, items, 3, t->o.keep_last, t->last_checkpoint,
-                              sizeof t->last_checkpoint);
+  // Every rank takes part (rank 0 writes the replicated tensors once, the
+  // others pass no items) so that the checkpoint gets its index,
+  // metadata.json, like a sharded one.  A rank that failed above still
+  // takes part, so that the others do not wait; the flag fails it everywhere.
+  int32_t bad = st != PX_OK;
+  char why[1024] = "";
+  if (bad) snprintf(why, sizeof why, "%s", px_last_error());
+  px_status cst = t->comm ? px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX) : PX_OK;
+  if (cst == PX_OK && bad)
+    cst = st != PX_OK ? px_error(st, "%s", why)
+                      : px_error(PX_ERR_INVALID, "checkpoint: another rank could not prepare its state");
+  if (cst == PX_OK)
+    cst = px_checkpoint_write_all(t->comm, t->o.ckpt_dir, t->step, items, t->rank == 0 ? 3 : 0, t->o.keep_last,
+                                  t->last_checkpoint, sizeof t->last_checkpoint);
+  st = cst;
   free(json);
   px_state_dict_free(&msd);
   px_state_dict_free(&osd);
