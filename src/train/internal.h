@@ -65,6 +65,11 @@ px_status px_trainer_load_tp(px_trainer *t, const char *path);
 /* Under ZeRO 1-2 over a tp mesh's dp ranks: every rank's optimizer shard
  * (after the wrap, as px_trainer_resume_shards). */
 px_status px_trainer_resume_tp_shards(px_trainer *t);
+/* After a rank's part of a load (status st): one all-reduce so that every
+ * rank fails when any did; the failing rank's error is prefixed by `what`
+ * and its rank, the others name the <noun> another rank could not load from
+ * `path` (state.c). */
+px_status px_trainer_agree_loaded(px_trainer *t, px_status st, const char *what, const char *noun, const char *path);
 
 /* px_evaluate for a tensor-parallel model (evaluate.c): the split is
  * shared over the mesh's dp ranks, the loss is px_tp_cross_entropy. */

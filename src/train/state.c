@@ -636,15 +636,23 @@ px_status px_trainer_resume_shards(px_trainer *t) {
     if (st == PX_OK) st = px_checkpoint_load_boxes(t->last_checkpoint, "model", pc, n);
     free(pc);
   }
-  // Every rank learns whether all loaded: none trains on alone.
+  st = px_trainer_agree_loaded(t, st, "", "shard", t->last_checkpoint);
+  if (st != PX_OK) return st;
+  t->opt->step = t->resume_optimizer_step;
+  return PX_OK;
+}
+
+// Every rank learns whether all loaded: none trains on alone.  A rank that
+// failed returns its own error ("<what>rank r: ..."), the others say which
+// checkpoint another rank could not load its <noun> of.
+px_status px_trainer_agree_loaded(px_trainer *t, px_status st, const char *what, const char *noun, const char *path) {
   int32_t bad = st != PX_OK;
   char why[1024] = "";
   if (bad) snprintf(why, sizeof why, "rank %d: %s", t->rank, px_last_error());
   px_status cst = px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX);
   if (cst != PX_OK) return cst;
-  if (st != PX_OK) return px_error(st, "%s", why);
-  if (bad) return px_error(PX_ERR_INVALID, "resume: another rank could not load its shard of %s", t->last_checkpoint);
-  t->opt->step = t->resume_optimizer_step;
+  if (st != PX_OK) return px_error(st, "%s%s", what, why);
+  if (bad) return px_error(PX_ERR_INVALID, "resume: another rank could not load its %s of %s", noun, path);
   return PX_OK;
 }
 

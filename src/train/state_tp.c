@@ -293,13 +293,8 @@ px_status px_trainer_resume_tp_shards(px_trainer *t) {
   px_status st = shard_slot_pieces(t, true, &pc, &n);
   if (st == PX_OK && n > 0) st = px_checkpoint_load_boxes(t->last_checkpoint, "optim", pc, n);
   free(pc);
-  int32_t bad = st != PX_OK;
-  char why[1024] = "";
-  if (bad) snprintf(why, sizeof why, "rank %d: %s", t->rank, px_last_error());
-  px_status cst = px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX);
-  if (cst != PX_OK) return cst;
-  if (st != PX_OK) return px_error(st, "resume (tensor parallel, ZeRO): %s", why);
-  if (bad) return px_error(PX_ERR_INVALID, "resume: another rank could not load its shard of %s", t->last_checkpoint);
+  st = px_trainer_agree_loaded(t, st, "resume (tensor parallel, ZeRO): ", "shard", t->last_checkpoint);
+  if (st != PX_OK) return st;
   t->opt->step = t->resume_optimizer_step;
   return PX_OK;
 }
@@ -391,12 +386,5 @@ px_status px_trainer_load_tp(px_trainer *t, const char *path) {
   }
   tp_pieces_free(&mp);
   tp_pieces_free(&op);
-  int32_t bad = st != PX_OK;
-  char why[1024] = "";
-  if (bad) snprintf(why, sizeof why, "rank %d: %s", t->rank, px_last_error());
-  px_status cst = px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX);
-  if (cst != PX_OK) return cst;
-  if (st != PX_OK) return px_error(st, "resume (tensor parallel): %s", why);
-  if (bad) return px_error(PX_ERR_INVALID, "resume: another rank could not load its boxes of %s", path);
-  return PX_OK;
+  return px_trainer_agree_loaded(t, st, "resume (tensor parallel): ", "boxes", path);
 }
