@@ -94,6 +94,21 @@ static void ppc_batch(int step, float *x, int32_t *y) {
 }
 
 // Worst relative difference of this rank's stage parameters from the reference's.
+/* Evaluation through the pipeline equals the reference's loss on the batch
+ * x (targets y): returns the pipeline's loss. */
+static float ppc_check_eval(px_pp *pp, px_model *ref, px_tensor xt, const int32_t *y, px_pp_ce_targets *tg,
+                            const char *what) {
+  px_tensor logits;
+  px_model_train(ref, false);
+  CHECK_OK(px_model_forward(ref, &xt, &logits));
+  float lref = 0, le = 0;
+  CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, NULL));
+  CHECK_OK(px_pp_eval(pp, &xt, px_pp_ce_loss, tg, &le));
+  CHECK(fabs((double)le - lref) <= 1e-5 * fabs((double)lref), "%s: eval loss %.8g, one process %.8g", what,
+        (double)le, (double)lref);
+  return le;
+}
+
 static double ppc_compare(px_pp *pp, const px_model *ref, const char **worst_name, int *n_checked) {
   double worst = 0;
   for (int c = 0; c < px_pp_n_chunks(pp); c++) {
@@ -172,14 +187,7 @@ static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const
         name ? name : "", w);
   // Evaluation through the pipeline: the reference's loss on a fresh batch.
   ppc_batch(1000, x, y);
-  px_tensor xt = px_tensor_view(x, PX_F32, 2, (int64_t[]){PPC_B, PPC_IN}), logits;
-  px_model_train(ref, false);
-  CHECK_OK(px_model_forward(ref, &xt, &logits));
-  float lref, le;
-  CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, NULL));
-  CHECK_OK(px_pp_eval(pp, &xt, px_pp_ce_loss, &tg, &le));
-  CHECK(fabs((double)le - lref) <= 1e-5 * fabs((double)lref), "%s: eval loss %.8g, one process %.8g", what,
-        (double)le, (double)lref);
+  const float le = ppc_check_eval(pp, ref, px_tensor_view(x, PX_F32, 2, (int64_t[]){PPC_B, PPC_IN}), y, &tg, what);
   if (px_comm_rank(pipe) == 0)
     printf("  %s: %d steps, worst loss difference %.1e, worst parameter %.1e (%s), eval %.6f\n", what, PPC_STEPS,
            worst_loss, w, name ? name : "", (double)le);
@@ -305,14 +313,7 @@ static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, float dropout, c
   CHECK(w <= 1e-5, "%s rank %d: after %d steps \"%s\" differs by %.3g relative", what, px_comm_rank(pipe), PPC_STEPS,
         name ? name : "", w);
   ppg_batch(1000, x, y);
-  px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){PPG_B, PPG_T}), logits;
-  px_model_train(ref, false);
-  CHECK_OK(px_model_forward(ref, &xt, &logits));
-  float lref, le;
-  CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, NULL));
-  CHECK_OK(px_pp_eval(pp, &xt, px_pp_ce_loss, &tg, &le));
-  CHECK(fabs((double)le - lref) <= 1e-5 * fabs((double)lref), "%s: eval loss %.8g, one process %.8g", what,
-        (double)le, (double)lref);
+  const float le = ppc_check_eval(pp, ref, px_tensor_view(x, PX_I32, 2, (int64_t[]){PPG_B, PPG_T}), y, &tg, what);
   if (px_comm_rank(pipe) == 0)
     printf("  GPT %s: %d steps, worst loss difference %.1e, worst parameter %.1e (%s), eval %.6f\n", what, PPC_STEPS,
            worst_loss, w, name ? name : "", (double)le);
