@@ -5,6 +5,7 @@ and checkpoints."""
 import glob
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -85,3 +86,13 @@ def sha256sums(ckpt):
 
 def checkpoints(d):
     return sorted(glob.glob(os.path.join(d, "step_*")))
+
+
+def word_corpus(path, seed, lines):
+    """A text file of `lines` lines of 5-15 words drawn from 40 ("w0".."w39"),
+    reproducible from seed: a small corpus the GPT tests train on."""
+    r = random.Random(seed)
+    words = ["w%d" % i for i in range(40)]
+    with open(path, "w") as f:
+        for _ in range(lines):
+            f.write(" ".join(r.choice(words) for _ in range(r.randint(5, 15))) + "\n")

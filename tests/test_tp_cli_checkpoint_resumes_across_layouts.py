@@ -21,19 +21,10 @@ position is counted over the world instead of the dp ranks."""
 
 import json
 import os
-import random
 import shutil
 import tempfile
 
 import cli_util as cu
-
-
-def corpus(path, seed, lines):
-    r = random.Random(seed)
-    words = ["w%d" % i for i in range(40)]
-    with open(path, "w") as f:
-        for _ in range(lines):
-            f.write(" ".join(r.choice(words) for _ in range(r.randint(5, 15))) + "\n")
 
 
 def rel(a, b):
@@ -58,8 +49,8 @@ def metrics(tmp, name):
 
 tmp = tempfile.mkdtemp(prefix="px_tp_ckpt_")
 try:
-    corpus(os.path.join(tmp, "train.txt"), 1, 1500)
-    corpus(os.path.join(tmp, "valid.txt"), 2, 100)
+    cu.word_corpus(os.path.join(tmp, "train.txt"), 1, 1500)
+    cu.word_corpus(os.path.join(tmp, "valid.txt"), 2, 100)
     p = cu.run(["tokenize", "--input", os.path.join(tmp, "train.txt"), "--out", os.path.join(tmp, "tok")])
     shutil.copy(os.path.join(tmp, "tok.vocab"), os.path.join(tmp, "vocab.txt"))
     def scenario(src, src_extra, layouts):

@@ -14,21 +14,12 @@ If this fails, px_train over a mesh shards the data over the wrong ranks
 parallel loss or clipping is not used, or the mesh's checks went missing."""
 
 import os
-import random
 import shutil
 import tempfile
 
 import cli_util as cu
 
 TOL = 1e-5
-
-
-def corpus(path, seed, lines):
-    r = random.Random(seed)
-    words = ["w%d" % i for i in range(40)]
-    with open(path, "w") as f:
-        for _ in range(lines):
-            f.write(" ".join(r.choice(words) for _ in range(r.randint(5, 15))) + "\n")
 
 
 def rel(a, b):
@@ -55,8 +46,8 @@ def metrics(tmp, name):
 
 tmp = tempfile.mkdtemp(prefix="px_tp_cli_")
 try:
-    corpus(os.path.join(tmp, "train.txt"), 1, 1500)
-    corpus(os.path.join(tmp, "valid.txt"), 2, 100)
+    cu.word_corpus(os.path.join(tmp, "train.txt"), 1, 1500)
+    cu.word_corpus(os.path.join(tmp, "valid.txt"), 2, 100)
     p, _ = train(tmp, "ddp", ["--threads", "2"])
     cu.check(p.returncode == 0, "DDP on 2 threads failed")
     ref_steps, ref_evals = metrics(tmp, "ddp")
