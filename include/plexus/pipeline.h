@@ -246,6 +246,20 @@ typedef struct px_pp_opts {
   const px_optim_opts *optim;      /* NULL: OPTIM_STEP does nothing (step the chunk models yourself) */
   float                clip_grad_norm;  /* > 0: at OPTIM_STEP, scale the gradients so that their global norm
                                            (over every stage, the tied weight counted once) is at most this */
+  /* 3D (pipeline × data × tensor parallel; NULL / 0: the pipeline alone). */
+  px_comm             *dp;         /* the data-parallel group: the pipeline replicas that hold the same stages
+                                      (px_mesh's dp_comm).  Each replica runs the schedule over its own `pipe` on
+                                      its own batch; at OPTIM_STEP every chunk's gradients are averaged over dp
+                                      (rank-order sums as DDP's, divided by |dp|: one process on the |dp|-times
+                                      larger batch), and the step's loss is the replicas' mean */
+  int                  zero_stage; /* with dp: 0 (the average above), 1 or 2 (ZeRO over dp: each chunk's gradient
+                                      reduce-scattered, this dp rank's slice stepped with optimizer state for it
+                                      alone, the parameters all-gathered; the gradients accumulate over the
+                                      micro-batches in the whole buffer, so stage 2 holds stage 1's gradient
+                                      memory).  3 is refused */
+  px_comm             *tp;         /* the tensor-parallel group of the stage models' px_tp_* modules (px_mesh's
+                                      tp_comm), for the gradient norm: a tp-split parameter counts with every tp
+                                      rank's box, a replicated one once */
 } px_pp_opts;
 
 /* Collective over `pipe` (its size must be the schedule's p).  The schedule

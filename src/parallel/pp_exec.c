@@ -2,6 +2,8 @@
 // stage models, moving activations and gradients with px_comm's
 // point-to-point calls (pipeline.h explains the slots and the shape headers).
 #include "plexus/pipeline.h"
+#include "plexus/tensor_parallel.h"
+#include "parallel/rank_sum.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -40,6 +42,11 @@ typedef struct pp_chunk {
   int      *slot_of;   // [m]
   px_tensor act_shape; // the input activation's shape and dtype (first step)
   bool      act_known;
+  // ZeRO over dp: this dp rank's slice [z_off, z_off + z_len) of the flat
+  // buffers (piece z_piece = ceil(n / |dp|)), and |dp| · z_piece floats of
+  // exchange space (the padded reduce-scatter and the parameters' all-gather).
+  size_t    z_off, z_len, z_piece;
+  float    *z_buf, *z_send;
 } pp_chunk;
 
 struct px_pp {
@@ -58,7 +65,12 @@ struct px_pp {
   int64_t               rows;   // rows per micro-batch of the first step
   double                loss_sum;
   float                 clip;
-  bool                  want_norm;  // measure the global gradient norm without clipping
+  bool                  want_norm;
+  // 3D: the data-parallel replicas (NULL: none) and the tensor-parallel group.
+  px_comm              *dp, *tp;
+  int                   dp_size, dp_rank, tp_rank, zero;
+  pxr_ctx               rsum;  // rank-order sums over dp (DDP's and ZeRO's)
+  bool                  rsum_on;  // measure the global gradient norm without clipping
   px_pp_stats           stats;
 };
 
@@ -133,8 +145,11 @@ void px_pp_free(px_pp *pp) {
     free(ch->y);
     free(ch->dloss);
     free(ch->slot_of);
+    free(ch->z_buf);
+    free(ch->z_send);
   }
   free(pp->chunk);
+  if (pp->rsum_on) pxr_fini(&pp->rsum);
   px_comm_free(pp->emb_comm);
   px_pp_plan_free(pp->plan);
   free(pp);
@@ -179,6 +194,10 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
   if (sched->m < 1 || sched->v < 1)
     return px_error(PX_ERR_INVALID, "pipeline: schedule with %d micro-batches and %d chunks per rank", sched->m,
                     sched->v);
+  if (opts->zero_stage < 0 || opts->zero_stage > 2 || (opts->zero_stage > 0 && !opts->dp))
+    return px_error(PX_ERR_INVALID, "pipeline: ZeRO stage %d %s: stages 1 and 2 shard over a data-parallel group "
+                    "(px_pp_opts.dp); stage 3 (parameters gathered per unit) does not combine with the pipeline's "
+                    "micro-batch slots", opts->zero_stage, opts->dp ? "with a dp group" : "without a dp group");
   px_status st = px_pp_schedule_check(sched);
   if (st != PX_OK) return st;
   px_pp *pp = calloc(1, sizeof *pp);
@@ -191,6 +210,12 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
   pp->v = sched->v;
   pp->S = p * sched->v;
   pp->clip = opts->clip_grad_norm;
+  pp->dp = opts->dp;
+  pp->tp = opts->tp;
+  pp->dp_size = opts->dp ? px_comm_size(opts->dp) : 1;
+  pp->dp_rank = opts->dp ? px_comm_rank(opts->dp) : 0;
+  pp->tp_rank = opts->tp ? px_comm_rank(opts->tp) : 0;
+  pp->zero = opts->dp ? opts->zero_stage : 0;
   st = px_pp_plan_make(opts->build, opts->build_arg, pp->S, opts->split, &pp->plan);
   pp->chunk = st == PX_OK ? calloc((size_t)pp->v, sizeof *pp->chunk) : NULL;
   if (st == PX_OK && !pp->chunk) st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
@@ -217,9 +242,21 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
       st = px_pp_stage_model(opts->build, opts->build_arg, pp->plan, ch->stage, opts->seed, &ch->slot[k].md);
       if (st == PX_OK && k > 0) share_buffers(ch->slot[k].md, ch->slot[0].md);
     }
+    if (st == PX_OK && pp->zero > 0) {  // this dp rank's slice, and the exchange space
+      const size_t n = ch->slot[0].md->n_param_elems, A = (size_t)pp->dp_size;
+      ch->z_piece = (n + A - 1) / A;
+      ch->z_off = ch->z_piece * (size_t)pp->dp_rank;
+      ch->z_len = ch->z_off < n ? (n - ch->z_off < ch->z_piece ? n - ch->z_off : ch->z_piece) : 0;
+      ch->z_buf = calloc(ch->z_piece * A + 1, sizeof *ch->z_buf);
+      ch->z_send = calloc(ch->z_piece + 1, sizeof *ch->z_send);
+      if (!ch->z_buf || !ch->z_send) st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
+    }
     if (st == PX_OK && opts->optim) {
       px_model *md = ch->slot[0].md;
-      st = px_optim_create(&ch->opt, md->param_data, md->grad_data, md->n_param_elems, opts->optim);
+      if (pp->zero == 0)
+        st = px_optim_create(&ch->opt, md->param_data, md->grad_data, md->n_param_elems, opts->optim);
+      else if (ch->z_len > 0)  // state for the slice alone (an empty slice: no optimizer)
+        st = px_optim_create(&ch->opt, md->param_data + ch->z_off, md->grad_data + ch->z_off, ch->z_len, opts->optim);
     }
   }
   pp->tied_emb_stage = pp->tied_head_stage = -1;
@@ -229,6 +266,10 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
     const int re = pp->tied_emb_stage % p, rh = pp->tied_head_stage % p;
     if (re != rh)  // collective over pipe: every rank knows the plan
       st = px_comm_split(pipe, rank == re || rank == rh ? 0 : -1, rank, &pp->emb_comm);
+  }
+  if (st == PX_OK && pp->dp) {  // collective over dp
+    st = pxr_init(&pp->rsum, pp->dp);
+    pp->rsum_on = st == PX_OK;
   }
   if (st != PX_OK) {
     px_pp_free(pp);
@@ -490,26 +531,91 @@ static px_status do_backward(px_pp *pp, pp_chunk *ch, int micro, bool first) {
   return st;
 }
 
-// Global gradient norm (and clipping with clip > 0): every rank's squared sum (the head's copy
-// of a tied weight left out: it holds the same summed gradient as the
-// embedding's), summed over the pipeline, then the same scale everywhere.
+// The squares of chunk c's gradients in flat range [lo, hi) that count in
+// the global norm: not the head's copy of a tied weight (it holds the same
+// summed gradient as the embedding's), and a tp-replicated parameter only on
+// tp rank 0 (every tp rank holds it whole); a tp-split one with its box.
+static double chunk_sumsq(const px_pp *pp, int c, size_t lo, size_t hi) {
+  const px_model *md = pp->chunk[c].slot[0].md;
+  const bool head = pp->chunk[c].stage == pp->tied_head_stage;
+  double ss = 0;
+  for (int i = 0; i < md->n_params; i++) {
+    const px_param *p = md->params[i];
+    if (head && strcmp(p->name, pp->plan->tied_param) == 0) continue;
+    if (pp->tp && pp->tp_rank != 0 && px_tp_param_box(p).split_dim < 0) continue;
+    const size_t o = (size_t)(p->grad - md->grad_data), a = o > lo ? o : lo,
+                 b = o + p->numel < hi ? o + p->numel : hi;
+    if (a < b) ss += px_sumsq(md->grad_data + a, b - a);
+  }
+  return ss;
+}
+
+// Global gradient norm (and clipping with clip > 0): the counted squares
+// (chunk_sumsq) of what this rank holds, summed over the pipeline, the tp
+// group and (ZeRO: each dp rank holds its slice) the dp group; then the same
+// scale everywhere.
 static px_status clip_grads(px_pp *pp) {
   double ss = 0;
   for (int c = 0; c < pp->v; c++) {
-    const px_model *md = pp->chunk[c].slot[0].md;
-    ss += px_sumsq(md->grad_data, md->n_param_elems);
-    if (pp->chunk[c].stage == pp->tied_head_stage) {
-      const px_param *w = px_model_find(md, pp->plan->tied_param);
-      if (w) ss -= px_sumsq(w->grad, w->numel);
-    }
+    const pp_chunk *ch = &pp->chunk[c];
+    ss += pp->zero > 0 ? chunk_sumsq(pp, c, ch->z_off, ch->z_off + ch->z_len)
+                       : chunk_sumsq(pp, c, 0, ch->slot[0].md->n_param_elems);
   }
   px_status st = px_comm_allreduce(pp->comm, &ss, 1, PX_F64, PX_SUM);
+  if (st == PX_OK && pp->tp) st = px_comm_allreduce(pp->tp, &ss, 1, PX_F64, PX_SUM);
+  if (st == PX_OK && pp->zero > 0) st = px_comm_allreduce(pp->dp, &ss, 1, PX_F64, PX_SUM);
   if (st != PX_OK) return st;
   const float norm = (float)sqrt(ss > 0 ? ss : 0);
   pp->stats.grad_norm = norm;
+  for (int c = 0; c < pp->v && pp->clip > 0; c++) {
+    pp_chunk *ch = &pp->chunk[c];
+    px_model *md = ch->slot[0].md;
+    if (pp->zero > 0) px_clip_grad_scale(md->grad_data + ch->z_off, ch->z_len, norm, pp->clip);
+    else px_clip_grad_scale(md->grad_data, md->n_param_elems, norm, pp->clip);
+  }
+  return PX_OK;
+}
+
+// Data parallel over dp: every chunk's gradient summed over the replicas in
+// rank order (rank_sum.h: DDP's all-reduce, ZeRO's reduce-scatter, the same
+// bits) and divided by |dp|.  ZeRO: only this rank's slice is summed, into
+// grad_data[z_off, + z_len) (the rest of the buffer is left stale).
+static px_status reduce_dp(px_pp *pp) {
+  const float inv = 1.0f / (float)pp->dp_size;
   for (int c = 0; c < pp->v; c++) {
-    px_model *md = pp->chunk[c].slot[0].md;
-    if (pp->clip > 0) px_clip_grad_scale(md->grad_data, md->n_param_elems, norm, pp->clip);
+    pp_chunk *ch = &pp->chunk[c];
+    px_model *md = ch->slot[0].md;
+    const size_t n = md->n_param_elems;
+    pxr_sum *op = NULL;
+    px_status st;
+    if (pp->zero == 0) {
+      if ((st = pxr_allreduce(&pp->rsum, md->grad_data, n, &op)) != PX_OK) return st;
+      if ((st = pxr_wait(op)) != PX_OK) return st;
+      px_scale(md->grad_data, n, inv);
+      continue;
+    }
+    // Padded to |dp| equal pieces (zeros past n), summed, this rank's piece kept.
+    memcpy(ch->z_buf, md->grad_data, n * sizeof(float));
+    memset(ch->z_buf + n, 0, (ch->z_piece * (size_t)pp->dp_size - n) * sizeof(float));
+    float *mine = ch->z_buf + ch->z_piece * (size_t)pp->dp_rank;
+    if ((st = pxr_reduce_scatter(&pp->rsum, ch->z_buf, mine, ch->z_piece, &op)) != PX_OK) return st;
+    if ((st = pxr_wait(op)) != PX_OK) return st;
+    px_scale(mine, ch->z_len, inv);
+    memcpy(md->grad_data + ch->z_off, mine, ch->z_len * sizeof(float));
+  }
+  return PX_OK;
+}
+
+// ZeRO after the step: every dp rank's updated slice to every replica.
+static px_status gather_params(px_pp *pp) {
+  for (int c = 0; c < pp->v; c++) {
+    pp_chunk *ch = &pp->chunk[c];
+    px_model *md = ch->slot[0].md;
+    memset(ch->z_send, 0, ch->z_piece * sizeof(float));
+    memcpy(ch->z_send, md->param_data + ch->z_off, ch->z_len * sizeof(float));
+    px_status st = px_comm_allgather(pp->dp, ch->z_send, ch->z_buf, ch->z_piece, PX_F32);
+    if (st != PX_OK) return st;
+    memcpy(md->param_data, ch->z_buf, md->n_param_elems * sizeof(float));
   }
   return PX_OK;
 }
@@ -571,10 +677,19 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
       if ((st = wait_sends(pp)) != PX_OK) break;
       set_label(pp, "step (tied embedding gradient)", a->stage, a->micro, a->op);
       if ((st = sync_tied(pp)) != PX_OK) break;
+      if (pp->dp) {
+        set_label(pp, "step (data-parallel gradient sum)", a->stage, a->micro, a->op);
+        px_comm_set_label(pp->dp, "pipeline: data-parallel gradient sum");
+        if ((st = reduce_dp(pp)) != PX_OK) break;
+      }
       set_label(pp, "step (gradient norm)", a->stage, a->micro, a->op);
       if ((pp->clip > 0 || pp->want_norm) && (st = clip_grads(pp)) != PX_OK) break;
       for (int c = 0; c < pp->v && st == PX_OK; c++)
         if (pp->chunk[c].opt) st = px_optim_step(pp->chunk[c].opt);
+      if (st == PX_OK && pp->zero > 0) {
+        px_comm_set_label(pp->dp, "pipeline: ZeRO parameter all-gather");
+        st = gather_params(pp);
+      }
       continue;
     }
     const int c = a->stage / pp->p;
@@ -606,6 +721,10 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
   double l = pp->loss_sum / pp->m;
   set_label(pp, "step loss", pp->S - 1, -1, PX_PP_OPTIM_STEP);
   if ((st = px_comm_broadcast(pp->comm, &l, 1, PX_F64, (pp->S - 1) % pp->p)) != PX_OK) return st;
+  if (pp->dp) {  // the replicas' mean: the loss of the whole |dp|-times larger batch
+    if ((st = px_comm_allreduce(pp->dp, &l, 1, PX_F64, PX_SUM)) != PX_OK) return st;
+    l /= pp->dp_size;
+  }
   if (loss) *loss = (float)l;
   pp->steps++;
   pp->stats.step_s = px_time_now() - t0;

@@ -9,6 +9,7 @@
 // model (which renumbers), then put back every module's whole-model stream
 // and initialise again.
 #include "plexus/pipeline.h"
+#include "parallel/tp_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -166,11 +167,64 @@ static px_status pp_head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy
 static const px_module_ops pp_head_ops = {.type = "TiedHead", .forward = pp_head_forward,
                                           .backward = pp_head_backward};
 
+/* The tensor-parallel form (px_tp_vocab_tied_head away from its embedding):
+ * the holder is a px_tp_vocab_embedding of the same group, sizes, name and
+ * stream (so it takes its box of the single process's table, as the
+ * embedding does) that never runs; the head reads its rows E_r (count, C):
+ *   logits_r = x · E_rᵀ (R, count)     dE_r += dyᵀ · x
+ *   dx = Σ_r dy_r · E_r                one all-reduce over tp backward
+ * exactly px_tp_vocab_tied_head's product without sequence parallelism. */
+typedef struct pp_tp_head {
+  px_module    base;
+  px_tp_group *g;
+  int          count, dim;
+  px_tensor    x;
+} pp_tp_head;
+
+static px_status pp_tp_head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  pp_tp_head *h = (pp_tp_head *)m;
+  const px_param *E = m->foreign[0];
+  if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != h->dim) {
+    char s[PX_SHAPE_STR_MAX];
+    return px_error(PX_ERR_SHAPE, "VocabParallelTiedHead(%d -> %d rows, copy of \"%s\"): input %s must end in %d "
+                    "features", h->dim, h->count, E->name, px_shape_str(x->ndim, x->shape, s, sizeof s), h->dim);
+  }
+  int64_t shape[PX_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+  shape[x->ndim - 1] = h->count;
+  px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
+  if (st != PX_OK) return st;
+  const int R = (int)(px_tensor_numel(x) / h->dim);
+  px_sgemm(false, true, R, h->count, h->dim, 1.0f, px_f32(x), h->dim, E->data, h->dim, 0.0f, px_f32(y), h->count);
+  h->x = *x;
+  return PX_OK;
+}
+
+static px_status pp_tp_head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  pp_tp_head *h = (pp_tp_head *)m;
+  const px_param *E = m->foreign[0];
+  const int R = (int)(px_tensor_numel(&h->x) / h->dim), C = h->dim, n = h->count;
+  px_sgemm(true, false, n, C, R, 1.0f, px_f32(dy), n, px_f32(&h->x), C, 1.0f, E->grad, C);
+  if (!dx) return PX_OK;
+  px_status st = px_ctx_tensor_like(ctx, dx, &h->x);
+  if (st != PX_OK) return st;
+  px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, px_f32(dx), C);
+  return px_tp_allreduce(h->g, px_f32(dx), (size_t)R * (size_t)C, PX_SUM, true);
+}
+static const px_module_ops pp_tp_head_ops = {.type = "VocabParallelTiedHead", .forward = pp_tp_head_forward,
+                                             .backward = pp_tp_head_backward};
+
+// The stage root: a chain that skips its weight holder (NULL: none).
+typedef struct stage_root {
+  px_module  base;
+  px_module *holder;
+} stage_root;
+
 // The stage's container: a chain that skips weight holders.
 static px_status stage_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   px_tensor cur = *x;
   for (int i = 0; i < m->n_children; i++) {
-    if (m->children[i]->ops == &holder_ops) continue;
+    if (m->children[i] == ((stage_root *)m)->holder) continue;
     px_tensor next;
     px_status st = px_module_forward(m->children[i], ctx, &cur, &next);
     if (st != PX_OK) return st;
@@ -182,10 +236,11 @@ static px_status stage_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px
 
 static px_status stage_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   int first = 0;
-  while (first < m->n_children && m->children[first]->ops == &holder_ops) first++;
+  const px_module *holder = ((stage_root *)m)->holder;
+  while (first < m->n_children && m->children[first] == holder) first++;
   px_tensor cur = *dy;
   for (int i = m->n_children - 1; i >= first; i--) {
-    if (m->children[i]->ops == &holder_ops) continue;
+    if (m->children[i] == holder) continue;
     px_tensor next;
     px_tensor *want = (i > first || dx) ? &next : NULL;
     px_status st = px_module_backward(m->children[i], ctx, &cur, want);
@@ -204,7 +259,8 @@ static px_status check_foreign(px_pp_plan *plan, const units *u, const px_module
   for (int k = 0; k < m->n_foreign; k++) {
     const int owner = unit_of(u, m->foreign[k]->owner);
     if (owner >= 0 && stage_of_unit(plan, owner) != stage_of_unit(plan, unit) && m == u->mod[unit] &&
-        has_type(m, "TiedHead") && m->foreign[k]->owner == u->mod[owner] && has_type(u->mod[owner], "Embedding") &&
+        (has_type(m, "TiedHead") || has_type(m, "VocabParallelTiedHead")) && m->foreign[k]->owner == u->mod[owner] &&
+        (has_type(u->mod[owner], "Embedding") || has_type(u->mod[owner], "VocabParallelEmbedding")) &&
         plan->tied_head_unit < 0) {
       plan->tied_head_unit = unit;
       plan->tied_emb_unit = owner;
@@ -391,7 +447,7 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
   for (int i = 0; st == PX_OK && i < u.n; i++)
     if (strcmp(u.path[i], plan->unit[i]) != 0)
       st = px_error(PX_ERR_INVALID, "pipeline: unit %d is \"%s\", the plan's is \"%s\"", i, u.path[i], plan->unit[i]);
-  px_module *sroot = st == PX_OK ? px_module_alloc(sizeof(px_module), &stage_ops) : NULL;
+  px_module *sroot = st == PX_OK ? px_module_alloc(sizeof(stage_root), &stage_ops) : NULL;
   if (st == PX_OK && !sroot) st = PX_ERR_NOMEM;
   if (sroot) sroot->rng_transparent = true;
   // The head away from its embedding: a holder of the weight's copy (named
@@ -399,25 +455,49 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
   const bool tied = plan->tied_head_unit >= plan->first[stage] && plan->tied_head_unit < plan->first[stage + 1] &&
                     stage_of_unit(plan, plan->tied_emb_unit) != stage;
   px_module *holder = NULL;
+  px_tp_group *tpg = NULL;  // the embedding's tp group when it is vocabulary-parallel
   if (st == PX_OK && tied) {
     const px_module *emb = u.mod[plan->tied_emb_unit];
     const px_param *w = &emb->params[0];
-    holder = px_module_alloc(sizeof(px_module), &holder_ops);
-    if (!holder || !px_module_add_param(holder, w->name, w->ndim, w->shape, w->init, w->init_a, false))
-      st = PX_ERR_NOMEM;
+    if (has_type(emb, "VocabParallelEmbedding")) {
+      const px_tp_box b = px_tp_param_box(w);
+      tpg = ((const tp_module *)emb)->g;
+      holder = px_tp_vocab_embedding(tpg, (int)b.global_shape[0], (int)b.global_shape[1]);
+      if (!holder) st = px_error(PX_ERR_INVALID, "pipeline: the tied head's copy of \"%s\": %s", w->name,
+                                 px_last_error());
+      else {
+        holder->params[0].init = w->init;
+        holder->params[0].init_a = w->init_a;
+      }
+    } else {
+      holder = px_module_alloc(sizeof(px_module), &holder_ops);
+      if (!holder || !px_module_add_param(holder, w->name, w->ndim, w->shape, w->init, w->init_a, false))
+        st = PX_ERR_NOMEM;
+    }
     if (holder) holder->stream = emb->stream;
   }
   for (int i = plan->first[stage]; st == PX_OK && i < plan->first[stage + 1]; i++) {
     px_module *m = u.mod[i], *parent = m->parent;
     if (tied && i == plan->tied_head_unit) {  // replaced: the original stays in the tree and is freed with it
-      pp_head *h = (pp_head *)px_module_alloc(sizeof *h, &pp_head_ops);
-      if (!h) { st = PX_ERR_NOMEM; break; }
-      h->vocab = (int)holder->params[0].shape[0];
-      h->dim = (int)holder->params[0].shape[1];
-      h->base.stream = m->stream;
-      st = px_module_add_foreign_param(&h->base, &holder->params[0]);
-      if (st == PX_OK) st = px_module_add_child(sroot, u.path[i], &h->base);
-      if (st != PX_OK) px_module_free(&h->base);
+      px_module *hm;
+      if (tpg) {
+        pp_tp_head *h = (pp_tp_head *)px_module_alloc(sizeof *h, &pp_tp_head_ops);
+        if (!h) { st = PX_ERR_NOMEM; break; }
+        h->g = tpg;
+        h->count = (int)holder->params[0].shape[0];
+        h->dim = (int)holder->params[0].shape[1];
+        hm = &h->base;
+      } else {
+        pp_head *h = (pp_head *)px_module_alloc(sizeof *h, &pp_head_ops);
+        if (!h) { st = PX_ERR_NOMEM; break; }
+        h->vocab = (int)holder->params[0].shape[0];
+        h->dim = (int)holder->params[0].shape[1];
+        hm = &h->base;
+      }
+      hm->stream = m->stream;
+      st = px_module_add_foreign_param(hm, &holder->params[0]);
+      if (st == PX_OK) st = px_module_add_child(sroot, u.path[i], hm);
+      if (st != PX_OK) px_module_free(hm);
       continue;
     }
     for (int k = 0; k < parent->n_children; k++)
@@ -428,6 +508,7 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
   }
   if (holder && st == PX_OK) {
     st = px_module_add_child(sroot, u.path[plan->tied_emb_unit], holder);
+    if (st == PX_OK) ((stage_root *)sroot)->holder = holder;
     holder = st == PX_OK ? NULL : holder;
   }
   px_module_free(holder);
