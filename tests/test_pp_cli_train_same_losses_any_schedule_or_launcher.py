@@ -4,9 +4,10 @@ on how it is cut or launched: P = 2 and 4 ranks as threads, GPipe, 1F1B and
 interleaved, and (with MPI) 2 processes under mpiexec print the same loss at
 every logged step and the same held-out loss, digit for digit (the pipeline
 computes the single model's math; only where it runs changes); the loss
-falls.  A --pp that is not the number of ranks, and a batch that does not
+falls.  A --pp that does not divide the number of ranks, and a batch that does not
 split into the micro-batches, are refused naming both numbers, and --pp
-with --tp (not built) is refused, not run as a pipeline alone.
+with --tp on the MLP (no layers to split) is refused, not run as a pipeline
+alone (3D runs: test_pp_cli_3d_trains_like_ddp_and_rejects_bad_meshes.py).
 
 If it fails: the CLI does not hand the options to the executor, a stage
 split changes the arithmetic, or the ranks see different batches."""
@@ -51,14 +52,14 @@ def main():
         for name, r in runs.items():
             cu.check(r == first, "%s differs: %s against %s" % (name, r, first))
     p = cu.run(BASE + ["--threads", "2", "--pp", "3"], expect_ok=False)
-    cu.check(p.returncode != 0 and "--pp 3 needs exactly 3 ranks" in p.stderr and "this run has 2" in p.stderr,
+    cu.check(p.returncode != 0 and "--tp 1 × --pp 3 = 3 does not divide the world size 2" in p.stderr,
              "--pp 3 on 2 ranks: %d %s" % (p.returncode, p.stderr[-300:]))
     p = cu.run(BASE + ["--threads", "2", "--pp", "2", "--batch-size", "30"], expect_ok=False)
     cu.check(p.returncode != 0 and "--batch-size 30" in p.stderr and "--micro-batches 4" in p.stderr,
              "batch 30 in 4 micro-batches: %d %s" % (p.returncode, p.stderr[-300:]))
     p = cu.run(BASE + ["--threads", "4", "--pp", "2", "--tp", "2"], expect_ok=False)
-    cu.check(p.returncode != 0 and "--pp 2 with --tp 2" in p.stderr and "not built" in p.stderr,
-             "--pp 2 --tp 2: %d %s" % (p.returncode, p.stderr[-300:]))
+    cu.check(p.returncode != 0 and "tensor parallelism splits a GPT's layers" in p.stderr,
+             "--pp 2 --tp 2 with the MLP: %d %s" % (p.returncode, p.stderr[-300:]))
     cu.finish("test_pp_cli_train_same_losses_any_schedule_or_launcher")
 
 

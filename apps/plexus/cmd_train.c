@@ -499,18 +499,23 @@ int px_cmd_train(int argc, char **argv) {
   // The mesh's sizes against the world, here when the world is ours (threads
   // or one process: one message, no rank started); under a launcher each
   // rank checks in make_mesh.
-  if (!launched && (c->tp > 1 || c->dp > 0)) {
-    const int64_t dp = c->dp > 0 ? c->dp : threads / c->tp;
-    if (c->dp == 0 && threads % c->tp != 0) {
-      px_error(PX_ERR_INVALID, "--tp %lld does not divide the world size %d (--threads %d): dp cannot be inferred",
-               (long long)c->tp, threads, threads);
+  if (!launched && (c->tp > 1 || c->dp > 0 || c->pp > 1)) {
+    const int64_t tp_pp = c->tp * c->pp;
+    const int64_t dp = c->dp > 0 ? c->dp : threads / tp_pp;
+    if (c->dp == 0 && threads % tp_pp != 0) {
+      if (c->pp > 1)
+        px_error(PX_ERR_INVALID, "--tp %lld × --pp %lld = %lld does not divide the world size %d (--threads %d): dp "
+                 "cannot be inferred", (long long)c->tp, (long long)c->pp, (long long)tp_pp, threads, threads);
+      else
+        px_error(PX_ERR_INVALID, "--tp %lld does not divide the world size %d (--threads %d): dp cannot be inferred",
+                 (long long)c->tp, threads, threads);
       rc = px_app_fail("train");
       goto out;
     }
-    if (dp * c->tp != threads) {
-      px_error(PX_ERR_INVALID, "--dp/--tp: mesh dp %lld × tp %lld × pp 1 = %lld ranks, but the world has %d "
-               "(--threads %d); the sizes' product must equal the world size", (long long)dp, (long long)c->tp,
-               (long long)(dp * c->tp), threads, threads);
+    if (dp * tp_pp != threads) {
+      px_error(PX_ERR_INVALID, "--dp/--tp%s: mesh dp %lld × tp %lld × pp %lld = %lld ranks, but the world has %d "
+               "(--threads %d); the sizes' product must equal the world size", c->pp > 1 ? "/--pp" : "",
+               (long long)dp, (long long)c->tp, (long long)c->pp, (long long)(dp * tp_pp), threads, threads);
       rc = px_app_fail("train");
       goto out;
     }

@@ -586,10 +586,22 @@ px_status px_config_validate(const px_config *c, int commands) {
   if ((commands & CFG_TRAIN) && (c->zero < 0 || c->zero > 3))
     return px_error(PX_ERR_INVALID, "--zero (parallel.zero) %lld: there is no such ZeRO stage; use 0 (DDP), 1 (shard "
                     "the optimizer state), 2 (and the gradients) or 3 (and the parameters)", (long long)c->zero);
-  if ((commands & CFG_TRAIN) && c->pp > 1 && (c->tp > 1 || c->dp > 0))
-    return px_error(PX_ERR_UNSUPPORTED, "--pp %lld with --tp %lld / --dp %lld: pipeline × tensor × data parallel (3D) "
-                    "is not built; --pp takes the whole world as stages", (long long)c->pp, (long long)c->tp,
-                    (long long)c->dp);
+  if ((commands & CFG_TRAIN) && c->pp > 1) {  // 3D: --dp × --tp × --pp (cmd_train_pp.c)
+    if (c->zero == 3)
+      return px_error(PX_ERR_UNSUPPORTED, "--zero 3 with --pp %lld: ZeRO stage 3 (parameters gathered unit by unit) "
+                      "does not combine with the pipeline's micro-batch slots; use --zero 1 or 2 (the optimizer "
+                      "state sharded over dp), as Megatron-LM and torchtitan do", (long long)c->pp);
+    if (c->accum_steps > 1)
+      return px_error(PX_ERR_INVALID, "--accum-steps %lld with --pp %lld: a pipeline step already accumulates the "
+                      "gradients of its --micro-batches; for the same step use --micro-batches %lld (%lld × %lld) "
+                      "and a --batch-size %lld times larger", (long long)c->accum_steps, (long long)c->pp,
+                      (long long)(c->micro_batches * c->accum_steps), (long long)c->micro_batches,
+                      (long long)c->accum_steps, (long long)c->accum_steps);
+    if (c->sequence_parallel)
+      return px_error(PX_ERR_UNSUPPORTED, "--sequence-parallel with --pp %lld: the pipeline sends whole (N, T, C) "
+                      "activations between stages; sequence parallelism inside a stage is not built with --pp "
+                      "(drop --sequence-parallel)", (long long)c->pp);
+  }
   if ((commands & CFG_TRAIN) && c->tp > 1) {
     if (strcmp(c->model, "gpt") != 0)
       return px_error(PX_ERR_INVALID, "--tp (parallel.tp) %lld: tensor parallelism splits a GPT's layers; --model %s "
