@@ -7,7 +7,9 @@
  * clipping acting; the tied wte counted once, tp-replicated parameters
  * once, dp not at all) and its parameters after them (this rank's boxes)
  * to 1e-5 relative, starting bit for bit from them.  ZeRO 1 and 2 over dp
- * give DDP-over-dp's parameters and losses to 1e-6.
+ * give DDP-over-dp's parameters and losses to 1e-6.  ZeRO stage 3, and a
+ * ZeRO stage without a dp group, are refused by px_pp_create with a
+ * message that names the stage.
  * If this fails: the dp average is missing or not a mean (the loss and the
  * norm differ by a factor), the dp replicas did not read different rows,
  * the norm counts a replicated tp parameter twice or sums over dp, the
@@ -29,7 +31,32 @@ static void one(p3d_case k) {
         code);
 }
 
+// px_pp_create refuses ZeRO 3 and ZeRO without dp, naming the stage.
+static int refuse(px_comm *c, void *arg) {
+  (void)arg;
+  px_pp_schedule *sched;
+  CHECK_OK(px_pp_schedule_make(PX_PP_1F1B, 1, 2, 1, &sched));
+  ppc_mlp marg = {.depth = 1};
+  const px_optim_opts oo = ppc_optim();
+  px_pp_opts po = {.build = ppc_build, .build_arg = &marg, .seed = 5, .optim = &oo, .dp = c, .zero_stage = 3};
+  px_pp *pp = NULL;
+  px_status st = px_pp_create(&pp, c, sched, &po);
+  CHECK(st == PX_ERR_INVALID && !pp && strstr(px_last_error(), "ZeRO stage 3") &&
+        strstr(px_last_error(), "does not combine"), "ZeRO 3 with the pipeline: %s", px_last_error());
+  po.dp = NULL;
+  po.zero_stage = 1;
+  st = px_pp_create(&pp, c, sched, &po);
+  CHECK(st == PX_ERR_INVALID && !pp && strstr(px_last_error(), "ZeRO stage 1 without a dp group"),
+        "ZeRO 1 without dp: %s", px_last_error());
+  px_pp_free(pp);
+  px_pp_schedule_free(sched);
+  return px_test_failures ? 1 : 0;
+}
+
 int main(void) {
+  int code = 0;
+  CHECK_OK(px_comm_run(1, refuse, NULL, &code));
+  CHECK(code == 0, "the refusals failed");
   // dp × pp: the MLP (14 units), the global batch of 24 rows, 12 per replica.
   one((p3d_case){2, 1, 2, PX_PP_GPIPE, 2, 1, false, 0, 0.0f});
   one((p3d_case){2, 1, 2, PX_PP_1F1B, 4, 1, false, 0, 0.3f});

@@ -161,7 +161,7 @@ static const opt_def opts[] = {
    "--zero 3: free a unit's gathered parameters after its forward and gather again for backward (less memory); "
    "off: keep them until its backward (one gather fewer)"},
   {"parallel", "pp", "pp", T_INT, F(pp), "1", NULL, 1, 4096, CFG_TRAIN,
-   "pipeline parallel: the model cut into this many stages, one per rank (the world size; docs/PARALLEL.md)"},
+   "pipeline parallel: the model cut into this many stages; --dp x --tp x --pp = the ranks (3D; docs/PARALLEL.md)"},
   {"parallel", "micro_batches", "micro-batches", T_INT, F(micro_batches), "1", NULL, 1, 1 << 20, CFG_TRAIN,
    "--pp: micro-batches per step (--batch-size must be a multiple)"},
   {"parallel", "schedule_pp", "schedule-pp", T_STR, F(schedule_pp), "1f1b", "gpipe|1f1b|interleaved", 0, 0,
@@ -170,7 +170,7 @@ static const opt_def opts[] = {
    "seconds a rank waits for its peers before the job ends with an error naming them (0: forever)"},
   // The device mesh: dp × tp (× pp) = the world's ranks, tp innermost.
   {"parallel", "dp", "dp", T_INT, F(dp), "0", NULL, 0, 1 << 20, CFG_TRAIN,
-   "data-parallel ranks of the mesh (0: the world size / tp)"},
+   "data-parallel ranks of the mesh (0: the world size / (tp x pp))"},
   {"parallel", "tp", "tp", T_INT, F(tp), "1", NULL, 1, 4096, CFG_TRAIN,
    "tensor-parallel ranks (--model gpt): each layer's weights split over tp neighbouring ranks (docs/PARALLEL.md)"},
   {"parallel", "sequence_parallel", "sequence-parallel", T_BOOL, F(sequence_parallel), "false", NULL, 0, 0,

@@ -174,7 +174,12 @@ typedef struct px_pp_plan {
    * ("wte.weight"), initialised from the same stream (so equal), and the
    * executor sums the two copies' gradients over the embedding group (the
    * ranks of both stages) before the optimizer step, as Megatron does: the
-   * copies stay equal, one parameter in effect. */
+   * copies stay equal, one parameter in effect.  Tensor parallel (the
+   * embedding a px_tp_vocab_embedding, the head a px_tp_vocab_tied_head):
+   * the copy is a px_tp_vocab_embedding of the same tp group (this tp
+   * rank's rows, initialised as its box of the single process's table) and
+   * the head computes x · E_rᵀ with its dx all-reduced over tp (no sequence
+   * parallelism); the embedding group lies in one tp rank's pipeline. */
   int     tied_head_unit, tied_emb_unit;
   char    tied_param[PX_NAME_MAX];  /* "wte.weight" */
 } px_pp_plan;
@@ -262,8 +267,13 @@ typedef struct px_pp_opts {
                                       rank's box, a replicated one once */
 } px_pp_opts;
 
-/* Collective over `pipe` (its size must be the schedule's p).  The schedule
- * is borrowed (keep it until px_pp_free). */
+/* Collective over `pipe` (its size must be the schedule's p), and over
+ * opts->dp when given (every replica creates its pipeline at once).  The
+ * schedule and the dp / tp communicators are borrowed (keep them until
+ * px_pp_free).  3D over a px_mesh: pipe = mesh->pp_comm, dp =
+ * mesh->dp_comm, tp = mesh->tp_comm; the builder returns px_tp_gpt's tree
+ * over &mesh->tp_group, the loss function px_tp_cross_entropy.  A ZeRO
+ * stage other than 0-2, or 1-2 without dp: PX_ERR_INVALID naming it. */
 px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, const px_pp_opts *opts);
 void px_pp_free(px_pp *pp);
 
@@ -271,10 +281,13 @@ void px_pp_free(px_pp *pp);
  * batch, split along dimension 0 into m equal micro-batches (its size must
  * be a multiple of m: else PX_ERR_INVALID naming both); read on the rank of
  * stage 0 only (others may pass NULL).  *loss (may be NULL): the batch's
- * mean loss, the same on every rank. */
+ * mean loss, the same on every rank (with dp: the replicas' batches' mean).
+ * With dp, OPTIM_STEP runs: the tied copies' sum, the dp average (or ZeRO's
+ * reduce-scatter), the norm and clipping, the step, (ZeRO) the all-gather. */
 px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void *loss_user, float *loss);
 /* Forward only, micro-batch after micro-batch, models in eval mode (then
- * back in training mode); the mean loss on every rank. */
+ * back in training mode); the mean loss on every rank of the pipeline (with
+ * px_pp_opts.dp: of this replica's x, not averaged over the replicas). */
 px_status px_pp_eval(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void *loss_user, float *loss);
 
 /* This rank's chunks: chunk c is stage rank + c·p; its model is slot 0 (the
