@@ -7,7 +7,8 @@
  * clipping acting; the tied wte counted once, tp-replicated parameters
  * once, dp not at all) and its parameters after them (this rank's boxes)
  * to 1e-5 relative, starting bit for bit from them.  ZeRO 1 and 2 over dp
- * give DDP-over-dp's parameters and losses to 1e-6.  ZeRO stage 3, and a
+ * (and dp 3 × pp 2, 6 ranks, whose slices are padded) give DDP-over-dp's
+ * parameters and losses to 1e-6.  ZeRO stage 3, and a
  * ZeRO stage without a dp group, are refused by px_pp_create with a
  * message that names the stage.
  * If this fails: the dp average is missing or not a mean (the loss and the
@@ -64,6 +65,8 @@ int main(void) {
   // ZeRO 1 and 2 over dp, against DDP over dp beside them.
   one((p3d_case){2, 1, 2, PX_PP_1F1B, 4, 1, false, 1, 0.3f});
   one((p3d_case){2, 1, 2, PX_PP_GPIPE, 2, 1, false, 2, 0.0f});
+  // dp 3: slices of unequal length (the chunks' sizes are not multiples of 3: padding).
+  one((p3d_case){3, 1, 2, PX_PP_1F1B, 4, 1, false, 1, 0.3f});
   // tp × pp: the GPT, wte (vocabulary-parallel) on stage 0, its tied head on the last.
   one((p3d_case){1, 2, 2, PX_PP_GPIPE, 4, 1, true, 0, PPG_CLIP});
   one((p3d_case){1, 2, 2, PX_PP_1F1B, 4, 1, true, 0, PPG_CLIP});
