@@ -43,8 +43,10 @@ typedef struct pp_chunk {
   px_tensor act_shape; // the input activation's shape and dtype (first step)
   bool      act_known;
   // ZeRO over dp: this dp rank's slice [z_off, z_off + z_len) of the flat
-  // buffers (piece z_piece = ceil(n / |dp|)), and |dp| · z_piece floats of
-  // exchange space (the padded reduce-scatter and the parameters' all-gather).
+  // buffers (piece z_piece = ceil(n / |dp|)), a piece to send, and — only
+  // when n is not a multiple of |dp| — |dp| · z_piece floats of padded
+  // exchange space (else the reduce-scatter runs in place in the gradient
+  // buffer and the all-gather lands in the parameter buffer).
   size_t    z_off, z_len, z_piece;
   float    *z_buf, *z_send;
 } pp_chunk;
@@ -247,9 +249,9 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
       ch->z_piece = (n + A - 1) / A;
       ch->z_off = ch->z_piece * (size_t)pp->dp_rank;
       ch->z_len = ch->z_off < n ? (n - ch->z_off < ch->z_piece ? n - ch->z_off : ch->z_piece) : 0;
-      ch->z_buf = calloc(ch->z_piece * A + 1, sizeof *ch->z_buf);
+      ch->z_buf = n % A ? calloc(ch->z_piece * A, sizeof *ch->z_buf) : NULL;
       ch->z_send = calloc(ch->z_piece + 1, sizeof *ch->z_send);
-      if (!ch->z_buf || !ch->z_send) st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
+      if ((n % A && !ch->z_buf) || !ch->z_send) st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
     }
     if (st == PX_OK && opts->optim) {
       px_model *md = ch->slot[0].md;
@@ -579,7 +581,8 @@ static px_status clip_grads(px_pp *pp) {
 // Data parallel over dp: every chunk's gradient summed over the replicas in
 // rank order (rank_sum.h: DDP's all-reduce, ZeRO's reduce-scatter, the same
 // bits) and divided by |dp|.  ZeRO: only this rank's slice is summed, into
-// grad_data[z_off, + z_len) (the rest of the buffer is left stale).
+// grad_data[z_off, + z_len) (the rest of the buffer is left stale: scratch
+// of the reduce-scatter).
 static px_status reduce_dp(px_pp *pp) {
   const float inv = 1.0f / (float)pp->dp_size;
   for (int c = 0; c < pp->v; c++) {
@@ -588,20 +591,26 @@ static px_status reduce_dp(px_pp *pp) {
     const size_t n = md->n_param_elems;
     pxr_sum *op = NULL;
     px_status st;
+    if (n == 0) continue;  // a stage without parameters (every replica skips it alike)
     if (pp->zero == 0) {
       if ((st = pxr_allreduce(&pp->rsum, md->grad_data, n, &op)) != PX_OK) return st;
       if ((st = pxr_wait(op)) != PX_OK) return st;
       px_scale(md->grad_data, n, inv);
       continue;
     }
-    // Padded to |dp| equal pieces (zeros past n), summed, this rank's piece kept.
-    memcpy(ch->z_buf, md->grad_data, n * sizeof(float));
-    memset(ch->z_buf + n, 0, (ch->z_piece * (size_t)pp->dp_size - n) * sizeof(float));
-    float *mine = ch->z_buf + ch->z_piece * (size_t)pp->dp_rank;
-    if ((st = pxr_reduce_scatter(&pp->rsum, ch->z_buf, mine, ch->z_piece, &op)) != PX_OK) return st;
+    // |dp| equal pieces (padded with zeros past n when n is not a multiple),
+    // summed, this rank's piece kept.
+    float *all = md->grad_data;
+    if (ch->z_buf) {
+      memcpy(ch->z_buf, md->grad_data, n * sizeof(float));
+      memset(ch->z_buf + n, 0, (ch->z_piece * (size_t)pp->dp_size - n) * sizeof(float));
+      all = ch->z_buf;
+    }
+    float *mine = all + ch->z_piece * (size_t)pp->dp_rank;
+    if ((st = pxr_reduce_scatter(&pp->rsum, all, mine, ch->z_piece, &op)) != PX_OK) return st;
     if ((st = pxr_wait(op)) != PX_OK) return st;
     px_scale(mine, ch->z_len, inv);
-    memcpy(md->grad_data + ch->z_off, mine, ch->z_len * sizeof(float));
+    if (ch->z_buf) memcpy(md->grad_data + ch->z_off, mine, ch->z_len * sizeof(float));
   }
   return PX_OK;
 }
@@ -611,11 +620,12 @@ static px_status gather_params(px_pp *pp) {
   for (int c = 0; c < pp->v; c++) {
     pp_chunk *ch = &pp->chunk[c];
     px_model *md = ch->slot[0].md;
+    if (md->n_param_elems == 0) continue;
     memset(ch->z_send, 0, ch->z_piece * sizeof(float));
     memcpy(ch->z_send, md->param_data + ch->z_off, ch->z_len * sizeof(float));
-    px_status st = px_comm_allgather(pp->dp, ch->z_send, ch->z_buf, ch->z_piece, PX_F32);
+    px_status st = px_comm_allgather(pp->dp, ch->z_send, ch->z_buf ? ch->z_buf : md->param_data, ch->z_piece, PX_F32);
     if (st != PX_OK) return st;
-    memcpy(md->param_data, ch->z_buf, md->n_param_elems * sizeof(float));
+    if (ch->z_buf) memcpy(md->param_data, ch->z_buf, md->n_param_elems * sizeof(float));
   }
   return PX_OK;
 }
