@@ -181,7 +181,8 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
  * buffers and optimizer slots from whatever layout wrote path (DDP or one
  * process, ZeRO, tensor parallel, a pipeline of any P and split: loads
  * intersect boxes), the tied copy from the embedding's pieces, and sets
- * each chunk optimizer's step count to optimizer_step.  A rank that fails
+ * each chunk optimizer's step count to optimizer_step (< 0: the parameters
+ * and buffers only, the optimizers untouched: --init).  A rank that fails
  * makes every rank fail (its message names the rank and stage). */
 struct px_pp;
 px_status px_pp_checkpoint_save(px_comm *comm, struct px_pp *pp, bool writes, const char *dir, int64_t step,

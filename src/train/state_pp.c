@@ -145,20 +145,21 @@ px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, const cha
     cst = st != PX_OK ? px_error(st, "checkpoint (pipeline): %s", why)
                       : px_error(PX_ERR_INVALID, "checkpoint (pipeline): another rank could not prepare its pieces");
   if (cst == PX_OK) {
-    char names[2][96], world_s[16], rank_s[16], stage_s[16], opt_step[32], kind[16] = "";
+    char names[2][96], world_s[16], rank_s[16], stage_s[64], opt_step[32], kind[16] = "";
     snprintf(names[0], sizeof names[0], "model.rank%05d-of-%05d.safetensors", rank, world);
     snprintf(names[1], sizeof names[1], "optim.rank%05d-of-%05d.safetensors", rank, world);
     snprintf(world_s, sizeof world_s, "%d", world);
     snprintf(rank_s, sizeof rank_s, "%d", rank);
-    snprintf(stage_s, sizeof stage_s, "%d", px_pp_chunk_stage(pp, 0));
+    for (int c = 0, at = 0; c < px_pp_n_chunks(pp) && at < (int)sizeof stage_s; c++)  // "0, 2": its stages
+      at += snprintf(stage_s + at, sizeof stage_s - (size_t)at, "%s%d", c ? ", " : "", px_pp_chunk_stage(pp, c));
     const px_optim *o = px_pp_chunk_optim(pp, 0);
     snprintf(opt_step, sizeof opt_step, "%lld", o ? (long long)o->step : 0LL);
     if (o) snprintf(kind, sizeof kind, "%s", optim_kind(o));
     const px_kv mmeta[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", mjson},
-                            {"world_size", world_s}, {"rank", rank_s}, {"pipeline_stage", stage_s}};
+                            {"world_size", world_s}, {"rank", rank_s}, {"pipeline_stages", stage_s}};
     const px_kv ometa[8] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson},
                             {"optimizer", kind}, {"optimizer_step", opt_step}, {"world_size", world_s},
-                            {"rank", rank_s}, {"pipeline_stage", stage_s}};
+                            {"rank", rank_s}, {"pipeline_stages", stage_s}};
     px_ckpt_item items[3];
     int n = 0;
     if (writes) items[n++] = (px_ckpt_item){.name = names[0], .tensors = &msd, .metadata = mmeta, .n_metadata = 6};
@@ -197,8 +198,9 @@ static px_status load_chunk(px_pp *pp, int c, const char *path, int64_t optimize
   const char *pfx[PX_MAX_OPTIM_SLOTS];
   float *bases[PX_MAX_OPTIM_SLOTS];
   int slots = 0;
-  if (st == PX_OK && o && o->n_state > PX_MAX_OPTIM_SLOTS)
+  if (st == PX_OK && o && optimizer_step >= 0 && o->n_state > PX_MAX_OPTIM_SLOTS)
     st = px_error(PX_ERR_UNSUPPORTED, "resume (pipeline): %d optimizer slots", o->n_state);
+  if (optimizer_step < 0) o = NULL;  // weights only (--init)
   if (st == PX_OK && o) slots = px_optim_slot_sources(o, prefixes, pfx, bases, PX_MAX_OPTIM_SLOTS);
   if (st == PX_OK && slots > 0) st = px_box_pieces_build(md, slots, pfx, NULL, true, NULL, &op);
   if (st == PX_OK && slots > 0) st = px_checkpoint_load_boxes(path, "optim", op.pc, op.n);
