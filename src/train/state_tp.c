@@ -72,7 +72,8 @@ static px_status box_pieces(const px_model *md, const char *prefix, bool replica
         return px_error(PX_ERR_INVALID, "checkpoint: name \"%s%s\" is too long", prefix, p->name);
       }
       c->ndim = p->ndim;
-      for (int d = 0; d < p->ndim && d < 2; d++) c->shape[d] = b.global_shape[d];
+      // A parameter no tp rank splits has its own shape (any rank: a conv's 4-D).
+      for (int d = 0; d < p->ndim; d++) c->shape[d] = b.split_dim < 0 ? p->shape[d] : d < 2 ? b.global_shape[d] : 0;
       if (b.split_dim >= 0) {  // the box: the global tensor, cut along split_dim
         for (int d = 0; d < p->ndim; d++) c->box_size[d] = c->shape[d];
         c->box_offset[b.split_dim] = b.global_offset[q];
