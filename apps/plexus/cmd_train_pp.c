@@ -173,6 +173,10 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
       if (due(r->step, o->eval_every) && (st = run_eval(r)) != PX_OK) break;
       if (due(r->step, o->ckpt_every) && (st = px_app_pp_save(r->comm, r->c, o, r->pp, r->log, &r->ck)) != PX_OK) break;
       if (o->stop_flag) {  // any rank's signal stops all of them after the same step
+        char label[128];  // what the watchdog names if a rank dies between steps
+        snprintf(label, sizeof label, "pipeline step %lld done: stage %d, between steps, stop-signal check",
+                 (long long)r->step, px_pp_chunk_stage(r->pp, 0));
+        px_comm_set_label(r->comm, label);
         int32_t stop = *o->stop_flag != 0;
         if ((st = px_comm_allreduce(r->comm, &stop, 1, PX_I32, PX_MAX)) != PX_OK) break;
         stopped = stop != 0;

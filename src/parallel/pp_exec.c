@@ -265,6 +265,7 @@ static void set_label(px_pp *pp, const char *what, int stage, int micro, px_pp_o
   snprintf(label, sizeof label, "pipeline %s %llu: stage %d, micro-batch %d, %s", what,
            (unsigned long long)pp->steps, stage, micro, op_name(op));
   px_comm_set_label(pp->comm, label);
+  if (pp->emb_comm) px_comm_set_label(pp->emb_comm, label);  // the tied weight's all-reduce waits there
 }
 
 static px_status push_send(px_pp *pp, px_request *r) {
