@@ -53,7 +53,8 @@ static px_optim_opts optim_opts(void) {
 static bool is_tied_copy(px_pp *pp, int c, const px_param *p) {
   const px_pp_plan *plan = px_pp_plan_of(pp);
   if (plan->tied_head_unit < 0 || strcmp(p->name, plan->tied_param) != 0) return false;
-  const int head = px_pp_plan_stage_of(plan, plan->tied_head_unit), emb = px_pp_plan_stage_of(plan, plan->tied_emb_unit);
+  const int head = px_pp_plan_stage_of(plan, plan->tied_head_unit);
+  const int emb = px_pp_plan_stage_of(plan, plan->tied_emb_unit);
   return head != emb && px_pp_chunk_stage(pp, c) == head;
 }
 
@@ -81,8 +82,8 @@ static int visit(px_pp *pp, bool copy, const char *what) {
         float *saved = k < 0 ? T.md->param_data + q->offset : px_optim_state_slot(T.opt, k, &slot) + q->offset;
         if (copy) memcpy(saved, mine, p->numel * sizeof(float));
         else
-          CHECK(memcmp(saved, mine, p->numel * sizeof(float)) == 0, "%s: stage %d \"%s\" (%s) differs from the saved run",
-                what, px_pp_chunk_stage(pp, c), p->name, slot);
+          CHECK(memcmp(saved, mine, p->numel * sizeof(float)) == 0,
+                "%s: stage %d \"%s\" (%s) differs from the saved run", what, px_pp_chunk_stage(pp, c), p->name, slot);
       }
       n++;
     }
@@ -144,7 +145,7 @@ static int run(px_comm *c, void *varg) {
   }
   if (j->save_dir) {  // the saved (or loaded) state, before any further step
     char path[512];
-    CHECK_OK(px_pp_checkpoint_save(c, pp, true, j->save_dir, K_STEPS, 0, "{\"step\": 5}", path, sizeof path));
+    CHECK_OK(px_pp_checkpoint_save(c, pp, true, true, j->save_dir, K_STEPS, 0, "{\"step\": 5}", path, sizeof path));
   }
   if (j->load) {  // it trains on from there
     batch(K_STEPS, xf, xi, y, &x, &tg, j->m);

@@ -100,7 +100,7 @@ px_status px_app_pp_save(px_comm *comm, const px_config *c, const px_train_opts 
   if (st != PX_OK) return st;
   char *json = px_comm_rank(comm) == 0 ? state_json(comm, c, o, pp, k, params) : NULL;
   // (rank 0 without its state.json: px_pp_checkpoint_save fails on every rank)
-  st = px_pp_checkpoint_save(comm, pp, true, o->ckpt_dir, k->step, o->keep_last, json, k->path, sizeof k->path);
+  st = px_pp_checkpoint_save(comm, pp, true, true, o->ckpt_dir, k->step, o->keep_last, json, k->path, sizeof k->path);
   free(json);
   if (st != PX_OK) return st;
   k->last_step = k->step;

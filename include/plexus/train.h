@@ -174,7 +174,10 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
  * Save: collective over comm (every rank of the job; px_checkpoint_write_all
  * with its all-or-nothing agreement).  writes: this rank's pipeline passes
  * its files (under data parallel, dp rank 0's only: the replicas are
- * equal); state_json: written by comm's rank 0 (NULL elsewhere).  The
+ * equal); replicated: it also writes the parameters (and buffers) that
+ * px_tp_param_box does not split (true without tensor parallelism; under
+ * it, tp rank 0 only: one copy); state_json: written by comm's rank 0
+ * (NULL elsewhere).  The
  * checkpoint is dir/step_<step>; path_out (cap bytes) receives its path.
  *
  * Load: collective over comm.  Every rank fills its chunks' parameters,
@@ -185,8 +188,8 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
  * and buffers only, the optimizers untouched: --init).  A rank that fails
  * makes every rank fail (its message names the rank and stage). */
 struct px_pp;
-px_status px_pp_checkpoint_save(px_comm *comm, struct px_pp *pp, bool writes, const char *dir, int64_t step,
-                                int keep_last, const char *state_json, char *path_out, size_t cap);
+px_status px_pp_checkpoint_save(px_comm *comm, struct px_pp *pp, bool writes, bool replicated, const char *dir,
+                                int64_t step, int keep_last, const char *state_json, char *path_out, size_t cap);
 px_status px_pp_checkpoint_load(px_comm *comm, struct px_pp *pp, const char *path, int64_t optimizer_step);
 
 #ifdef __cplusplus

@@ -19,7 +19,8 @@
 // head's copy of the embedding weight (pipeline.h: px_pp_plan.tied_param,
 // on the head's stage) is left out, its owner (the embedding's stage)
 // writes it; under data parallel only the writing pipeline (dp rank 0's)
-// passes files.  Loading fills the tied copy from the embedding's pieces,
+// passes files, and in a tensor-parallel stage only tp rank 0 writes the
+// parameters every tp rank holds whole (`replicated`).  Loading fills the tied copy from the embedding's pieces,
 // parameters and optimizer slots alike (the two copies are equal: their
 // gradients are summed before every step).
 #include "train/internal.h"
@@ -86,7 +87,7 @@ static px_status append(px_tensor_piece **list, int *n, const px_tensor_piece *a
   return PX_OK;
 }
 
-static px_status collect(px_pp *pp, rank_pieces *r) {
+static px_status collect(px_pp *pp, bool replicated, rank_pieces *r) {
   memset(r, 0, sizeof *r);
   const int v = px_pp_n_chunks(pp);
   r->blocks = calloc(2 * (size_t)v, sizeof *r->blocks);
@@ -99,9 +100,9 @@ static px_status collect(px_pp *pp, rank_pieces *r) {
     const char *mprefix = "";
     const float *mbase = md->param_data;
     px_box_pieces *mp = &r->blocks[r->n_blocks++];
-    st = px_box_pieces_build(md, 1, &mprefix, &mbase, true, skip, mp);
+    st = px_box_pieces_build(md, 1, &mprefix, &mbase, replicated, skip, mp);
     if (st == PX_OK) st = append(&r->model, &r->n_model, mp->pc, mp->n);
-    if (st == PX_OK && md->n_buffers > 0) {
+    if (st == PX_OK && replicated && md->n_buffers > 0) {
       px_tensor_piece *bp = calloc((size_t)md->n_buffers, sizeof *bp);
       if (!bp) st = px_error(PX_ERR_NOMEM, "checkpoint (pipeline): out of memory");
       if (st == PX_OK) st = append(&r->model, &r->n_model, bp, buffer_pieces(md, bp));
@@ -117,20 +118,20 @@ static px_status collect(px_pp *pp, rank_pieces *r) {
     float *bases[PX_MAX_OPTIM_SLOTS];
     const int slots = px_optim_slot_sources(o, prefixes, pfx, bases, PX_MAX_OPTIM_SLOTS);
     px_box_pieces *op = &r->blocks[r->n_blocks++];
-    st = px_box_pieces_build(md, slots, pfx, (const float *const *)bases, true, skip, op);
+    st = px_box_pieces_build(md, slots, pfx, (const float *const *)bases, replicated, skip, op);
     if (st == PX_OK) st = append(&r->optim, &r->n_optim, op->pc, op->n);
   }
   if (st != PX_OK) rank_pieces_free(r);
   return st;
 }
 
-px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, const char *dir, int64_t step, int keep_last,
-                                const char *state_json, char *path_out, size_t cap) {
+px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, bool replicated, const char *dir,
+                                int64_t step, int keep_last, const char *state_json, char *path_out, size_t cap) {
   const int rank = px_comm_rank(comm), world = px_comm_size(comm);
   rank_pieces rp = {0};
   px_state_dict msd = {0}, osd = {0};
   char *mjson = NULL, *ojson = NULL;
-  px_status st = writes ? collect(pp, &rp) : PX_OK;
+  px_status st = writes ? collect(pp, replicated, &rp) : PX_OK;
   if (st == PX_OK && writes) st = px_pieces_state_dict(rp.model, rp.n_model, &msd, &mjson);
   if (st == PX_OK && writes && rp.n_optim > 0) st = px_pieces_state_dict(rp.optim, rp.n_optim, &osd, &ojson);
   if (st == PX_OK && rank == 0 && !state_json)
