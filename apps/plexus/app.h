@@ -57,6 +57,26 @@ int px_cmd_schedule(int argc, char **argv);
 px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts *o, const px_logger_opts *log_opts,
                           px_train_result *res);
 
+/* Checkpoints of plexus train --pp (pp_checkpoint.c; the tensors are
+ * px_pp_checkpoint_save/_load's).  The position a checkpoint saves: the
+ * next step, its epoch and first batch (of --batch-size samples: a
+ * pipeline step is one loader batch), the samples trained on. */
+typedef struct px_app_pp_ckpt {
+  int64_t step, epoch, next_batch, batches_per_epoch, samples;
+  int64_t last_step;   /* of the last checkpoint written or resumed (-1: none) */
+  char    path[512];   /* its path */
+} px_app_pp_ckpt;
+/* Save at k's position into o->ckpt_dir (none: nothing; nor when k->step
+ * was just saved), with state.json (rank 0); collective. */
+px_status px_app_pp_save(px_comm *comm, const px_config *c, const px_train_opts *o, px_pp *pp, px_logger *log,
+                         px_app_pp_ckpt *k);
+/* --resume auto|DIR (a checkpoint of any layout: this pipeline, another P,
+ * DDP, ZeRO, tensor parallel) into pp and k's position (k->batches_per_epoch
+ * set by the caller), or --init CKPT (the weights only); nothing without
+ * either, or with --resume auto and no checkpoint yet.  Collective. */
+px_status px_app_pp_resume(px_comm *comm, const px_config *c, const px_train_opts *o, px_pp *pp, px_logger *log,
+                           px_app_pp_ckpt *k);
+
 /* Print "plexus <cmd>: <px_last_error()>" on stderr and return 1. */
 int px_app_fail(const char *cmd);
 

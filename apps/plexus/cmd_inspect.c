@@ -208,6 +208,7 @@ static void print_file_layout(const char *ckpt, const char *name, int width, int
   }
   const char *fmt = px_safetensors_metadata(f, "format"), *r = px_safetensors_metadata(f, "rank");
   if (r && *r) *rank = atoi(r);
+  const char *stages = px_safetensors_metadata(f, "pipeline_stages");  // a pipeline rank's file
   const int n = px_safetensors_count(f);
   if (!fmt || strcmp(fmt, PX_PIECES_FORMAT) != 0) {
     size_t elems = 0;
@@ -283,6 +284,7 @@ static void print_file_layout(const char *ckpt, const char *name, int width, int
   printf("; ranges: %d whole box%s, %d part%s", whole_range, whole_range == 1 ? "" : "es", n_pieces - bad - whole_range,
          n_pieces - bad - whole_range == 1 ? "" : "s");
   if (bad) printf("; %d entr%s not understood", bad, bad == 1 ? "y" : "ies");
+  if (stages && *stages) printf("; pipeline stages %s", stages);
   printf("\n");
   cJSON_Delete(pieces);
   px_safetensors_close(f);
@@ -319,14 +321,27 @@ static void print_layout(const char *ckpt) {
   printf("  layout (as written):\n");
   if (world > 0) printf("    %-14s %d\n", "world size", world);
   else printf("    %-14s not recorded (no world_size in state.json)\n", "world size");
-  if (stage == 0) printf("    %-14s DDP (every rank holds everything; rank 0 writes)\n", "strategy");
+  const int pp = cJSON_IsObject(mesh) ? json_int(mesh, "pp", 1) : 1;
+  if (pp > 1)
+    printf("    %-14s pipeline parallel: each pipeline rank writes its stages' parameters and optimizer state "
+           "(the tied head's copy of the embedding weight is not written: its owner, the embedding's stage, "
+           "writes it)\n", "strategy");
+  else if (stage == 0) printf("    %-14s DDP (every rank holds everything; rank 0 writes)\n", "strategy");
   else if (stage > 0)
     printf("    %-14s ZeRO stage %d (each rank writes its shard of the optimizer state%s)\n", "strategy", stage,
            stage == 3 ? " and of the parameters" : "; rank 0 the model");
   else printf("    %-14s not recorded (no zero_stage in state.json)\n", "strategy");
   if (cJSON_IsObject(mesh))
-    printf("    %-14s dp %d, tp %d, pp %d\n", "mesh", json_int(mesh, "dp", 1), json_int(mesh, "tp", 1),
+  {
+    printf("    %-14s dp %d, tp %d, pp %d", "mesh", json_int(mesh, "dp", 1), json_int(mesh, "tp", 1),
            json_int(mesh, "pp", 1));
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(mesh, "schedule");
+    if (cJSON_IsString(sched))
+      printf(" (schedule %s, %d micro-batches, %d stage%s per rank)", sched->valuestring,
+             json_int(mesh, "micro_batches", 1), json_int(mesh, "virtual_stages", 1),
+             json_int(mesh, "virtual_stages", 1) == 1 ? "" : "s");
+    printf("\n");
+  }
   cJSON_Delete(mesh);
   if (!files) {
     printf("    (out of memory)\n");

@@ -27,7 +27,9 @@
 // so its losses are those of one process with --batch-size A·B/M
 // --accum-steps M (dropout included: pipeline.h).  Refused (config.c):
 // --zero 3, --accum-steps (use more --micro-batches), --sequence-parallel.
-// Not here yet: checkpoints and resume, the memory report.
+// Checkpoints, --resume and --init: pp_checkpoint.c (any layout loads, and
+// a pipeline checkpoint loads into any layout).  Not here yet: the memory
+// report.
 #include "app.h"
 
 #include <math.h>
@@ -151,6 +153,7 @@ typedef struct pp_run {
   int                  m;
   int64_t              step, epoch, last_eval_step;
   px_eval_metrics      last_eval;
+  px_app_pp_ckpt       ck;  // checkpoints: the position, the last one (pp_checkpoint.c)
 } pp_run;
 
 static px_status run_eval(pp_run *r) {
@@ -185,8 +188,8 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
   bool stopped = false;
   px_status st = PX_OK;
   while (st == PX_OK && r->step < end && !stopped) {
-    if ((st = px_loader_start_epoch(ld, (uint64_t)r->epoch, 0)) != PX_OK) break;
-    int64_t b_idx = 0;
+    if ((st = px_loader_start_epoch(ld, (uint64_t)r->epoch, (size_t)r->ck.next_batch)) != PX_OK) break;
+    int64_t b_idx = r->ck.next_batch;  // 0, or where a resumed run goes on
     const px_batch *b;
     while (st == PX_OK && r->step < end && !stopped) {
       if ((st = px_loader_next(ld, &b)) != PX_OK || !b) break;
@@ -204,6 +207,7 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
                         "learning rate or clip gradients (--clip-grad)", (double)l, (long long)r->step,
                         (long long)r->epoch, (long long)b_idx - 1);
       r->step++;
+      r->ck.step = r->step, r->ck.epoch = r->epoch, r->ck.next_batch = b_idx, r->ck.samples += (int64_t)b->n;
       loss_sum += l;
       loss_n += 1;
       samples_log += (int64_t)b->n * r->mesh->dp;  // every replica's batch
@@ -224,7 +228,12 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
         t_log = now;
       }
       if (due(r->step, o->eval_every) && (st = run_eval(r)) != PX_OK) break;
+      if (due(r->step, o->ckpt_every) && (st = px_app_pp_save(r->comm, r->c, o, r->pp, r->log, &r->ck)) != PX_OK) break;
       if (o->stop_flag) {  // any rank's signal stops all of them after the same step
+        char label[128];  // what the watchdog names if a rank dies between steps
+        snprintf(label, sizeof label, "pipeline step %lld done: stage %d, between steps, stop-signal check",
+                 (long long)r->step, px_pp_chunk_stage(r->pp, 0));
+        px_comm_set_label(r->comm, label);
         int32_t stop = *o->stop_flag != 0;
         if ((st = px_comm_allreduce(r->comm, &stop, 1, PX_I32, PX_MAX)) != PX_OK) break;
         stopped = stop != 0;
@@ -235,15 +244,20 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
       res->epochs++;
       st = px_log_epoch(r->log, r->epoch, r->step);
       if (st == PX_OK && o->eval_every == 0) st = run_eval(r);
+      r->ck.epoch = r->epoch;
+      r->ck.next_batch = 0;
+      if (st == PX_OK && o->ckpt_every == 0) st = px_app_pp_save(r->comm, r->c, o, r->pp, r->log, &r->ck);
     }
   }
   res->seconds = px_time_now() - t_start;
   res->samples_per_s = res->seconds > 0 ? (double)samples_run / res->seconds : NAN;
   res->stopped = r->step < total;
   if (st == PX_OK && !res->stopped) st = run_eval(r);  // the run's end, unless just evaluated
+  if (st == PX_OK) st = px_app_pp_save(r->comm, r->c, o, r->pp, r->log, &r->ck);  // unless just saved
   if (st == PX_OK && res->stopped)
-    st = px_log_text(r->log, "stopped at step %lld of %lld (--pp writes no checkpoint: nothing to resume from)",
-                     (long long)r->step, (long long)total);
+    st = px_log_text(r->log, "stopped at step %lld of %lld%s", (long long)r->step, (long long)total,
+                     o->ckpt_dir ? ": resume to go on" : " (no checkpoint directory: nothing to resume from)");
+  snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", r->ck.path);
   res->steps = r->step;
   res->eval = r->last_eval;
   return st;
@@ -257,8 +271,8 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
   if (c->batch_size % m != 0)
     return px_error(PX_ERR_INVALID, "--batch-size %lld does not split into --micro-batches %d equal micro-batches",
                     (long long)c->batch_size, m);
-  if (c->zero == 3 || c->accum_steps > 1 || *c->resume)  // (config.c says why for the first two)
-    return px_error(PX_ERR_INVALID, "--pp does not combine with --zero 3, --accum-steps or --resume yet (a step is "
+  if (c->zero == 3 || c->accum_steps > 1)  // (config.c says why)
+    return px_error(PX_ERR_INVALID, "--pp does not combine with --zero 3 or --accum-steps (a step is "
                     "already --micro-batches micro-batches with their gradients accumulated)");
   px_pp_kind kind;
   px_status st = px_pp_kind_parse(c->schedule_pp, &kind);
@@ -315,7 +329,6 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
                 (long long)c->batch_size * A, A > 1 && c->zero > 0 ? (c->zero == 1 ? ", ZeRO 1 over dp" :
                 ", ZeRO 2 over dp (gradients accumulate over the micro-batches in the whole buffer: stage 1's "
                 "gradient memory)") : "");
-    if (o->ckpt_dir) px_log_text(log, "note: --pp writes no checkpoints yet");
     px_pp_plan_print(px_pp_plan_of(r.pp), stdout);
     fflush(stdout);
   }
@@ -328,6 +341,11 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
   lo.rank = mesh->dp_rank;  // the dp replicas read different shards, the ranks of one replica the same batches
   lo.world = A;
   if (st == PX_OK) { what = "loader"; st = px_loader_create(&ld, train.set, &lo); }
+  if (st == PX_OK) { what = ""; r.ck.batches_per_epoch = (int64_t)px_loader_num_batches(ld); }
+  if (st == PX_OK && (st = px_app_pp_resume(comm, c, o, r.pp, log, &r.ck)) == PX_OK) {
+    r.step = res->start_step = r.ck.step;
+    r.epoch = r.ck.epoch;
+  }
   if (st == PX_OK) { what = ""; st = train_loop(&r, ld, res); }
   if (st != PX_OK && *what) st = px_error_wrap(st, what);
   px_loader_free(ld);

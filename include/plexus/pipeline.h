@@ -319,6 +319,14 @@ typedef struct px_pp_stats {
 } px_pp_stats;
 void px_pp_stats_get(const px_pp *pp, px_pp_stats *out);
 
+/* ---- Checkpoints (src/train/state_pp.c) ---------------------------------------- */
+/* Chunk c's optimizer (NULL without px_pp_opts.optim): its state slots and
+ * step count are what a checkpoint saves and a resume restores. */
+px_optim *px_pp_chunk_optim(px_pp *pp, int chunk);
+/* A resumed run: the training steps taken before this px_pp (the dropout
+ * masks of step s are those of step steps + s of the whole run). */
+void px_pp_set_step_base(px_pp *pp, uint64_t steps);
+
 #ifdef __cplusplus
 }
 #endif

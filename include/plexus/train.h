@@ -162,6 +162,36 @@ size_t px_train_peak_rss(void);
  * ranks' model.rank*.safetensors pieces. */
 px_status px_train_load_weights(px_model *model, const char *path, char *resolved, size_t cap);
 
+/* ---- Checkpoints of a pipeline-parallel run (src/train/state_pp.c) ----------
+ * The format is every run's (docs/CHECKPOINTS.md, io.h version 2): each
+ * rank writes its chunks' parameters (and buffers) into
+ * model.rank<r>-of-<N>.safetensors and their optimizer slots
+ * ("exp_avg.h.0.ln_1.weight") into optim.rank<r>-of-<N>.safetensors, as
+ * pieces (whole tensors, or the boxes px_tp_param_box gives), r and N the
+ * rank in and size of comm; the tied head's copy of the embedding weight
+ * (px_pp_plan.tied_param) is not written, the embedding's stage writes it.
+ *
+ * Save: collective over comm (every rank of the job; px_checkpoint_write_all
+ * with its all-or-nothing agreement).  writes: this rank's pipeline passes
+ * its files (under data parallel, dp rank 0's only: the replicas are
+ * equal); replicated: it also writes the parameters (and buffers) that
+ * px_tp_param_box does not split (true without tensor parallelism; under
+ * it, tp rank 0 only: one copy); state_json: written by comm's rank 0
+ * (NULL elsewhere).  The
+ * checkpoint is dir/step_<step>; path_out (cap bytes) receives its path.
+ *
+ * Load: collective over comm.  Every rank fills its chunks' parameters,
+ * buffers and optimizer slots from whatever layout wrote path (DDP or one
+ * process, ZeRO, tensor parallel, a pipeline of any P and split: loads
+ * intersect boxes), the tied copy from the embedding's pieces, and sets
+ * each chunk optimizer's step count to optimizer_step (< 0: the parameters
+ * and buffers only, the optimizers untouched: --init).  A rank that fails
+ * makes every rank fail (its message names the rank and stage). */
+struct px_pp;
+px_status px_pp_checkpoint_save(px_comm *comm, struct px_pp *pp, bool writes, bool replicated, const char *dir,
+                                int64_t step, int keep_last, const char *state_json, char *path_out, size_t cap);
+px_status px_pp_checkpoint_load(px_comm *comm, struct px_pp *pp, const char *path, int64_t optimizer_step);
+
 #ifdef __cplusplus
 }
 #endif

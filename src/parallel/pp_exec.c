@@ -60,6 +60,7 @@ struct px_pp {
   px_request          **sends;  // pending sends of this step
   int                   n_sends, cap_sends;
   uint64_t              steps;  // completed training steps
+  uint64_t              step_base;  // steps before this px_pp (a resumed run: px_pp_set_step_base)
   // A tied head away from its embedding: the two stages, and the group of
   // their ranks that sums the copies' gradients (NULL: not in it, or p = 1).
   int                   tied_emb_stage, tied_head_stage;
@@ -307,6 +308,7 @@ static void set_label(px_pp *pp, const char *what, int stage, int micro, px_pp_o
   snprintf(label, sizeof label, "pipeline %s %llu: stage %d, micro-batch %d, %s", what,
            (unsigned long long)pp->steps, stage, micro, op_name(op));
   px_comm_set_label(pp->comm, label);
+  if (pp->emb_comm) px_comm_set_label(pp->emb_comm, label);  // the tied weight's all-reduce waits there
 }
 
 static px_status push_send(px_pp *pp, px_request *r) {
@@ -469,7 +471,7 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
   // its (s·m + j + 1)-th training forward: the single process running the
   // same m micro-batches per step with gradient accumulation, whichever
   // slot (and so whichever model's own counter) runs the micro-batch.
-  sl->md->ctx.step = pp->steps * (uint64_t)pp->m + (uint64_t)micro;  // px_model_forward adds 1
+  sl->md->ctx.step = (pp->step_base + pp->steps) * (uint64_t)pp->m + (uint64_t)micro;  // px_model_forward adds 1
   const double t0 = px_time_now();
   st = with_where(px_model_forward(sl->md, &in, &ch->y[micro]), ch->stage, micro, "FORWARD");
   pp->stats.compute_s += px_time_now() - t0;
@@ -824,3 +826,9 @@ px_status px_pp_ce_loss(void *user, const px_tensor *out, int micro, float *loss
   const px_pp_ce_targets *t = user;
   return px_cross_entropy_loss(out, t->targets + (size_t)micro * (size_t)t->rows_per_micro, NULL, loss, dout);
 }
+
+/* ---- Checkpoints (src/train/state_pp.c) ------------------------------------ */
+
+px_optim *px_pp_chunk_optim(px_pp *pp, int chunk) { return chunk >= 0 && chunk < pp->v ? pp->chunk[chunk].opt : NULL; }
+
+void px_pp_set_step_base(px_pp *pp, uint64_t steps) { pp->step_base = steps; }

@@ -65,6 +65,32 @@ px_status px_trainer_load_tp(px_trainer *t, const char *path);
 /* Under ZeRO 1-2 over a tp mesh's dp ranks: every rank's optimizer shard
  * (after the wrap, as px_trainer_resume_shards). */
 px_status px_trainer_resume_tp_shards(px_trainer *t);
+/* Pieces of a model's boxes (state_tp.c; used by state_pp.c too).  The
+ * pieces of n_src flat buffers laid out as md's parameters (the parameters,
+ * the optimizer's slots), keys "<prefixes[s]><name>", per_src pieces each,
+ * in one list whose data is one malloc'ed block, each piece the box
+ * px_tp_param_box gives (a whole tensor when md is not tensor parallel).
+ * replicated: include the parameters every tp rank holds whole; skip (may
+ * be NULL): leave out the parameter of that name (a pipeline's tied copy).
+ * bases[s] non-NULL (bases may be NULL): their boxes are copied in. */
+typedef struct px_box_pieces {
+  px_tensor_piece *pc;
+  int              n, per_src;
+  float           *block;
+} px_box_pieces;
+px_status px_box_pieces_build(const px_model *md, int n_src, const char *const *prefixes, const float *const *bases,
+                              bool replicated, const char *skip, px_box_pieces *f);
+void px_box_pieces_free(px_box_pieces *f);
+/* Copy between a flat buffer laid out as md's parameters and per_src pieces
+ * built with the same replicated and skip: to_pieces from base_in, else
+ * into base_out (a column block lies strided in the buffer). */
+void px_box_pieces_move(const px_model *md, const float *base_in, float *base_out, px_tensor_piece *pc,
+                        bool replicated, const char *skip, bool to_pieces);
+/* The optimizer's state slots (at most cap): their names as key prefixes
+ * ("exp_avg."), into prefixes and pp, and their arrays into bases. */
+#define PX_MAX_OPTIM_SLOTS 8
+int px_optim_slot_sources(px_optim *o, char prefixes[][64], const char *pp[], float *bases[], int cap);
+
 /* After a rank's part of a load (status st): one all-reduce so that every
  * rank fails when any did; the failing rank's error is prefixed by `what`
  * and its rank, the others name the <noun> another rank could not load from

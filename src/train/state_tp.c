@@ -26,12 +26,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Whether parameter p is in a list of pieces: not the one named `skip`
+// (a pipeline's tied copy), and the replicated ones only when asked.
+static bool listed(const px_param *p, const px_tp_box *b, bool replicated, const char *skip) {
+  if (skip && strcmp(p->name, skip) == 0) return false;
+  return b->split_dim >= 0 || replicated;
+}
+
 // Pieces of one flat buffer laid out as the model's parameters (the
 // parameters themselves, or an optimizer slot), keys "<prefix><name>".
 // replicated: include the parameters every tp rank holds whole.  The
 // pieces' data is one malloc'ed block (*block).
-static px_status box_pieces(const px_model *md, const char *prefix, bool replicated, px_tensor_piece **out,
-                            int *n_out, float **block) {
+static px_status box_pieces(const px_model *md, const char *prefix, bool replicated, const char *skip,
+                            px_tensor_piece **out, int *n_out, float **block) {
   *out = NULL;
   *n_out = 0;
   *block = NULL;
@@ -39,7 +46,7 @@ static px_status box_pieces(const px_model *md, const char *prefix, bool replica
   int n = 0;
   for (int i = 0; i < md->n_params; i++) {
     const px_tp_box b = px_tp_param_box(md->params[i]);
-    if (b.split_dim < 0 && !replicated) continue;
+    if (!listed(md->params[i], &b, replicated, skip)) continue;
     n += b.split_dim < 0 ? 1 : b.n_parts;
     elems += md->params[i]->numel;
   }
@@ -55,7 +62,7 @@ static px_status box_pieces(const px_model *md, const char *prefix, bool replica
   for (int i = 0; i < md->n_params; i++) {
     const px_param *p = md->params[i];
     const px_tp_box b = px_tp_param_box(p);
-    if (b.split_dim < 0 && !replicated) continue;
+    if (!listed(p, &b, replicated, skip)) continue;
     const int parts = b.split_dim < 0 ? 1 : b.n_parts;
     for (int q = 0; q < parts; q++, k++) {
       px_tensor_piece *c = &pc[k];
@@ -65,7 +72,8 @@ static px_status box_pieces(const px_model *md, const char *prefix, bool replica
         return px_error(PX_ERR_INVALID, "checkpoint: name \"%s%s\" is too long", prefix, p->name);
       }
       c->ndim = p->ndim;
-      for (int d = 0; d < p->ndim && d < 2; d++) c->shape[d] = b.global_shape[d];
+      // A parameter no tp rank splits has its own shape (any rank: a conv's 4-D).
+      for (int d = 0; d < p->ndim; d++) c->shape[d] = b.split_dim < 0 ? p->shape[d] : d < 2 ? b.global_shape[d] : 0;
       if (b.split_dim >= 0) {  // the box: the global tensor, cut along split_dim
         for (int d = 0; d < p->ndim; d++) c->box_size[d] = c->shape[d];
         c->box_offset[b.split_dim] = b.global_offset[q];
@@ -85,13 +93,13 @@ static px_status box_pieces(const px_model *md, const char *prefix, bool replica
 
 // Copy between a parameter's storage in `base` (the flat buffer) and its
 // pieces' box-ordered data: to_pieces for saving, back after loading.
-static void move_boxes(const px_model *md, const float *base_in, float *base_out, px_tensor_piece *pc,
-                       bool replicated, bool to_pieces) {
+void px_box_pieces_move(const px_model *md, const float *base_in, float *base_out, px_tensor_piece *pc,
+                        bool replicated, const char *skip, bool to_pieces) {
   int k = 0;
   for (int i = 0; i < md->n_params; i++) {
     const px_param *p = md->params[i];
     const px_tp_box b = px_tp_param_box(p);
-    if (b.split_dim < 0 && !replicated) continue;
+    if (!listed(p, &b, replicated, skip)) continue;
     const size_t off = p->offset;
     if (b.split_dim < 0) {
       if (to_pieces) memcpy(pc[k].data, base_in + off, p->numel * sizeof(float));
@@ -120,35 +128,25 @@ static void move_boxes(const px_model *md, const float *base_in, float *base_out
   }
 }
 
-// The pieces of n_src flat buffers laid out as the model's parameters (the
-// parameters, the optimizer's slots), keys "<prefixes[s]><name>", in one
-// list with one data block.  replicated: include the parameters every tp
-// rank holds whole.  bases[s] non-NULL: their boxes are copied in.
-typedef struct tp_pieces {
-  px_tensor_piece *pc;
-  int              n, per_src;
-  float           *block;
-} tp_pieces;
-
-static void tp_pieces_free(tp_pieces *f) {
+void px_box_pieces_free(px_box_pieces *f) {
   free(f->pc);
   free(f->block);
   memset(f, 0, sizeof *f);
 }
 
-static px_status build(const px_model *md, int n_src, const char *const *prefixes, const float *const *bases,
-                       bool replicated, tp_pieces *f) {
+px_status px_box_pieces_build(const px_model *md, int n_src, const char *const *prefixes, const float *const *bases,
+                              bool replicated, const char *skip, px_box_pieces *f) {
   memset(f, 0, sizeof *f);
   for (int s = 0; s < n_src; s++) {
     px_tensor_piece *pc;
     float *block;
     int n;
-    px_status st = box_pieces(md, prefixes[s], replicated, &pc, &n, &block);
+    px_status st = box_pieces(md, prefixes[s], replicated, skip, &pc, &n, &block);
     if (st != PX_OK) {
-      tp_pieces_free(f);
+      px_box_pieces_free(f);
       return st;
     }
-    if (bases && bases[s]) move_boxes(md, bases[s], NULL, pc, replicated, true);
+    if (bases && bases[s]) px_box_pieces_move(md, bases[s], NULL, pc, replicated, skip, true);
     // One list, one block: append (the pieces' data pointers move with it).
     size_t elems = 0;
     for (int k = 0; k < n; k++) elems += pc[k].count;
@@ -160,7 +158,7 @@ static px_status build(const px_model *md, int n_src, const char *const *prefixe
     if (!gp || !gb) {
       free(pc);
       free(block);
-      tp_pieces_free(f);
+      px_box_pieces_free(f);
       return px_error(PX_ERR_NOMEM, "checkpoint (tensor parallel): out of memory");
     }
     f->block = gb;
@@ -180,7 +178,7 @@ static px_status build(const px_model *md, int n_src, const char *const *prefixe
 }
 
 // The optimizer's slots: their names as prefixes ("exp_avg.") and arrays.
-static int slot_sources(px_optim *o, char prefixes[][64], const char *pp[], float *bases[], int cap) {
+int px_optim_slot_sources(px_optim *o, char prefixes[][64], const char *pp[], float *bases[], int cap) {
   const int slots = o->n_state < cap ? o->n_state : cap;
   for (int k = 0; k < slots; k++) {
     const char *name;
@@ -191,7 +189,6 @@ static int slot_sources(px_optim *o, char prefixes[][64], const char *pp[], floa
   return slots;
 }
 
-#define TP_MAX_SLOTS 8
 
 // Under ZeRO 1-2 over the dp ranks: this rank's shard of one optimizer slot
 // (shard-indexed `base`) as pieces of the tp boxes.  A shard segment is a
@@ -302,23 +299,23 @@ px_status px_trainer_resume_tp_shards(px_trainer *t) {
 px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
   px_mesh *mesh = t->o.mesh;
   const bool writes = mesh->dp_rank == 0, replicated = mesh->tp_rank == 0;
-  tp_pieces mp = {0}, op = {0};
+  px_box_pieces mp = {0}, op = {0};
   px_state_dict msd = {0}, osd = {0};
   char *mjson = NULL, *ojson = NULL;
   px_status st = PX_OK;
-  char prefixes[TP_MAX_SLOTS][64];
-  const char *pp[TP_MAX_SLOTS];
-  float *bases[TP_MAX_SLOTS];
-  const int slots = slot_sources(t->opt, prefixes, pp, bases, TP_MAX_SLOTS);
-  if (t->opt->n_state > TP_MAX_SLOTS)
+  char prefixes[PX_MAX_OPTIM_SLOTS][64];
+  const char *pp[PX_MAX_OPTIM_SLOTS];
+  float *bases[PX_MAX_OPTIM_SLOTS];
+  const int slots = px_optim_slot_sources(t->opt, prefixes, pp, bases, PX_MAX_OPTIM_SLOTS);
+  if (t->opt->n_state > PX_MAX_OPTIM_SLOTS)
     st = px_error(PX_ERR_UNSUPPORTED, "checkpoint (tensor parallel): %d optimizer slots", t->opt->n_state);
   if (st == PX_OK && writes) {
     const char *mprefix = "";
     const float *mbase = t->model->param_data;
-    st = build(t->model, 1, &mprefix, &mbase, replicated, &mp);
+    st = px_box_pieces_build(t->model, 1, &mprefix, &mbase, replicated, NULL, &mp);
     if (st == PX_OK) st = px_pieces_state_dict(mp.pc, mp.n, &msd, &mjson);
     if (st == PX_OK && slots > 0 && !t->zero)
-      st = build(t->model, slots, pp, (const float *const *)bases, replicated, &op);
+      st = px_box_pieces_build(t->model, slots, pp, (const float *const *)bases, replicated, NULL, &op);
   }
   if (st == PX_OK && slots > 0 && t->zero) st = shard_slot_pieces(t, replicated, &op.pc, &op.n);  // every rank its shard
   if (st == PX_OK && slots > 0 && (t->zero || writes)) st = px_pieces_state_dict(op.pc, op.n, &osd, &ojson);
@@ -359,8 +356,8 @@ px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
   px_state_dict_free(&osd);
   free(mjson);
   free(ojson);
-  tp_pieces_free(&mp);
-  tp_pieces_free(&op);
+  px_box_pieces_free(&mp);
+  px_box_pieces_free(&op);
   return st;
 }
 
@@ -368,23 +365,24 @@ px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
 // and the optimizer's slots, from whatever layout wrote the checkpoint: a
 // tp checkpoint's pieces, ZeRO's ranges, DDP's whole tensors.
 px_status px_trainer_load_tp(px_trainer *t, const char *path) {
-  tp_pieces mp = {0}, op = {0};
+  px_box_pieces mp = {0}, op = {0};
   const char *mprefix = "";
-  px_status st = build(t->model, 1, &mprefix, NULL, true, &mp);
+  px_status st = px_box_pieces_build(t->model, 1, &mprefix, NULL, true, NULL, &mp);
   if (st == PX_OK) st = px_checkpoint_load_boxes(path, "model", mp.pc, mp.n);
-  char prefixes[TP_MAX_SLOTS][64];
-  const char *pp[TP_MAX_SLOTS];
-  float *bases[TP_MAX_SLOTS];
+  char prefixes[PX_MAX_OPTIM_SLOTS][64];
+  const char *pp[PX_MAX_OPTIM_SLOTS];
+  float *bases[PX_MAX_OPTIM_SLOTS];
   // Under ZeRO the optimizer exists only after the wrap, over the shard:
   // px_trainer_resume_tp_shards loads it then.
-  const int slots = t->opt ? slot_sources(t->opt, prefixes, pp, bases, TP_MAX_SLOTS) : 0;
-  if (st == PX_OK && slots > 0) st = build(t->model, slots, pp, NULL, true, &op);
+  const int slots = t->opt ? px_optim_slot_sources(t->opt, prefixes, pp, bases, PX_MAX_OPTIM_SLOTS) : 0;
+  if (st == PX_OK && slots > 0) st = px_box_pieces_build(t->model, slots, pp, NULL, true, NULL, &op);
   if (st == PX_OK && slots > 0) st = px_checkpoint_load_boxes(path, "optim", op.pc, op.n);
   if (st == PX_OK) {  // all loaded: into place
-    move_boxes(t->model, NULL, t->model->param_data, mp.pc, true, false);
-    for (int k = 0; k < slots; k++) move_boxes(t->model, NULL, bases[k], op.pc + (size_t)k * op.per_src, true, false);
+    px_box_pieces_move(t->model, NULL, t->model->param_data, mp.pc, true, NULL, false);
+    for (int k = 0; k < slots; k++)
+      px_box_pieces_move(t->model, NULL, bases[k], op.pc + (size_t)k * op.per_src, true, NULL, false);
   }
-  tp_pieces_free(&mp);
-  tp_pieces_free(&op);
+  px_box_pieces_free(&mp);
+  px_box_pieces_free(&op);
   return px_trainer_agree_loaded(t, st, "resume (tensor parallel): ", "boxes", path);
 }
