@@ -238,10 +238,11 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
     st = px_comm_allreduce(comm, &held, 1, PX_F64, PX_SUM);
   }
   if (st == PX_OK && rank == 0 && !c->quiet) {
-    px_log_text(log, "model %s: %.0f parameters (%zu on rank 0); data %s: %zu training samples%s%zu held-out; "
+    px_log_text(log, "model %s: %.0f parameters (%zu on rank 0); data %s: %zu training samples, %zu held-out%s; "
                 "pipeline of %d stages over %d ranks, schedule %s, %d micro-batches of %lld samples", c->model, held,
-                ps.param_elems, c->data, train.set->length, val.set ? ", " : " (no held-out split)",
-                val.set ? val.set->length : 0, p * v, p, px_pp_kind_name(kind), m, (long long)c->batch_size / m);
+                ps.param_elems, c->data, train.set->length, val.set ? val.set->length : 0,
+                val.set ? "" : " (no held-out split: --val-path)", p * v, p, px_pp_kind_name(kind), m,
+                (long long)c->batch_size / m);
     if (o->ckpt_dir) px_log_text(log, "note: --pp writes no checkpoints yet");
     px_pp_plan_print(px_pp_plan_of(r.pp), stdout);
     fflush(stdout);
