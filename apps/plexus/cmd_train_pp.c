@@ -95,6 +95,7 @@ typedef struct pp_run {
   px_dataset          *val;
   int                  m;
   int64_t              step, epoch, last_eval_step;
+  int64_t              per_epoch;  /* steps an epoch (evaluations carry the epoch of their step) */
   px_eval_metrics      last_eval;
 } pp_run;
 
@@ -105,7 +106,7 @@ static px_status run_eval(pp_run *r) {
   px_status st = evaluate(r->pp, r->comm, r->val, r->o, r->m, &e);
   if (st != PX_OK) return st;
   e.step = r->step;
-  e.epoch = r->epoch;
+  e.epoch = (r->step + r->per_epoch - 1) / r->per_epoch;  // as train.c: mid-epoch, the epoch under way (from 1)
   r->last_eval = e;
   r->last_eval_step = r->step;
   return px_log_eval(r->log, &e);
@@ -120,6 +121,7 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
   const int64_t per_epoch = (int64_t)px_loader_num_batches(ld);
   if (per_epoch < 1)
     return px_error(PX_ERR_INVALID, "--pp: the training split has no whole batch of %zu samples", o->batch_size);
+  r->per_epoch = per_epoch;
   const int64_t total = o->max_steps > 0 ? o->max_steps : o->epochs * per_epoch;
   const int64_t end = o->stop_at_step > 0 && o->stop_at_step < total ? o->stop_at_step : total;
   if (sched.base_lr == 0.0f) sched.base_lr = o->optim.lr;

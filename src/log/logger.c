@@ -216,10 +216,14 @@ static void bar_draw(px_logger *l, const px_step_metrics *m) {
   if (fill < 0) fill = 0;
   for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
   bar[w] = '\0';
+  /* Before the first record the loss and norm are not known yet: "-". */
+  char loss[32] = "-", gnorm[32] = "-";
+  if (isfinite(m->loss)) snprintf(loss, sizeof loss, "%.4f", m->loss);
+  if (isfinite(m->grad_norm)) snprintf(gnorm, sizeof gnorm, "%.3g", m->grad_norm);
   /* \033[K clears what a longer previous frame left behind. */
-  fprintf(l->con, "\r[%s] %lld/%lld ep %lld/%lld loss %.4f lr %.3g gnorm %.3g %.1f samples/s eta %s\033[K", bar,
-          (long long)m->step, (long long)m->total_steps, (long long)m->epoch, (long long)m->total_epochs, m->loss,
-          m->lr, m->grad_norm, m->samples_per_s, eta);
+  fprintf(l->con, "\r[%s] %lld/%lld ep %lld/%lld loss %s lr %.3g gnorm %s %.1f samples/s eta %s\033[K", bar,
+          (long long)m->step, (long long)m->total_steps, (long long)m->epoch, (long long)m->total_epochs, loss, m->lr,
+          gnorm, m->samples_per_s, eta);
   l->bar_open = true;
   l->bar_drawn = wall_now();
   fflush(l->con);
