@@ -11,7 +11,7 @@ and never a crash or a silent default:
                eval and resume, a path that is not a checkpoint.
 
 And the good paths around them: --help documents every option with its
-default; the effective config printed at the start loads back with
+default; the effective config saved as OUT/config.json loads back with
 --config and gives the same config."""
 
 import json
@@ -70,29 +70,23 @@ try:
         cu.check(opt in h.stdout, "--help lacks %s" % opt)
     cu.check("(default 64)" in h.stdout and "[data.batch_size]" in h.stdout, "--help lacks defaults or keys")
 
-    # A real run, whose printed config loads back, and whose checkpoint we then corrupt.
+    # A real run, whose saved config (OUT/config.json) loads back, and whose checkpoint we then corrupt.
     out = os.path.join(tmp, "run")
     p = cu.run(["train", "--model", "mlp", "--hidden", "16", "--data-path", cu.FMNIST, "--train-subset", "128",
                 "--val-subset", "64", "--steps", "2", "--out", out, "--progress", "lines"])
     cu.check(p.returncode == 0, "the small run failed")
-    text = p.stdout
-    start = text.find("{")
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            break
-    printed = json.loads(text[start:i + 1])
+    with open(os.path.join(out, "config.json")) as f:
+        printed = json.load(f)
     cu.check(printed["data"]["batch_size"] == 64 and printed["model"]["name"] == "mlp",
-             "printed config: %s" % printed)
+             "saved config: %s" % printed)
     again = cu.run(["train", "--config", cfg(printed, "printed.json"), "--steps", "1", "--out",
                     os.path.join(tmp, "again"), "--progress", "lines"])
-    cu.check(again.returncode == 0, "the printed config does not load back with --config")
-    s2 = again.stdout
-    j2 = json.loads(s2[s2.find("{"):s2.find("\n}\n") + 2])
+    cu.check(again.returncode == 0, "the saved config does not load back with --config")
+    with open(os.path.join(tmp, "again", "config.json")) as f:
+        j2 = json.load(f)
     j2["run"]["out"] = printed["run"]["out"]
     j2["train"]["steps"] = printed["train"]["steps"]
-    cu.check(j2 == printed, "the config printed by a run started from it differs")
+    cu.check(j2 == printed, "the config saved by a run started from it differs")
 
     ck = cu.checkpoints(os.path.join(out, "checkpoints"))[-1]
     model = os.path.join(ck, "model.safetensors")

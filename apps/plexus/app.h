@@ -39,6 +39,15 @@ px_status px_app_resolve_checkpoint(const char *path, char *resolved, size_t cap
 /* Set c from the config saved in a checkpoint's state.json (options of
  * `commands` only); *step receives the checkpoint's step. */
 px_status px_app_checkpoint_config(const char *ckpt, px_config *c, int commands, int64_t *step);
+/* The run directory of plexus train --out (rank 0 only; the caller shares
+ * the verdict): takes DIR/.plexus.lock (flock, held while *lock_fd is open;
+ * it records this host and process), refuses when another run holds it
+ * (naming that run's host and process), and when DIR already holds a run
+ * (checkpoints, metrics.jsonl records, TensorBoard events) unless `resume`,
+ * or `overwrite`: the old run's files are then moved aside and deleted
+ * before anything is written. */
+px_status px_app_run_dir_claim(const char *dir, bool resume, bool overwrite, int *lock_fd);
+void px_app_run_dir_release(int lock_fd);
 /* Find "--checkpoint X" / "--checkpoint=X" in argv (NULL if absent). */
 const char *px_app_find_option(int argc, char **argv, const char *flag);
 

@@ -35,6 +35,9 @@ typedef struct train_job {
   px_config   cfg;
   char       *config_json;
   char        ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1100];
+  bool        build_vocab;  /* rank 0 builds vocab_out from the training text (claim_run) */
+  int         lock_fd;      /* rank 0: the run directory's lock (px_app_run_dir_claim), else -1 */
+  bool        refused;      /* claim_run failed on every rank */
   int         num_threads;  /* compute threads per rank requested (0: automatic) */
   char       *unit_names;   /* --zero-unit split at its commas (units point into it) */
   const char *units[256];
@@ -262,6 +265,71 @@ static px_status build_tp_gpt(const px_config *c, const px_data_shape *s, px_mes
   return PX_OK;
 }
 
+// The run's outputs, by the process of rank 0: the --out directory claimed
+// (locked; an earlier run refused or, with --overwrite, cleared), then the
+// vocabulary and config.json written.
+static px_status claim_outputs(train_job *job) {
+  const px_config *c = &job->cfg;
+  px_status st = *c->out ? px_app_run_dir_claim(c->out, *c->resume != '\0', c->overwrite, &job->lock_fd) : PX_OK;
+  if (st == PX_OK && job->build_vocab) {
+    px_vocab *v = NULL;
+    st = px_vocab_build(&v, c->data_path);
+    if (st == PX_OK) st = px_vocab_save(v, job->vocab_out);
+    px_vocab_free(v);
+  }
+  if (st == PX_OK && *c->out) {
+    // The effective configuration beside the run's files (the console
+    // gets one line); written whole, then renamed into place.
+    char path[1100], tmp[1200];
+    snprintf(path, sizeof path, "%s/config.json", c->out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fputs(job->config_json, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) st = px_error(PX_ERR_IO, "--out: cannot write %s", path);
+  }
+  return st;
+}
+
+// Rank 0 claims the outputs and every rank agrees (one broadcast), so all
+// stop alike, under any backend.  A process of another machine that does
+// not see rank 0's vocabulary file (no shared file system) builds its own,
+// as before.
+static px_status claim_run(px_comm *comm, train_job *job) {
+  const px_config *c = &job->cfg;
+  int32_t status = 0;
+  char msg[1024] = "";
+  if (px_comm_rank(comm) == 0) {
+    px_status st = claim_outputs(job);
+    status = (int32_t)st;
+    if (st != PX_OK) snprintf(msg, sizeof msg, "%s", px_last_error());
+  }
+  px_status cst = px_comm_broadcast(comm, &status, 1, PX_I32, 0);
+  if (cst == PX_OK) cst = px_comm_broadcast(comm, msg, sizeof msg, PX_U8, 0);
+  if (cst != PX_OK) return cst;
+  if (status != 0) return px_error((px_status)status, "%s", msg);
+  struct stat sb;
+  if (job->build_vocab && px_comm_rank(comm) != 0 && stat(job->vocab_out, &sb) != 0) {
+    px_vocab *v = NULL;
+    px_status st = px_vocab_build(&v, c->data_path);
+    if (st == PX_OK) st = px_vocab_save(v, job->vocab_out);
+    px_vocab_free(v);
+    if (st != PX_OK) return st;
+  }
+  return PX_OK;
+}
+
+// Where the run's files go, for the start-up line.
+static void describe_output(const train_job *job, char *buf, size_t cap) {
+  const px_config *c = &job->cfg;
+  if (*c->out) snprintf(buf, cap, "output %s", c->out);
+  else if (job->ckpt_dir[0] || job->jsonl[0] || job->tensorboard[0])
+    snprintf(buf, cap, "output%s%s%s%s%s%s", job->ckpt_dir[0] ? " checkpoints " : "", job->ckpt_dir,
+             job->jsonl[0] ? " metrics " : "", job->jsonl, job->tensorboard[0] ? " tensorboard " : "",
+             job->tensorboard);
+  else snprintf(buf, cap, "no --out: nothing will be saved (no checkpoints, metrics or TensorBoard files)");
+}
+
 static int train_rank(px_comm *comm, void *arg) {
   train_job *job = arg;
   const px_config *c = &job->cfg;
@@ -282,14 +350,22 @@ static int train_rank(px_comm *comm, void *arg) {
     int per = (int)(mine < online ? mine : online / px_comm_local_size(comm));
     px_set_num_threads(per > 0 ? per : 1);
   }
-  if (rank == 0 && !c->quiet)
-    printf("plexus train: %d rank%s (%s backend), config:\n%s\n", px_comm_size(comm),
-           px_comm_size(comm) == 1 ? "" : "s", px_comm_backend_name(px_comm_backend_of(comm)), job->config_json);
+  if (claim_run(comm, job) != PX_OK) {
+    // Every rank stopped here, agreed: end cleanly (no abort), exit 1.
+    if (rank == 0) fprintf(stderr, "plexus train: %s\n", px_last_error());
+    if (rank == 0 || px_comm_backend_of(comm) == PX_COMM_MPI) job->refused = true;  // one job per process
+    return 0;
+  }
+  char world[96], output[3200];
+  snprintf(world, sizeof world, "%d rank%s (%s backend)", px_comm_size(comm), px_comm_size(comm) == 1 ? "" : "s",
+           px_comm_backend_name(px_comm_backend_of(comm)));
+  describe_output(job, output, sizeof output);
+  if (rank == 0 && !c->quiet && c->pp > 1) printf("plexus train: %s; %s\n", world, output);
 
   px_logger_opts lo = {.rank = rank, .console = !c->quiet,
                        .progress = strcmp(c->progress, "bar") == 0 ? 1 : strcmp(c->progress, "lines") == 0 ? 0 : -1,
                        .jsonl_path = job->jsonl[0] ? job->jsonl : NULL,
-                       .tensorboard_dir = job->tensorboard[0] ? job->tensorboard : NULL, .run_name = c->model};
+                       .tensorboard_dir = job->tensorboard[0] ? job->tensorboard : NULL};
   if (c->pp > 1) {  // pipeline parallel: its own loop (cmd_train_pp.c), the same options, logs and report
     const px_train_opts po = train_opts(job);
     px_train_result res;
@@ -323,6 +399,13 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "model");
     goto done;
   }
+  // --sync-bn: batch statistics over the data-parallel ranks (the world:
+  // models with batch norm are not tensor parallel).
+  int n_sync_bn = 0;
+  if (c->sync_bn && !tp && px_sync_batchnorm_convert(root, comm, &n_sync_bn) != PX_OK) {
+    rc = rank_fail(comm, "--sync-bn");
+    goto done;
+  }
   if ((tp && *c->init ? load_init_tp(comm, model, c, &shape) : load_init(comm, model, c)) != PX_OK) {
     rc = rank_fail(comm, "");
     goto done;
@@ -331,15 +414,19 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "logging");
     goto done;
   }
+  // The start-up line: model and size, world, data, output.
+  char held[64];
+  if (val.set) snprintf(held, sizeof held, "%zu held-out", val.set->length);
+  else snprintf(held, sizeof held, "no held-out split");
   if (!c->quiet && rank == 0 && tp) {
-    px_log_text(log, "model %s, tensor parallel over %d ranks%s: %zu parameters on tp rank 0; data %s: %zu training "
-                "samples%s%zu held-out", c->model, mesh->tp, c->sequence_parallel ? " (sequence parallel)" : "",
-                model->n_param_elems, c->data, train.set->length, val.set ? ", " : " (no held-out split)",
-                val.set ? val.set->length : 0);
+    px_log_text(log, "plexus train: model %s, tensor parallel over %d ranks%s: %zu parameters on tp rank 0; %s; data "
+                "%s: %zu training samples, %s; %s", c->model, mesh->tp, c->sequence_parallel ? " (sequence parallel)"
+                : "", model->n_param_elems, world, c->data, train.set->length, held, output);
   } else if (!c->quiet && rank == 0) {
-    px_log_text(log, "model %s: %zu parameters; data %s: %zu training samples%s%zu held-out", c->model,
-                model->n_param_elems, c->data, train.set->length, val.set ? ", " : " (no held-out split)",
-                val.set ? val.set->length : 0);
+    char bn[48] = "";
+    if (n_sync_bn) snprintf(bn, sizeof bn, " (%d sync batch norm%s)", n_sync_bn, n_sync_bn == 1 ? "" : "s");
+    px_log_text(log, "plexus train: model %s: %zu parameters%s; %s; data %s: %zu training samples, %s; %s", c->model,
+                model->n_param_elems, bn, world, c->data, train.set->length, held, output);
   }
   px_train_opts o = train_opts(job);
   if (tp) {
@@ -361,6 +448,13 @@ done:
   return rc;
 }
 
+// The README's demo, word for word ("Training from the command line";
+// tests/test_cli_startup_output_is_short_and_help_matches_readme.py
+// compares them).
+#define README_DEMO                                                                                     \
+  "plexus train --threads 2 --model cnn --data mnist --data-path /usr/share/datasets/fashion-mnist \\\n" \
+  "               --epochs 5 --lr 0.002 --schedule cosine --warmup-steps 100 --out runs/fmnist-cnn"
+
 static void train_usage(FILE *f) {
   fprintf(f,
           "usage: plexus train [--config FILE] [--OPTION VALUE ...]\n"
@@ -369,11 +463,11 @@ static void train_usage(FILE *f) {
           "or one rank per process under mpirun/mpiexec/srun; --zero 1|2|3 shards the optimizer state, the\n"
           "gradients and the parameters over the ranks (ZeRO); --tp N splits a GPT's layers over N neighbouring\n"
           "ranks (tensor parallel, --dp M x --tp N = the ranks). Options override the JSON config file; the\n"
-          "effective config is printed at the start and saved in every checkpoint. Each option's JSON key is\n"
-          "in brackets. Example (the README's demo):\n"
+          "effective config is saved as OUT/config.json and in every checkpoint (--print-config prints what\n"
+          "applies to the model, and exits). --out refuses a directory holding another run unless --resume\n"
+          "auto or --overwrite. Each option's JSON key is in brackets. Example (the README's demo):\n"
           "\n"
-          "  plexus train --threads 2 --model cnn --data mnist --data-path /usr/share/datasets/fashion-mnist \\\n"
-          "               --epochs 4 --out runs/fmnist\n");
+          "  " README_DEMO "\n");
   px_config_print_help(f, CFG_TRAIN);
 }
 
@@ -402,11 +496,32 @@ int px_cmd_train(int argc, char **argv) {
     }
   train_job job;
   memset(&job, 0, sizeof job);
+  job.lock_fd = -1;
   px_config_defaults(&job.cfg);
   px_config *c = &job.cfg;
   int rc = 0;
+  // --print-config: the effective configuration (what applies to this
+  // model), then exit without training.
+  bool print_config = false;
+  int kept = 1;
+  for (int a = 1; a < argc; a++) {
+    if (strcmp(argv[a], "--print-config") == 0) print_config = true;
+    else argv[kept++] = argv[a];
+  }
+  argc = kept;
   if (px_config_parse(c, argc, argv, 1, CFG_TRAIN) != PX_OK || px_config_validate(c, CFG_TRAIN) != PX_OK) {
     rc = px_app_fail("train");
+    goto out;
+  }
+  if (print_config) {
+    char *text = px_config_to_json_applicable(c, CFG_TRAIN);
+    if (!text) {
+      px_error(PX_ERR_NOMEM, "out of memory");
+      rc = px_app_fail("train");
+      goto out;
+    }
+    printf("%s\n", text);
+    free(text);
     goto out;
   }
   // --out DIR: the run's files in one place, unless named one by one.
@@ -426,16 +541,15 @@ int px_cmd_train(int argc, char **argv) {
   // run, and the config names it, so eval and generate tokenize the same.
   if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "word") == 0 && !*c->vocab &&
       (*c->out || job.ckpt_dir[0])) {
+    // Built by rank 0 once the run directory is claimed (claim_run).
     if (*c->out) snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", c->out);
     else if (make_dirs(job.ckpt_dir) == PX_OK)
       snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", job.ckpt_dir);
-    px_vocab *v = NULL;
-    if (!job.vocab_out[0] || px_vocab_build(&v, c->data_path) != PX_OK || px_vocab_save(v, job.vocab_out) != PX_OK) {
-      px_vocab_free(v);
+    if (!job.vocab_out[0]) {
       rc = px_app_fail("train");
       goto out;
     }
-    px_vocab_free(v);
+    job.build_vocab = true;
     char *dup = strdup(job.vocab_out);
     if (!dup) {
       px_error(PX_ERR_NOMEM, "out of memory");
@@ -539,8 +653,9 @@ int px_cmd_train(int argc, char **argv) {
   }
   // 75 (EX_TEMPFAIL): stopped by a signal after its checkpoint; run the same
   // command with --resume auto to go on (a requeued Slurm job does).
-  rc = exit_code != 0 ? exit_code : job.stopped_by_signal ? 75 : 0;
+  rc = exit_code != 0 ? exit_code : job.refused ? 1 : job.stopped_by_signal ? 75 : 0;
 out:
+  px_app_run_dir_release(job.lock_fd);
   free(job.unit_names);
   free(job.config_json);
   px_config_free(c);

@@ -152,6 +152,7 @@ typedef struct pp_run {
   px_dataset          *val;
   int                  m;
   int64_t              step, epoch, last_eval_step;
+  int64_t              per_epoch;  /* steps an epoch (evaluations carry the epoch of their step) */
   px_eval_metrics      last_eval;
   px_app_pp_ckpt       ck;  // checkpoints: the position, the last one (pp_checkpoint.c)
 } pp_run;
@@ -163,7 +164,7 @@ static px_status run_eval(pp_run *r) {
   px_status st = evaluate(r->pp, r->comm, r->mesh, &r->tg, r->val, r->o, r->m, &e);
   if (st != PX_OK) return st;
   e.step = r->step;
-  e.epoch = r->epoch;
+  e.epoch = (r->step + r->per_epoch - 1) / r->per_epoch;  // as train.c: mid-epoch, the epoch under way (from 1)
   r->last_eval = e;
   r->last_eval_step = r->step;
   return px_log_eval(r->log, &e);
@@ -178,6 +179,7 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
   const int64_t per_epoch = (int64_t)px_loader_num_batches(ld);
   if (per_epoch < 1)
     return px_error(PX_ERR_INVALID, "--pp: the training split has no whole batch of %zu samples", o->batch_size);
+  r->per_epoch = per_epoch;
   const int64_t total = o->max_steps > 0 ? o->max_steps : o->epochs * per_epoch;
   const int64_t end = o->stop_at_step > 0 && o->stop_at_step < total ? o->stop_at_step : total;
   if (sched.base_lr == 0.0f) sched.base_lr = o->optim.lr;
@@ -321,10 +323,10 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
   if (st == PX_OK && rank == 0 && !c->quiet) {
     char line[256];
     px_log_text(log, "%s", px_mesh_describe(mesh, line, sizeof line));
-    px_log_text(log, "model %s: %.0f parameters%s (%zu on rank 0); data %s: %zu training samples%s%zu held-out; "
+    px_log_text(log, "model %s: %.0f parameters%s (%zu on rank 0); data %s: %zu training samples, %zu held-out%s; "
                 "pipeline of %d stages over %d ranks, schedule %s, %d micro-batches of %lld samples; %d replica%s "
                 "(a step is %lld samples)%s", c->model, held, mesh->tp > 1 ? " per tp rank" : "", ps.param_elems,
-                c->data, train.set->length, val.set ? ", " : " (no held-out split)", val.set ? val.set->length : 0,
+                c->data, train.set->length, val.set ? val.set->length : 0, val.set ? "" : " (no held-out split: --val-path)",
                 p * v, p, px_pp_kind_name(kind), m, (long long)c->batch_size / m, A, A == 1 ? "" : "s",
                 (long long)c->batch_size * A, A > 1 && c->zero > 0 ? (c->zero == 1 ? ", ZeRO 1 over dp" :
                 ", ZeRO 2 over dp (gradients accumulate over the micro-batches in the whole buffer: stage 1's "

@@ -206,6 +206,14 @@ static const opt_def opts[] = {
    "sampling temperature (0: greedy)"},
   {"generate", "top_k", "top-k", T_INT, F(top_k), "0", NULL, 0, 1 << 24, CFG_GENERATE,
    "sample from the k most likely tokens (0: all)"},
+
+  // Added by issue 16 (kept at the end: px_config.given is by index).
+  {"run", "overwrite", "overwrite", T_BOOL, F(overwrite), "false", NULL, 0, 0, CFG_TRAIN,
+   "--out already holding a run (checkpoints, metrics, TensorBoard files): delete that run's files first "
+   "(without it such a directory is refused, unless --resume; never saved in a config)"},
+  {"model", "sync_bn", "sync-bn", T_BOOL, F(sync_bn), "false", NULL, 0, 0, CFG_TRAIN,
+   "cnn/resnet: synchronized batch norm: batch statistics over all data-parallel ranks in forward and "
+   "backward, as torch.nn.SyncBatchNorm"},
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
 
@@ -633,18 +641,58 @@ px_status px_config_validate(const px_config *c, int commands) {
       p = comma + 1;
     }
   }
+  if ((commands & CFG_TRAIN) && c->sync_bn && strcmp(c->model, "cnn") != 0 && strncmp(c->model, "resnet", 6) != 0)
+    return px_error(PX_ERR_INVALID, "--sync-bn (model.sync_bn): --model %s has no batch norm to synchronize; it "
+                    "applies to cnn, resnet and resnet18", c->model);
+  if ((commands & CFG_TRAIN) && c->sync_bn && c->pp > 1)
+    return px_error(PX_ERR_UNSUPPORTED, "--sync-bn with --pp %lld: a pipeline stage's batch norm has no data-parallel "
+                    "peers; run without --sync-bn", (long long)c->pp);
   if ((commands & CFG_TRAIN) && strcmp(c->schedule, "cosine") == 0 && c->min_lr > c->lr)
     return px_error(PX_ERR_INVALID, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
   return PX_OK;
 }
 
-char *px_config_to_json(const px_config *c, int commands) {
+// Whether option d matters to this configuration: its help's prefix
+// ("gpt: ...", "images/imagenet: ...", "--zero 3: ...") names what it
+// applies to.  Options without such a prefix always apply.
+static bool applies(const opt_def *d, const px_config *c) {
+  const char *h = d->help;
+  const char *colon = strchr(h, ':');
+  if (!colon || colon - h > 24) return true;
+  char pre[32];
+  snprintf(pre, sizeof pre, "%.*s", (int)(colon - h), h);
+  const char *model = c->model, *data = c->data, *optim = c->optim;
+  if (strcmp(pre, "mlp") == 0) return strcmp(model, "mlp") == 0;
+  if (strcmp(pre, "cnn") == 0) return strcmp(model, "cnn") == 0;
+  if (strcmp(pre, "resnet") == 0) return strncmp(model, "resnet", 6) == 0;
+  if (strcmp(pre, "cnn/resnet") == 0) return strcmp(model, "cnn") == 0 || strncmp(model, "resnet", 6) == 0;
+  if (strcmp(pre, "gpt") == 0) return strcmp(model, "gpt") == 0;
+  if (strcmp(pre, "images") == 0 || strcmp(pre, "images/imagenet") == 0)
+    return strcmp(data, "images") == 0 || strcmp(data, "imagenet") == 0;
+  if (strcmp(pre, "imagenet") == 0) return strcmp(data, "imagenet") == 0;
+  if (strcmp(pre, "tokens/text") == 0) return strcmp(data, "tokens") == 0 || strcmp(data, "text") == 0;
+  if (strcmp(pre, "text") == 0) return strcmp(data, "text") == 0;
+  if (strcmp(pre, "sgd") == 0) return strcmp(optim, "sgd") == 0;
+  if (strcmp(pre, "adam/adamw") == 0) return strcmp(optim, "sgd") != 0;
+  if (strcmp(pre, "step schedule") == 0) return strcmp(c->schedule, "step") == 0;
+  if (strcmp(pre, "cosine schedule") == 0) return strcmp(c->schedule, "cosine") == 0;
+  if (strcmp(pre, "--zero 3") == 0) return c->zero == 3;
+  if (strcmp(pre, "--pp") == 0) return c->pp > 1;
+  if (strcmp(pre, "--tp > 1") == 0) return c->tp > 1;
+  return true;
+}
+
+static char *to_json(const px_config *c, int commands, bool only_applicable) {
   cJSON *root = cJSON_CreateObject();
   if (!root) return NULL;
   px_config *cc = (px_config *)c;
   for (int i = 0; i < N_OPTS; i++) {
     const opt_def *d = &opts[i];
     if (!(d->commands & commands)) continue;
+    // --overwrite is this invocation's decision: a config fed back with
+    // --config must not delete another run.
+    if (d->offset == F(overwrite)) continue;
+    if (only_applicable && !applies(d, c)) continue;
     cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, d->section);
     if (!sec) sec = cJSON_AddObjectToObject(root, d->section);
     if (!sec) break;
@@ -659,6 +707,10 @@ char *px_config_to_json(const px_config *c, int commands) {
   cJSON_Delete(root);
   return s;
 }
+
+char *px_config_to_json(const px_config *c, int commands) { return to_json(c, commands, false); }
+
+char *px_config_to_json_applicable(const px_config *c, int commands) { return to_json(c, commands, true); }
 
 void px_config_print_help(FILE *f, int commands) {
   const char *last = "";

@@ -62,6 +62,9 @@ typedef struct px_config {
   char   *prompt;
   int64_t tokens, top_k;
   double  temperature;
+  /* issue 16 */
+  bool    overwrite;   /* run.overwrite: --out holding a run is cleared first */
+  bool    sync_bn;     /* model.sync_bn: batch norm statistics over the data-parallel ranks */
   /* Which options were given (file or command line), by table index. */
   unsigned char given[128];
 } px_config;
@@ -83,6 +86,10 @@ px_status px_config_load_json(px_config *c, const char *text, size_t n, const ch
 px_status px_config_validate(const px_config *c, int commands);
 /* The effective configuration as JSON, sections as objects (malloc'ed). */
 char *px_config_to_json(const px_config *c, int commands);
+/* --print-config: the effective configuration with only what applies to
+ * this model, data, optimizer and parallel layout (an option whose help
+ * starts "gpt:" is left out for a CNN, "--zero 3:" without --zero 3, ...). */
+char *px_config_to_json_applicable(const px_config *c, int commands);
 /* --help text for a command. */
 void px_config_print_help(FILE *f, int commands);
 /* Whether the option with this JSON key ("optim.lr") was given. */

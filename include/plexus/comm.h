@@ -45,7 +45,12 @@ typedef enum px_comm_backend { PX_COMM_SELF = 0, PX_COMM_THREADS, PX_COMM_MPI } 
  * succeeded).  Returns an error status only if the backend could not start.
  * The communicator passed to fn belongs to px_comm_run (px_comm_free
  * ignores it).  Under MPI a rank whose fn returns non-zero ends the job
- * with MPI_Abort(that code) instead of returning, so its peers cannot hang. */
+ * with MPI_Abort(that code) instead of returning, so its peers cannot hang.
+ * Launches it cannot join fail before fn runs, with a message saying how to
+ * launch: torchrun's variables (WORLD_SIZE > 1, RANK, LOCAL_RANK) without
+ * an MPI launcher (PX_ERR_UNSUPPORTED), and an MPI world of another size
+ * than WORLD_SIZE or the launcher's count (PX_ERR_COMM, every rank alike);
+ * PX_IGNORE_LAUNCH_ENV=1 skips both (docs/PARALLEL.md). */
 typedef int (*px_rank_fn)(px_comm *comm, void *arg);
 px_status px_comm_run(int n_threads, px_rank_fn fn, void *arg, int *exit_code);
 

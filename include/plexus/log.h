@@ -17,7 +17,9 @@ typedef struct px_logger px_logger;
 typedef struct px_logger_opts {
   int         rank;            /* only rank 0 writes anything; other ranks get a logger that does nothing */
   bool        console;         /* lines/progress on stdout */
-  int         progress;        /* -1: a live progress bar if stdout is a terminal, else plain lines; 0: lines; 1: bar */
+  int         progress;        /* -1: a live bar if stdout is a terminal (TERM not dumb) and no launcher's variables
+                                  (OMPI_COMM_WORLD_SIZE, PMI_*, PMIX_RANK, SLURM_PROCID) are set, else plain
+                                  lines; 0: lines; 1: bar */
   const char *jsonl_path;      /* NULL: none.  One JSON object per line, flushed per record */
   const char *tensorboard_dir; /* NULL: none.  events.out.tfevents.<secs>.<host>.<pid> inside it (created) */
   const char *run_name;        /* shown in the console header */
@@ -54,6 +56,11 @@ px_status px_log_add_hooks(px_logger *l, const px_log_hooks *h);
 /* console line/bar + JSONL + TB scalars train/loss, train/lr,
  * train/grad_norm, train/samples_per_s; then hooks. */
 px_status px_log_step(px_logger *l, const px_step_metrics *m);
+/* The live bar only (a terminal, --progress bar): redraws it for a step
+ * between px_log_step's records, at most ~10 times a second; fields that
+ * are NAN keep the last record's values.  Writes no file, calls no hook;
+ * does nothing with plain lines. */
+px_status px_log_progress(px_logger *l, const px_step_metrics *m);
 /* eval/loss, eval/accuracy, eval/perplexity (NAN ones skipped). */
 px_status px_log_eval(px_logger *l, const px_eval_metrics *m);
 px_status px_log_epoch(px_logger *l, int64_t epoch, int64_t step);

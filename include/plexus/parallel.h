@@ -83,6 +83,24 @@ double px_ddp_bucket_start_time(const px_ddp *d, int b);
 double px_ddp_bucket_done_time(const px_ddp *d, int b);
 
 
+/* ---- Buffers and synchronized batch norm ------------------------------------
+ * DDP and ZeRO keep the model's buffers (batch norm's running statistics)
+ * one copy, as PyTorch's DDP does by default (broadcast_buffers): before a
+ * forward, when a training forward has run since the last time, the root's
+ * buffers are broadcast to every rank.  A training forward therefore starts
+ * from the root's statistics, and an evaluation (or a checkpoint after it)
+ * sees the root's on every rank: the logged evaluation is `plexus eval` on
+ * the saved weights.
+ *
+ * px_sync_batchnorm_convert (torch.nn.SyncBatchNorm.convert_sync_batchnorm)
+ * turns every px_batchnorm under root into a synchronized one over comm
+ * (NULL turns them back): in training its batch statistics, and their
+ * gradients, are those of all ranks' batches together (src/nn/batchnorm.c).
+ * comm must outlive the modules; every rank of comm converts the same model
+ * and runs the same training forwards and backwards.  *converted (may be
+ * NULL) receives how many modules were converted. */
+px_status px_sync_batchnorm_convert(px_module *root, px_comm *comm, int *converted);
+
 /* ---- Sharded data parallel: ZeRO stages 1, 2, 3 (FSDP) --------------------
  * Every rank holds 1/N of the optimizer state (stage 1), of the gradients
  * too (stage 2), and of the parameters too (stage 3).  A shard is made of

@@ -369,8 +369,9 @@ px_status px_comm_run(int n_threads, px_rank_fn fn, void *arg, int *exit_code) {
   if (!exit_code) exit_code = &ignored;
   *exit_code = 0;
   if (!fn) return px_error(PX_ERR_INVALID, "px_comm_run: fn is NULL");
+  TRY(px_comm_check_launch_env());  // torchrun's variables without MPI (launch_env.c)
   if (px_comm_mpi_launched()) {
-    if (px_comm_mpi_available()) return px_comm_mpi_run(fn, arg, exit_code);
+    if (px_comm_mpi_available()) return px_comm_mpi_run_checked(fn, arg, exit_code);
     int n = launched_size();
     // Each process would otherwise train alone on a world of one, silently
     // repeating the same work n times.

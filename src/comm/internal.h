@@ -84,4 +84,15 @@ px_status px_comm_threads_run(int n, px_rank_fn fn, void *arg, int *exit_code);
 /* Under MPI: init, fn(world), abort on non-zero, finalize. */
 px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code);
 
+/* launch_env.c: launches plexus cannot join.  Before any rank starts: a
+ * foreign launcher's variables (torchrun's WORLD_SIZE > 1, RANK, LOCAL_RANK)
+ * without an MPI launch is an error saying how to launch.  Under MPI, a
+ * world size other than the environment's (WORLD_SIZE, the launcher's
+ * count) is one too.  PX_IGNORE_LAUNCH_ENV=1 skips both. */
+px_status px_comm_check_launch_env(void);
+px_status px_comm_check_world_size(int mpi_size);
+/* px_comm_mpi_run with px_comm_check_world_size agreed by every rank first
+ * (fn is not called and the error returned when it fails). */
+px_status px_comm_mpi_run_checked(px_rank_fn fn, void *arg, int *exit_code);
+
 #endif

@@ -24,6 +24,9 @@ struct px_logger {
   bool console;
   bool bar;          /* redraw one line with \r */
   bool bar_open;     /* a bar line is on screen without its newline */
+  double bar_drawn;  /* wall time of the last frame (px_log_progress: at most 10 a second) */
+  px_step_metrics shown; /* the last full metrics (px_log_step): loss, lr, gnorm between them */
+  bool have_shown;
   FILE *con;
   FILE *jsonl;
   char *jsonl_path;
@@ -187,6 +190,45 @@ static void fmt_hms(char *buf, size_t n, double s) {
   snprintf(buf, n, "%lld:%02lld:%02lld", t / 3600, (t / 60) % 60, t % 60);
 }
 
+/* Under a launcher (Open MPI, Hydra/PMI, PMIx, Slurm's srun) the output is
+ * a log even when it looks like a terminal: Open MPI gives each rank a
+ * pseudo-terminal when mpirun's own output is one, and a file behind
+ * mpirun still reaches the rank through it.  A bar there would fill the
+ * log with carriage returns and escape codes. */
+static bool under_launcher(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+    if (getenv(vars[i])) return true;
+  return false;
+}
+
+static bool is_terminal(FILE *f) {
+  const char *term = getenv("TERM");
+  return isatty(fileno(f)) && !(term && strcmp(term, "dumb") == 0);
+}
+
+static void bar_draw(px_logger *l, const px_step_metrics *m) {
+  char eta[32], bar[32];
+  fmt_hms(eta, sizeof eta, m->eta_s);
+  const int w = 20;
+  int fill = m->total_steps > 0 ? (int)(w * (double)m->step / (double)m->total_steps) : 0;
+  if (fill > w) fill = w;
+  if (fill < 0) fill = 0;
+  for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+  bar[w] = '\0';
+  /* Before the first record the loss and norm are not known yet: "-". */
+  char loss[32] = "-", gnorm[32] = "-";
+  if (isfinite(m->loss)) snprintf(loss, sizeof loss, "%.4f", m->loss);
+  if (isfinite(m->grad_norm)) snprintf(gnorm, sizeof gnorm, "%.3g", m->grad_norm);
+  /* \033[K clears what a longer previous frame left behind. */
+  fprintf(l->con, "\r[%s] %lld/%lld ep %lld/%lld loss %s lr %.3g gnorm %s %.1f samples/s eta %s\033[K", bar,
+          (long long)m->step, (long long)m->total_steps, (long long)m->epoch, (long long)m->total_epochs, loss, m->lr,
+          gnorm, m->samples_per_s, eta);
+  l->bar_open = true;
+  l->bar_drawn = wall_now();
+  fflush(l->con);
+}
+
 /* End a bar line so the next text starts on a fresh line. */
 static void bar_close(px_logger *l) {
   if (l->bar_open) { fputc('\n', l->con); l->bar_open = false; }
@@ -203,7 +245,7 @@ px_status px_logger_create(px_logger **out, const px_logger_opts *opts) {
   l->active = true;
   l->console = opts->console;
   l->con = opts->console_stream ? opts->console_stream : stdout;
-  l->bar = opts->progress == 1 || (opts->progress < 0 && isatty(fileno(l->con)));
+  l->bar = opts->progress == 1 || (opts->progress < 0 && is_terminal(l->con) && !under_launcher());
   if (opts->jsonl_path) {
     l->jsonl_path = dup_str(opts->jsonl_path);
     // The file's directory is made like the TensorBoard one (mkdir -p).
@@ -254,19 +296,10 @@ px_status px_log_step(px_logger *l, const px_step_metrics *m) {
   if (l->console) {
     char eta[32];
     fmt_hms(eta, sizeof eta, m->eta_s);
+    l->shown = *m;
+    l->have_shown = true;
     if (l->bar) {
-      char bar[32];
-      const int w = 20;
-      int fill = m->total_steps > 0 ? (int)(w * (double)m->step / (double)m->total_steps) : 0;
-      if (fill > w) fill = w;
-      if (fill < 0) fill = 0;
-      for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
-      bar[w] = '\0';
-      /* \033[K clears what a longer previous frame left behind. */
-      fprintf(l->con, "\r[%s] %lld/%lld ep %lld/%lld loss %.4f lr %.3g gnorm %.3g %.1f samples/s eta %s\033[K",
-              bar, (long long)m->step, (long long)m->total_steps, (long long)m->epoch, (long long)m->total_epochs,
-              m->loss, m->lr, m->grad_norm, m->samples_per_s, eta);
-      l->bar_open = true;
+      bar_draw(l, m);
     } else {
       fprintf(l->con, "step %lld/%lld epoch %lld/%lld loss %.6f lr %.4g grad_norm %.4g samples/s %.1f eta %s\n",
               (long long)m->step, (long long)m->total_steps, (long long)m->epoch, (long long)m->total_epochs,
@@ -292,6 +325,20 @@ px_status px_log_step(px_logger *l, const px_step_metrics *m) {
   if (s != PX_OK) return s;
   for (int i = 0; i < l->n_hooks; i++)
     if (l->hooks[i].on_step) l->hooks[i].on_step(m, l->hooks[i].user);
+  return PX_OK;
+}
+
+px_status px_log_progress(px_logger *l, const px_step_metrics *m) {
+  if (!l || !m) return px_error(PX_ERR_INVALID, "px_log_progress: NULL argument");
+  if (!l->active || !l->console || !l->bar) return PX_OK;
+  if (l->bar_open && wall_now() - l->bar_drawn < 0.1) return PX_OK;  // at most ~10 frames a second
+  px_step_metrics f = *m;
+  // Between px_log_step's records the bar keeps their loss, rate and norm.
+  if (!isfinite(f.loss)) f.loss = l->have_shown ? l->shown.loss : NAN;
+  if (!isfinite(f.lr)) f.lr = l->have_shown ? l->shown.lr : NAN;
+  if (!isfinite(f.grad_norm)) f.grad_norm = l->have_shown ? l->shown.grad_norm : NAN;
+  if (!isfinite(f.samples_per_s)) f.samples_per_s = l->have_shown ? l->shown.samples_per_s : NAN;
+  bar_draw(l, &f);
   return PX_OK;
 }
 

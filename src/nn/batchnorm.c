@@ -14,7 +14,18 @@
 //        = (1/n)·istd·(n·dx̂ - Σdx̂ - x̂·Σ(dx̂·x̂)),  dx̂ = γ·dy
 //   eval (constants): dx = γ·istd·dy
 // Sums accumulate in double, as PyTorch's CPU kernel does.
+//
+// Synchronized (px_sync_batchnorm_convert, as torch.nn.SyncBatchNorm): in
+// training the statistics are those of the batch of ALL ranks of a comm:
+//   forward   Σx and n all-reduced -> μ;  Σ(x - μ)² all-reduced -> σ²
+//   backward  Σdy and Σdy·(x - μ) all-reduced for dx (n the global count);
+//             dγ, dβ take this rank's sums (DDP averages them, as it does
+//             every gradient)
+// so N ranks of B samples compute what one process computes on the N·B
+// batch (the loss of each rank being the mean over its B).  Every rank
+// must run the same training forwards and backwards (DDP's contract).
 #include "plexus/nn.h"
+#include "plexus/parallel.h"  /* px_sync_batchnorm_convert, px_comm */
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -28,6 +39,8 @@ typedef struct batchnorm {
   px_tensor x;           /* input, (N, C, S) */
   float    *mean, *istd; /* (C,) the statistics used */
   bool      batch_stats; /* forward normalised with batch statistics */
+  px_comm  *sync;        /* synchronized: statistics over this comm's ranks (NULL: this rank's batch) */
+  double    n_total;     /* values per channel the statistics saw (all ranks) */
 } batchnorm;
 
 enum { BN_WEIGHT, BN_BIAS, BN_RUNNING_MEAN, BN_RUNNING_VAR };
@@ -117,6 +130,75 @@ static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t
   *dot = (d0 + d1) + (d2 + d3);
 }
 
+// y = x·α + (β - μ·α) per channel, with the statistics in b->mean, b->istd.
+static void bn_apply(batchnorm *b, const px_tensor *x, px_tensor *y) {
+  int64_t N, S;
+  bn_dims(x, &N, &S);
+  const int C = b->channels;
+  const float *X = px_f32(x), *gamma = b->base.params[BN_WEIGHT].data, *beta = b->base.params[BN_BIAS].data;
+  float *Y = px_f32(y);
+  const size_t total = (size_t)(N * S) * (size_t)C;
+  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+  for (int c = 0; c < C; c++) {
+    const float alpha = gamma[c] * b->istd[c], shift = beta[c] - b->mean[c] * alpha;
+    for (int64_t i = 0; i < N; i++) {
+      const float *row = X + ((size_t)i * C + c) * S;
+      float *out = Y + ((size_t)i * C + c) * S;
+      #pragma omp simd
+      for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
+    }
+  }
+}
+
+// Training forward of a synchronized batch norm: the statistics of every
+// rank's batch (two all-reduces of C + 1 and C doubles).
+static px_status sync_forward(batchnorm *b, px_ctx *ctx, const px_tensor *x, px_tensor *y, bool update_running) {
+  px_module *m = &b->base;
+  int64_t N, S;
+  bn_dims(x, &N, &S);
+  const int C = b->channels;
+  const float *X = px_f32(x);
+  double *red = px_arena_alloc(ctx->arena, (size_t)(C + 1) * sizeof(double));
+  if (!red) return PX_ERR_NOMEM;
+  const size_t total = (size_t)(N * S) * (size_t)C;
+  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+  for (int c = 0; c < C; c++) red[c] = channel_sum(X + (size_t)c * S, N, S, (size_t)C * S);
+  red[C] = (double)(N * S);
+  px_status st = px_comm_allreduce(b->sync, red, (size_t)C + 1, PX_F64, PX_SUM);
+  if (st != PX_OK) return px_error_wrap(st, "SyncBatchNorm \"%s\": all-reduce of the sums", m->params[BN_WEIGHT].name);
+  const double n = red[C];
+  if (n < 2) {
+    char why[160];
+    snprintf(why, sizeof why, "has %.0f value%s per channel over all ranks; training needs more than 1", n,
+             n == 1 ? "" : "s");
+    return bn_shape_error(m, x, why);
+  }
+  b->n_total = n;
+  double *mu = red;  // Σx / n, then the deviations' sums in a second array
+  for (int c = 0; c < C; c++) mu[c] /= n;
+  double *ss = px_arena_alloc(ctx->arena, (size_t)C * sizeof(double));
+  if (!ss) return PX_ERR_NOMEM;
+  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+  for (int c = 0; c < C; c++) ss[c] = channel_sum_dev2(X + (size_t)c * S, N, S, (size_t)C * S, mu[c]);
+  st = px_comm_allreduce(b->sync, ss, (size_t)C, PX_F64, PX_SUM);
+  if (st != PX_OK)
+    return px_error_wrap(st, "SyncBatchNorm \"%s\": all-reduce of the deviations", m->params[BN_WEIGHT].name);
+  float *rmean = m->params[BN_RUNNING_MEAN].data, *rvar = m->params[BN_RUNNING_VAR].data;
+  const float mom = b->momentum;
+  for (int c = 0; c < C; c++) {
+    b->mean[c] = (float)mu[c];
+    b->istd[c] = (float)(1.0 / sqrt(ss[c] / n + (double)b->eps));
+    if (update_running) {
+      rmean[c] = (float)(mom * mu[c] + (1.0 - mom) * rmean[c]);
+      rvar[c] = (float)(mom * (ss[c] / (n - 1)) + (1.0 - mom) * rvar[c]);
+    }
+  }
+  bn_apply(b, x, y);
+  b->x = *x;
+  b->batch_stats = true;
+  return PX_OK;
+}
+
 static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   batchnorm *b = (batchnorm *)m;
   char why[128];
@@ -132,7 +214,7 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   const bool batch_stats = m->training;
   const bool update_running = batch_stats && ctx->recomputing == 0;
   if (n < 1) return bn_shape_error(m, x, "is empty");
-  if (batch_stats && n < 2) {
+  if (batch_stats && n < 2 && !b->sync) {
     snprintf(why, sizeof why, "has 1 value per channel; training needs more than 1 (the variance is undefined)");
     return bn_shape_error(m, x, why);
   }
@@ -141,6 +223,9 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   b->mean = px_arena_alloc(ctx->arena, (size_t)C * sizeof(float));
   b->istd = px_arena_alloc(ctx->arena, (size_t)C * sizeof(float));
   if (!b->mean || !b->istd) return PX_ERR_NOMEM;
+
+  b->n_total = (double)n;
+  if (batch_stats && b->sync) return sync_forward(b, ctx, x, y, update_running);
 
   const float *X = px_f32(x), *gamma = m->params[BN_WEIGHT].data, *beta = m->params[BN_BIAS].data;
   float *rmean = m->params[BN_RUNNING_MEAN].data, *rvar = m->params[BN_RUNNING_VAR].data;
@@ -181,6 +266,47 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   return PX_OK;
 }
 
+// Backward of a synchronized batch norm in training: this rank's Σdy and
+// Σdy·(x - μ) for dγ, dβ; their sums over the ranks for dx.
+static px_status sync_backward(batchnorm *b, px_ctx *ctx, const float *DY, float *DX) {
+  px_module *m = &b->base;
+  int64_t N, S;
+  bn_dims(&b->x, &N, &S);
+  const int C = b->channels;
+  const float *X = px_f32(&b->x), *gamma = m->params[BN_WEIGHT].data;
+  float *dgamma = m->params[BN_WEIGHT].grad, *dbeta = m->params[BN_BIAS].grad;
+  double *sums = px_arena_alloc(ctx->arena, (size_t)C * 2 * sizeof(double));  // [Σdy (C) | Σdy·(x-μ) (C)]
+  if (!sums) return PX_ERR_NOMEM;
+  const size_t total = (size_t)(N * S) * (size_t)C;
+  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+  for (int c = 0; c < C; c++)
+    channel_dy_sums(X + (size_t)c * S, DY + (size_t)c * S, N, S, (size_t)C * S, b->mean[c], &sums[c], &sums[C + c]);
+  for (int c = 0; c < C; c++) {
+    dgamma[c] += (float)(sums[C + c] * b->istd[c]);
+    dbeta[c] += (float)sums[c];
+  }
+  px_status st = px_comm_allreduce(b->sync, sums, (size_t)C * 2, PX_F64, PX_SUM);
+  if (st != PX_OK)
+    return px_error_wrap(st, "SyncBatchNorm \"%s\": all-reduce of the gradient sums", m->params[BN_WEIGHT].name);
+  if (!DX) return PX_OK;
+  const double n = b->n_total;
+  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+  for (int c = 0; c < C; c++) {
+    const float mu = b->mean[c], istd = b->istd[c];
+    const float mean_dy = (float)(sums[c] / n);
+    const float proj = (float)(sums[C + c] * istd * istd / n);
+    const float scale = gamma[c] * istd;
+    for (int64_t i = 0; i < N; i++) {
+      const size_t off = ((size_t)i * C + c) * S;
+      const float *xr = X + off, *gr = DY + off;
+      float *out = DX + off;
+      #pragma omp simd
+      for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
+    }
+  }
+  return PX_OK;
+}
+
 static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   batchnorm *b = (batchnorm *)m;
   int64_t N, S;
@@ -195,6 +321,7 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
   float *dgamma = m->params[BN_WEIGHT].grad, *dbeta = m->params[BN_BIAS].grad;
   float *DX = dx ? px_f32(dx) : NULL;
   const size_t total = (size_t)n * (size_t)C;
+  if (b->sync && b->batch_stats) return sync_backward(b, ctx, DY, DX);
   #pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {
     const float mu = b->mean[c], istd = b->istd[c];
@@ -253,4 +380,21 @@ px_module *px_batchnorm(int channels, float eps, float momentum) {
   px_module_add_param(&b->base, "running_mean", 1, shape, PX_INIT_ZEROS, 0.0f, true);
   px_module_add_param(&b->base, "running_var", 1, shape, PX_INIT_ONES, 0.0f, true);
   return &b->base;
+}
+
+static void convert(px_module *m, px_comm *comm, int *n) {
+  if (m->ops == &batchnorm_ops) {
+    ((batchnorm *)m)->sync = comm;
+    (*n)++;
+  }
+  for (int i = 0; i < m->n_children; i++) convert(m->children[i], comm, n);
+}
+
+px_status px_sync_batchnorm_convert(px_module *root, px_comm *comm, int *converted) {
+  if (converted) *converted = 0;
+  if (!root) return px_error(PX_ERR_INVALID, "px_sync_batchnorm_convert: root is NULL");
+  int n = 0;
+  convert(root, comm, &n);
+  if (converted) *converted = n;
+  return PX_OK;
 }

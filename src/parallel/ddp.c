@@ -41,6 +41,7 @@ struct px_ddp {
   bool        attached;
   int         hook_handle;    /* px_model_attach_hooks */
   int         divisor;        /* ranks whose gradients are averaged */
+  bool        buffers_dirty;  /* a training forward changed the buffers since their broadcast */
   px_status   error;          /* first failure inside a hook */
   char        error_msg[512];
 };
@@ -89,7 +90,14 @@ static void begin_step(px_ddp *d) {
 
 static void on_pre_forward(void *user, px_module *m) {
   px_ddp *d = user;
-  if (d->attached && m == d->model->root) begin_step(d);
+  if (!d->attached || m != d->model->root || d->model->ctx.recomputing) return;
+  begin_step(d);
+  // The root's running statistics before every forward that follows a
+  // training one (PyTorch's broadcast_buffers); a failure surfaces in
+  // px_ddp_sync.
+  px_status st = px_parallel_sync_buffers(d->model, d->comm, d->opts.root, &d->buffers_dirty,
+                                          d->model->ctx.training);
+  if (st != PX_OK) fail(d, st);
 }
 
 static void on_post_forward(void *user, px_module *m) {
@@ -252,7 +260,10 @@ px_status px_ddp_join(px_ddp *d, bool have_batch, int *active) {
 }
 
 px_status px_ddp_shadow(px_ddp *d) {
-  // Contribute zeros to every bucket, in the same order as the active ranks.
+  // Join the buffers' broadcast the active ranks' forward makes, then
+  // contribute zeros to every bucket, in the same order as they do.
+  px_status bst = px_parallel_sync_buffers(d->model, d->comm, d->opts.root, &d->buffers_dirty, true);
+  if (bst != PX_OK) return bst;
   px_model_zero_grad(d->model);
   begin_step(d);
   bool keep = d->sync;

@@ -268,6 +268,12 @@ static void on_pre_forward(void *user, px_module *m) {
   px_zero *z = user;
   if (!z->attached) return;
   if (m == z->model->root) begin_step(z);
+  // One copy of the buffers, as DDP keeps them (buffer_sync.c).
+  if (m == z->model->root && !z->model->ctx.recomputing) {
+    px_status st = px_parallel_sync_buffers(z->model, z->comm, z->opts.root, &z->buffers_dirty,
+                                            z->model->ctx.training);
+    if (st != PX_OK) pxz_fail(z, st);
+  }
   if (z->stage == 3) pxz_units_pre_forward(z, m);
 }
 

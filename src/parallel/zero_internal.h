@@ -77,6 +77,7 @@ struct px_zero {
   int          stage, rank, size;
   int          hook_handle;
   bool         attached;
+  bool         buffers_dirty; /* px_parallel_sync_buffers (buffer_sync.c) */
   zgroup      *groups;
   int          n_groups;
   int         *gparams;      /* (n_params,) parameter indices grouped by group */

@@ -93,7 +93,10 @@ static px_status run_eval(px_trainer *t) {
                                     t->o.eval_max_batches, &m));
   else TRY(px_evaluate(t->comm, t->model, t->val, bs, t->o.workers, t->o.eval_max_batches, &m));
   m.step = t->step;
-  m.epoch = (int64_t)t->epoch;
+  // At an epoch's end t->epoch counts the epochs done; mid-epoch
+  // (--eval-every) the evaluation belongs to the epoch under way, numbered
+  // from 1 as the step records number it.
+  m.epoch = (int64_t)t->epoch + (t->next_batch > 0 ? 1 : 0);
   t->last_eval = m;
   t->last_eval_step = t->step;
   return px_log_eval(t->log, &m);
@@ -259,6 +262,16 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
         loss_sum = loss_n = 0;
         samples_log = 0;
         t_log = now;
+      } else {
+        // The bar (a terminal) moves every step; the loss, rate and norm
+        // stay the last record's (no collective between records).
+        const double el = px_time_now() - t_start;
+        px_step_metrics m = {.step = t->step, .total_steps = t->total_steps, .epoch = (int64_t)t->epoch + 1,
+                             .total_epochs = (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch,
+                             .loss = NAN, .lr = lr, .grad_norm = NAN,
+                             .samples_per_s = el > 0 ? (double)samples_run * t->dp / el : NAN,
+                             .eta_s = (double)(t->total_steps - t->step) * el / (double)(t->step - t->start_step)};
+        TRY(px_log_progress(t->log, &m));
       }
       if (due(t->step, t->o.eval_every)) TRY(run_eval(t));
       if (due(t->step, t->o.ckpt_every)) TRY(save(t));
