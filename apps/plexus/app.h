@@ -77,14 +77,14 @@ typedef struct px_app_pp_ckpt {
 } px_app_pp_ckpt;
 /* Save at k's position into o->ckpt_dir (none: nothing; nor when k->step
  * was just saved), with state.json (rank 0); collective. */
-px_status px_app_pp_save(px_comm *comm, const px_config *c, const px_train_opts *o, px_pp *pp, px_logger *log,
-                         px_app_pp_ckpt *k);
+px_status px_app_pp_save(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o, px_pp *pp,
+                         px_logger *log, px_app_pp_ckpt *k);
 /* --resume auto|DIR (a checkpoint of any layout: this pipeline, another P,
  * DDP, ZeRO, tensor parallel) into pp and k's position (k->batches_per_epoch
  * set by the caller), or --init CKPT (the weights only); nothing without
  * either, or with --resume auto and no checkpoint yet.  Collective. */
-px_status px_app_pp_resume(px_comm *comm, const px_config *c, const px_train_opts *o, px_pp *pp, px_logger *log,
-                           px_app_pp_ckpt *k);
+px_status px_app_pp_resume(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o,
+                           px_pp *pp, px_logger *log, px_app_pp_ckpt *k);
 
 /* Print "plexus <cmd>: <px_last_error()>" on stderr and return 1. */
 int px_app_fail(const char *cmd);

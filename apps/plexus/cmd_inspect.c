@@ -322,7 +322,14 @@ static void print_layout(const char *ckpt) {
   if (world > 0) printf("    %-14s %d\n", "world size", world);
   else printf("    %-14s not recorded (no world_size in state.json)\n", "world size");
   const int pp = cJSON_IsObject(mesh) ? json_int(mesh, "pp", 1) : 1;
-  if (pp > 1)
+  const int mdp = cJSON_IsObject(mesh) ? json_int(mesh, "dp", 1) : 1;
+  const int mtp = cJSON_IsObject(mesh) ? json_int(mesh, "tp", 1) : 1;
+  if (pp > 1 && (mdp > 1 || mtp > 1))  // 3D: who writes what (docs/CHECKPOINTS.md)
+    printf("    %-14s pipeline × data × tensor parallel: dp rank 0's pipelines write their stages' parameters (in a "
+           "tp group, each tp rank its boxes, tp rank 0 the unsplit tensors) and %s (the tied head's copy of the "
+           "embedding weight is not written: the embedding's stage writes it)\n", "strategy",
+           stage > 0 ? "every dp rank its ZeRO slice of the optimizer state" : "the optimizer state");
+  else if (pp > 1)
     printf("    %-14s pipeline parallel: each pipeline rank writes its stages' parameters and optimizer state "
            "(the tied head's copy of the embedding weight is not written: its owner, the embedding's stage, "
            "writes it)\n", "strategy");

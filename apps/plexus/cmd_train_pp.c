@@ -209,7 +209,8 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
                         "learning rate or clip gradients (--clip-grad)", (double)l, (long long)r->step,
                         (long long)r->epoch, (long long)b_idx - 1);
       r->step++;
-      r->ck.step = r->step, r->ck.epoch = r->epoch, r->ck.next_batch = b_idx, r->ck.samples += (int64_t)b->n;
+      r->ck.step = r->step, r->ck.epoch = r->epoch, r->ck.next_batch = b_idx;
+      r->ck.samples += (int64_t)b->n * r->mesh->dp;  // the step's global batch
       loss_sum += l;
       loss_n += 1;
       samples_log += (int64_t)b->n * r->mesh->dp;  // every replica's batch
@@ -230,7 +231,9 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
         t_log = now;
       }
       if (due(r->step, o->eval_every) && (st = run_eval(r)) != PX_OK) break;
-      if (due(r->step, o->ckpt_every) && (st = px_app_pp_save(r->comm, r->c, o, r->pp, r->log, &r->ck)) != PX_OK) break;
+      if (due(r->step, o->ckpt_every) &&
+          (st = px_app_pp_save(r->comm, r->mesh, r->c, o, r->pp, r->log, &r->ck)) != PX_OK)
+        break;
       if (o->stop_flag) {  // any rank's signal stops all of them after the same step
         char label[128];  // what the watchdog names if a rank dies between steps
         snprintf(label, sizeof label, "pipeline step %lld done: stage %d, between steps, stop-signal check",
@@ -248,14 +251,14 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
       if (st == PX_OK && o->eval_every == 0) st = run_eval(r);
       r->ck.epoch = r->epoch;
       r->ck.next_batch = 0;
-      if (st == PX_OK && o->ckpt_every == 0) st = px_app_pp_save(r->comm, r->c, o, r->pp, r->log, &r->ck);
+      if (st == PX_OK && o->ckpt_every == 0) st = px_app_pp_save(r->comm, r->mesh, r->c, o, r->pp, r->log, &r->ck);
     }
   }
   res->seconds = px_time_now() - t_start;
   res->samples_per_s = res->seconds > 0 ? (double)samples_run / res->seconds : NAN;
   res->stopped = r->step < total;
   if (st == PX_OK && !res->stopped) st = run_eval(r);  // the run's end, unless just evaluated
-  if (st == PX_OK) st = px_app_pp_save(r->comm, r->c, o, r->pp, r->log, &r->ck);  // unless just saved
+  if (st == PX_OK) st = px_app_pp_save(r->comm, r->mesh, r->c, o, r->pp, r->log, &r->ck);  // unless just saved
   if (st == PX_OK && res->stopped)
     st = px_log_text(r->log, "stopped at step %lld of %lld%s", (long long)r->step, (long long)total,
                      o->ckpt_dir ? ": resume to go on" : " (no checkpoint directory: nothing to resume from)");
@@ -344,7 +347,7 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
   lo.world = A;
   if (st == PX_OK) { what = "loader"; st = px_loader_create(&ld, train.set, &lo); }
   if (st == PX_OK) { what = ""; r.ck.batches_per_epoch = (int64_t)px_loader_num_batches(ld); }
-  if (st == PX_OK && (st = px_app_pp_resume(comm, c, o, r.pp, log, &r.ck)) == PX_OK) {
+  if (st == PX_OK && (st = px_app_pp_resume(comm, mesh, c, o, r.pp, log, &r.ck)) == PX_OK) {
     r.step = res->start_step = r.ck.step;
     r.epoch = r.ck.epoch;
   }

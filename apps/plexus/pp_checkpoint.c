@@ -6,12 +6,19 @@
 // state.json is the format of every training run (src/train/state.c reads
 // it, so a pipeline checkpoint resumes without --pp too, and the other way
 // round).  A pipeline step takes one loader batch of --batch-size B samples
-// in M micro-batches: the data position is that of one process with batch
-// B ("world_size" of the data 1: "mesh": {"dp": 1, ...}), and the dropout
-// counter that of one process running the M micro-batches with
-// accumulation (forward_count = step · M).  "mesh" says the layout:
-// {"dp": 1, "tp": 1, "pp": P, "schedule": "1f1b", "micro_batches": M,
-// "virtual_stages": v}; "samples" the samples trained on so far.
+// per dp replica in M micro-batches, the loader sharded over the A replicas
+// (rank = dp rank, world = A): the data position is that of A data-parallel
+// ranks with batch B (next_batch counts each replica's batches, A · B
+// samples a step, as a DDP run's), and the dropout counter that of one
+// process running the M micro-batches with accumulation (forward_count =
+// step · M).  "mesh" says the layout: {"dp": A, "tp": T, "pp": P,
+// "schedule": "1f1b", "micro_batches": M, "virtual_stages": v}; "samples"
+// the samples trained on so far (all replicas').
+//
+// Who writes (px_pp_checkpoint_save): the parameters by dp rank 0's
+// pipelines only (the replicas are equal), those no tp rank splits by tp
+// rank 0 only; the optimizer state with them, or under --zero 1|2 by every
+// dp rank, its slice.
 #include "app.h"
 
 #include <cJSON.h>
@@ -26,24 +33,27 @@ static const char *optim_name(px_optim_kind k) {
 }
 
 // The whole model's trainable elements (the tied copy counted once), the
-// same on every rank (collective).
-static px_status model_params(px_comm *comm, px_pp *pp, double *out) {
+// same on every rank (collective): dp rank 0's pipelines count, a tp-split
+// parameter with every tp rank's box, an unsplit one on tp rank 0 only.
+static px_status model_params(px_comm *comm, const px_mesh *mesh, px_pp *pp, double *out) {
   const px_pp_plan *plan = px_pp_plan_of(pp);
   double n = 0;
-  for (int c = 0; c < px_pp_n_chunks(pp); c++) {
+  for (int c = 0; c < px_pp_n_chunks(pp) && mesh->dp_rank == 0; c++) {
     px_model *md = px_pp_chunk_model(pp, c);
-    n += (double)md->n_param_elems;
-    if (plan->tied_head_unit >= 0 && px_pp_chunk_stage(pp, c) == px_pp_plan_stage_of(plan, plan->tied_head_unit) &&
-        px_pp_plan_stage_of(plan, plan->tied_emb_unit) != px_pp_chunk_stage(pp, c)) {
-      const px_param *t = px_model_find(md, plan->tied_param);
-      if (t) n -= (double)t->numel;
+    const bool copy = plan->tied_head_unit >= 0 &&
+                      px_pp_chunk_stage(pp, c) == px_pp_plan_stage_of(plan, plan->tied_head_unit) &&
+                      px_pp_plan_stage_of(plan, plan->tied_emb_unit) != px_pp_chunk_stage(pp, c);
+    for (int i = 0; i < md->n_params; i++) {
+      const px_param *p = md->params[i];
+      if (copy && strcmp(p->name, plan->tied_param) == 0) continue;
+      if (px_tp_param_box(p).split_dim >= 0 || mesh->tp_rank == 0) n += (double)p->numel;
     }
   }
   *out = n;
   return px_comm_allreduce(comm, out, 1, PX_F64, PX_SUM);
 }
 
-static char *state_json(px_comm *comm, const px_config *c, const px_train_opts *o, px_pp *pp,
+static char *state_json(px_comm *comm, const px_mesh *mh, const px_config *c, const px_train_opts *o, px_pp *pp,
                         const px_app_pp_ckpt *k, double params) {
   cJSON *j = cJSON_CreateObject();
   if (!j) return NULL;
@@ -68,19 +78,21 @@ static char *state_json(px_comm *comm, const px_config *c, const px_train_opts *
   cJSON_AddNumberToObject(j, "param_count", params);
   cJSON *mesh = cJSON_AddObjectToObject(j, "mesh");
   if (mesh) {
-    cJSON_AddNumberToObject(mesh, "dp", 1);
-    cJSON_AddNumberToObject(mesh, "tp", 1);
+    cJSON_AddNumberToObject(mesh, "dp", mh->dp);
+    cJSON_AddNumberToObject(mesh, "tp", mh->tp);
     cJSON_AddNumberToObject(mesh, "pp", (double)c->pp);
     cJSON_AddStringToObject(mesh, "schedule", c->schedule_pp);
     cJSON_AddNumberToObject(mesh, "micro_batches", (double)c->micro_batches);
     cJSON_AddNumberToObject(mesh, "virtual_stages", v);
   }
-  cJSON_AddNumberToObject(j, "zero_stage", 0);
+  cJSON_AddNumberToObject(j, "zero_stage", mh->dp > 1 ? (double)c->zero : 0.0);
   cJSON *dep = cJSON_AddObjectToObject(j, "rank_count_dependent");
   if (dep) {
-    cJSON_AddStringToObject(dep, "next_batch", "counts batches of batch_size samples (a pipeline step is one)");
+    cJSON_AddStringToObject(dep, "next_batch", "counts each dp replica's batches of batch_size samples (a pipeline "
+                            "step is one per replica: mesh.dp × batch_size samples)");
     cJSON_AddStringToObject(dep, "files", "model.rank*, optim.rank*: each pipeline rank's stages as pieces of "
-                            "named tensors; metadata.json lists where each is, and any layout loads them");
+                            "named tensors (dp rank 0's pipelines; under ZeRO every dp rank's optimizer slice); "
+                            "metadata.json lists where each is, and any layout loads them");
   }
   if (o->config_json) {
     cJSON *cfg = cJSON_Parse(o->config_json);
@@ -91,16 +103,17 @@ static char *state_json(px_comm *comm, const px_config *c, const px_train_opts *
   return s;
 }
 
-px_status px_app_pp_save(px_comm *comm, const px_config *c, const px_train_opts *o, px_pp *pp, px_logger *log,
-                         px_app_pp_ckpt *k) {
+px_status px_app_pp_save(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o, px_pp *pp,
+                         px_logger *log, px_app_pp_ckpt *k) {
   if (!o->ckpt_dir || k->last_step == k->step) return PX_OK;
   px_comm_set_label(comm, "checkpoint (pipeline)");
   double params = 0;
-  px_status st = model_params(comm, pp, &params);
+  px_status st = model_params(comm, mesh, pp, &params);
   if (st != PX_OK) return st;
-  char *json = px_comm_rank(comm) == 0 ? state_json(comm, c, o, pp, k, params) : NULL;
+  char *json = px_comm_rank(comm) == 0 ? state_json(comm, mesh, c, o, pp, k, params) : NULL;
   // (rank 0 without its state.json: px_pp_checkpoint_save fails on every rank)
-  st = px_pp_checkpoint_save(comm, pp, true, true, o->ckpt_dir, k->step, o->keep_last, json, k->path, sizeof k->path);
+  st = px_pp_checkpoint_save(comm, pp, mesh->dp_rank == 0, mesh->tp_rank == 0, o->ckpt_dir, k->step, o->keep_last,
+                             json, k->path, sizeof k->path);
   free(json);
   if (st != PX_OK) return st;
   k->last_step = k->step;
@@ -126,8 +139,8 @@ static px_status json_int(const cJSON *j, const char *key, const char *path, int
 }
 
 // Rank 0: which checkpoint, and the position in this run's terms.
-static px_status plan_resume(const px_config *c, const px_train_opts *o, size_t per_epoch, double params,
-                             resume_msg *r) {
+static px_status plan_resume(const px_mesh *mh, const px_config *c, const px_train_opts *o, size_t per_epoch,
+                             double params, resume_msg *r) {
   char note[1024] = "";
   px_status st;
   if (strcmp(c->resume, "auto") == 0) {
@@ -176,25 +189,26 @@ static px_status plan_resume(const px_config *c, const px_train_opts *o, size_t 
   const cJSON *samples = cJSON_GetObjectItemCaseSensitive(j, "samples");
   cJSON_Delete(j);
   if (st != PX_OK) return st;
-  // The data position: one process with batch B here; the checkpoint's
-  // steps took batch × dp × accum samples each (rank r of dp took batches
-  // r, r + dp, ... of the epoch's order), so the samples of this epoch
-  // trained on carry over whatever layout saved them.
-  const int64_t b = (int64_t)o->batch_size, g_old = batch * dp * accum;
+  // The data position: A replicas with batch B here (a step A · B samples,
+  // replica d the batches d, d + A, ... of the epoch's order); the
+  // checkpoint's steps took batch × dp × accum samples each, so the samples
+  // of this epoch trained on carry over whatever layout saved them.
+  const int64_t b = (int64_t)o->batch_size * mh->dp, g_old = batch * dp * accum;
   const int64_t seen = r->next_batch * batch * dp;
   r->samples = samples ? (int64_t)cJSON_GetNumberValue(samples) : r->step * g_old;
   (void)samples;
   size_t m = strlen(note);
   if (m) note[m++] = '\n', note[m] = '\0';
   snprintf(note + m, sizeof note - m, "resume: checkpoint of dp %lld × tp %lld × pp %lld (zero %lld, %lld ranks); "
-           "this run pp %lld: its tensors are loaded by intersecting pieces", (long long)dp, (long long)tp,
-           (long long)pp, (long long)zero, (long long)world, (long long)c->pp);
+           "this run dp %d × tp %d × pp %d: its tensors are loaded by intersecting pieces", (long long)dp,
+           (long long)tp, (long long)pp, (long long)zero, (long long)world, mh->dp, mh->tp, mh->pp);
   r->next_batch = seen / b;
   if (g_old != b) {
     m = strlen(note);
-    snprintf(note + m, sizeof note - m, "\nresume: the checkpoint's steps took %lld samples, this run's %lld: "
-             "training goes on from the same sample count (%lld into epoch %lld), not on the same trajectory",
-             (long long)g_old, (long long)b, (long long)seen, (long long)r->epoch + 1);
+    snprintf(note + m, sizeof note - m, "\nresume: the checkpoint's steps took %lld samples, this run's %lld "
+             "(dp %d × --batch-size %zu): training goes on from the same sample count (%lld into epoch %lld), not on "
+             "the same trajectory (keep the global batch, dp × --batch-size, to continue it)", (long long)g_old,
+             (long long)b, mh->dp, o->batch_size, (long long)seen, (long long)r->epoch + 1);
     if (o->max_steps == 0) r->step = r->epoch * (int64_t)per_epoch + r->next_batch;
   }
   if (r->next_batch >= (int64_t)per_epoch) {
@@ -206,13 +220,13 @@ static px_status plan_resume(const px_config *c, const px_train_opts *o, size_t 
   return PX_OK;
 }
 
-px_status px_app_pp_resume(px_comm *comm, const px_config *c, const px_train_opts *o, px_pp *pp, px_logger *log,
-                           px_app_pp_ckpt *k) {
+px_status px_app_pp_resume(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o,
+                           px_pp *pp, px_logger *log, px_app_pp_ckpt *k) {
   k->last_step = -1;
   if (!*c->resume && !*c->init) return PX_OK;
   px_comm_set_label(comm, "resume (pipeline)");
   double params = 0;
-  px_status st = model_params(comm, pp, &params);
+  px_status st = model_params(comm, mesh, pp, &params);
   if (st != PX_OK) return st;
   if (!*c->resume) {  // --init: weights only, from a checkpoint of any layout
     struct stat sb;
@@ -227,7 +241,7 @@ px_status px_app_pp_resume(px_comm *comm, const px_config *c, const px_train_opt
   resume_msg r;
   memset(&r, 0, sizeof r);
   if (px_comm_rank(comm) == 0) {
-    st = plan_resume(c, o, (size_t)k->batches_per_epoch, params, &r);
+    st = plan_resume(mesh, c, o, (size_t)k->batches_per_epoch, params, &r);
     r.status = (int32_t)st;
     if (st != PX_OK) snprintf(r.msg, sizeof r.msg, "%s", px_last_error());
   }

@@ -326,6 +326,12 @@ px_optim *px_pp_chunk_optim(px_pp *pp, int chunk);
 /* A resumed run: the training steps taken before this px_pp (the dropout
  * masks of step s are those of step steps + s of the whole run). */
 void px_pp_set_step_base(px_pp *pp, uint64_t steps);
+/* Under ZeRO over dp (px_pp_opts.zero_stage 1-2): true, and the flat range
+ * [*off, *off + *len) of chunk c's parameter buffer (its model's
+ * param_data) whose optimizer state this dp rank holds: px_pp_chunk_optim's
+ * slots are indexed from *off (*len 0: no optimizer).  false without ZeRO
+ * (the optimizer covers the whole buffer). */
+bool px_pp_chunk_zero_slice(const px_pp *pp, int chunk, size_t *off, size_t *len);
 
 #ifdef __cplusplus
 }

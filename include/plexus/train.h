@@ -177,13 +177,17 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
  * equal); replicated: it also writes the parameters (and buffers) that
  * px_tp_param_box does not split (true without tensor parallelism; under
  * it, tp rank 0 only: one copy); state_json: written by comm's rank 0
- * (NULL elsewhere).  The
+ * (NULL elsewhere).  Under ZeRO over dp (px_pp_opts.zero_stage 1-2) every
+ * rank writes its dp slice of each chunk's optimizer slots as flat ranges
+ * of the boxes (replicated governs the unsplit parameters' ranges, as
+ * above), whatever `writes` says: nothing is gathered.  The
  * checkpoint is dir/step_<step>; path_out (cap bytes) receives its path.
  *
  * Load: collective over comm.  Every rank fills its chunks' parameters,
  * buffers and optimizer slots from whatever layout wrote path (DDP or one
  * process, ZeRO, tensor parallel, a pipeline of any P and split: loads
- * intersect boxes), the tied copy from the embedding's pieces, and sets
+ * intersect boxes; under ZeRO over dp each rank its slice's ranges of the
+ * optimizer slots), the tied copy from the embedding's pieces, and sets
  * each chunk optimizer's step count to optimizer_step (< 0: the parameters
  * and buffers only, the optimizers untouched: --init).  A rank that fails
  * makes every rank fail (its message names the rank and stage). */

@@ -832,3 +832,10 @@ px_status px_pp_ce_loss(void *user, const px_tensor *out, int micro, float *loss
 px_optim *px_pp_chunk_optim(px_pp *pp, int chunk) { return chunk >= 0 && chunk < pp->v ? pp->chunk[chunk].opt : NULL; }
 
 void px_pp_set_step_base(px_pp *pp, uint64_t steps) { pp->step_base = steps; }
+
+bool px_pp_chunk_zero_slice(const px_pp *pp, int chunk, size_t *off, size_t *len) {
+  if (pp->zero == 0 || chunk < 0 || chunk >= pp->v) return false;
+  *off = pp->chunk[chunk].z_off;
+  *len = pp->chunk[chunk].z_len;
+  return true;
+}

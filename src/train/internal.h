@@ -89,6 +89,15 @@ void px_box_pieces_move(const px_model *md, const float *base_in, float *base_ou
 /* The optimizer's state slots (at most cap): their names as key prefixes
  * ("exp_avg."), into prefixes and pp, and their arrays into bases. */
 #define PX_MAX_OPTIM_SLOTS 8
+/* Pieces of flat ranges of md's parameter buffer (a ZeRO shard; state_tp.c):
+ * range k is [flat_off[k], + count[k]) of md's flat layout, its elements at
+ * base + shard_off[k]; each piece a flat range (offset, count) of the box
+ * px_tp_param_box gives, keyed "<prefix><name>", pointing into base (no
+ * copy).  replicated and skip as px_box_pieces_build's.  Appended to *all
+ * (*n pieces, room for *cap; realloc'ed). */
+px_status px_range_box_pieces(const px_model *md, int n_seg, const size_t *flat_off, const size_t *shard_off,
+                              const size_t *count, const char *prefix, float *base, bool replicated,
+                              const char *skip, px_tensor_piece **all, int *n, int *cap);
 int px_optim_slot_sources(px_optim *o, char prefixes[][64], const char *pp[], float *bases[], int cap);
 
 /* After a rank's part of a load (status st): one all-reduce so that every

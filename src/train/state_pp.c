@@ -20,9 +20,14 @@
 // on the head's stage) is left out, its owner (the embedding's stage)
 // writes it; under data parallel only the writing pipeline (dp rank 0's)
 // passes files, and in a tensor-parallel stage only tp rank 0 writes the
-// parameters every tp rank holds whole (`replicated`).  Loading fills the tied copy from the embedding's pieces,
-// parameters and optimizer slots alike (the two copies are equal: their
-// gradients are summed before every step).
+// parameters every tp rank holds whole (`replicated`).  Under ZeRO over dp
+// (px_pp_chunk_zero_slice) every dp rank writes its slice of each chunk's
+// optimizer state as flat ranges of the boxes (px_range_box_pieces, as
+// ZeRO's checkpoints do): nothing is gathered, and `writes` governs the
+// parameters alone.  Loading fills the tied copy from the embedding's
+// pieces, parameters and optimizer slots alike (the two copies are equal:
+// their gradients are summed before every step); under ZeRO each dp rank
+// loads its slice's ranges, from whatever layout wrote them.
 #include "train/internal.h"
 
 #include "plexus/pipeline.h"
@@ -87,16 +92,45 @@ static px_status append(px_tensor_piece **list, int *n, const px_tensor_piece *a
   return PX_OK;
 }
 
-static px_status collect(px_pp *pp, bool replicated, rank_pieces *r) {
+// Under ZeRO over dp: chunk c's optimizer slots, this dp rank's slice of
+// each, as flat ranges of the boxes, pointing into the optimizer's state
+// (px_range_box_pieces; nothing copied).  Appended to *all.
+static px_status slice_pieces(px_pp *pp, int c, bool replicated, const char *skip, px_tensor_piece **all, int *n,
+                              int *cap) {
+  px_optim *o = px_pp_chunk_optim(pp, c);
+  size_t off = 0, len = 0;
+  if (!o || !px_pp_chunk_zero_slice(pp, c, &off, &len) || len == 0) return PX_OK;
+  if (o->n_state > PX_MAX_OPTIM_SLOTS)
+    return px_error(PX_ERR_UNSUPPORTED, "checkpoint (pipeline): %d optimizer slots", o->n_state);
+  char prefixes[PX_MAX_OPTIM_SLOTS][64];
+  const char *pfx[PX_MAX_OPTIM_SLOTS];
+  float *bases[PX_MAX_OPTIM_SLOTS];
+  const int slots = px_optim_slot_sources(o, prefixes, pfx, bases, PX_MAX_OPTIM_SLOTS);
+  const size_t zero = 0;
+  px_status st = PX_OK;
+  for (int k = 0; k < slots && st == PX_OK; k++)
+    st = px_range_box_pieces(px_pp_chunk_model(pp, c), 1, &off, &zero, &len, pfx[k], bases[k], replicated, skip, all,
+                             n, cap);
+  return st;
+}
+
+static px_status collect(px_pp *pp, bool writes, bool replicated, rank_pieces *r) {
   memset(r, 0, sizeof *r);
   const int v = px_pp_n_chunks(pp);
   r->blocks = calloc(2 * (size_t)v, sizeof *r->blocks);
   if (!r->blocks) return px_error(PX_ERR_NOMEM, "checkpoint (pipeline): out of memory");
   px_status st = PX_OK;
+  int cap_optim = 0;
   for (int c = 0; c < v && st == PX_OK; c++) {
     px_model *md = px_pp_chunk_model(pp, c);
     px_optim *o = px_pp_chunk_optim(pp, c);
     const char *skip = tied_copy(pp, c);
+    size_t z_off, z_len;
+    if (px_pp_chunk_zero_slice(pp, c, &z_off, &z_len)) {  // every dp rank its slice of the optimizer state
+      st = slice_pieces(pp, c, replicated, skip, &r->optim, &r->n_optim, &cap_optim);
+      o = NULL;
+    }
+    if (!writes) continue;
     const char *mprefix = "";
     const float *mbase = md->param_data;
     px_box_pieces *mp = &r->blocks[r->n_blocks++];
@@ -120,6 +154,7 @@ static px_status collect(px_pp *pp, bool replicated, rank_pieces *r) {
     px_box_pieces *op = &r->blocks[r->n_blocks++];
     st = px_box_pieces_build(md, slots, pfx, (const float *const *)bases, replicated, skip, op);
     if (st == PX_OK) st = append(&r->optim, &r->n_optim, op->pc, op->n);
+    cap_optim = r->n_optim;
   }
   if (st != PX_OK) rank_pieces_free(r);
   return st;
@@ -131,9 +166,9 @@ px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, bool repl
   rank_pieces rp = {0};
   px_state_dict msd = {0}, osd = {0};
   char *mjson = NULL, *ojson = NULL;
-  px_status st = writes ? collect(pp, replicated, &rp) : PX_OK;
+  px_status st = collect(pp, writes, replicated, &rp);
   if (st == PX_OK && writes) st = px_pieces_state_dict(rp.model, rp.n_model, &msd, &mjson);
-  if (st == PX_OK && writes && rp.n_optim > 0) st = px_pieces_state_dict(rp.optim, rp.n_optim, &osd, &ojson);
+  if (st == PX_OK && rp.n_optim > 0) st = px_pieces_state_dict(rp.optim, rp.n_optim, &osd, &ojson);
   if (st == PX_OK && rank == 0 && !state_json)
     st = px_error(PX_ERR_INVALID, "checkpoint (pipeline): rank 0 was given no state.json");
   // Every rank learns whether all could build their pieces: none writes a
@@ -164,7 +199,7 @@ px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, bool repl
     px_ckpt_item items[3];
     int n = 0;
     if (writes) items[n++] = (px_ckpt_item){.name = names[0], .tensors = &msd, .metadata = mmeta, .n_metadata = 6};
-    if (writes && rp.n_optim > 0)
+    if (rp.n_optim > 0)  // (under ZeRO over dp every dp rank's slices)
       items[n++] = (px_ckpt_item){.name = names[1], .tensors = &osd, .metadata = ometa, .n_metadata = 8};
     if (rank == 0)
       items[n++] = (px_ckpt_item){.name = "state.json", .bytes = state_json, .n_bytes = strlen(state_json)};
@@ -202,7 +237,19 @@ static px_status load_chunk(px_pp *pp, int c, const char *path, int64_t optimize
   if (st == PX_OK && o && optimizer_step >= 0 && o->n_state > PX_MAX_OPTIM_SLOTS)
     st = px_error(PX_ERR_UNSUPPORTED, "resume (pipeline): %d optimizer slots", o->n_state);
   if (optimizer_step < 0) o = NULL;  // weights only (--init)
+  size_t z_off = 0, z_len = 0;
+  const bool zero = px_pp_chunk_zero_slice(pp, c, &z_off, &z_len);
   if (st == PX_OK && o) slots = px_optim_slot_sources(o, prefixes, pfx, bases, PX_MAX_OPTIM_SLOTS);
+  if (zero && st == PX_OK && slots > 0) {  // this dp rank's slice, straight into the optimizer's state
+    px_tensor_piece *sp = NULL;
+    int n_sp = 0, cap = 0;
+    const size_t at0 = 0;
+    for (int k = 0; k < slots && st == PX_OK; k++)
+      st = px_range_box_pieces(md, 1, &z_off, &at0, &z_len, pfx[k], bases[k], true, NULL, &sp, &n_sp, &cap);
+    if (st == PX_OK && n_sp > 0) st = px_checkpoint_load_boxes(path, "optim", sp, n_sp);
+    free(sp);
+    slots = 0;  // (in place already)
+  }
   if (st == PX_OK && slots > 0) st = px_box_pieces_build(md, slots, pfx, NULL, true, NULL, &op);
   if (st == PX_OK && slots > 0) st = px_checkpoint_load_boxes(path, "optim", op.pc, op.n);
   if (st == PX_OK) {

@@ -190,22 +190,16 @@ int px_optim_slot_sources(px_optim *o, char prefixes[][64], const char *pp[], fl
 }
 
 
-// Under ZeRO 1-2 over the dp ranks: this rank's shard of one optimizer slot
-// (shard-indexed `base`) as pieces of the tp boxes.  A shard segment is a
-// flat range of this tp rank's storage; within one parameter that is a
-// flat range of its box when the box has one part, and for c_attn's three
-// parts (q, k, v columns side by side in each row) a run per row and part.
-// The pieces point into base: nothing is copied, for saving or loading.
-// Replicated parameters only when asked (saved by tp rank 0's shards only:
-// every tp rank holds them; loaded by all).
-static px_status shard_box_pieces(px_trainer *t, const char *prefix, float *base, bool replicated,
-                                  px_tensor_piece **all, int *n, int *cap) {
-  const px_model *md = t->model;
-  const int n_seg = px_zero_segments(t->zero, NULL, NULL, NULL, 0);
-  size_t *seg = malloc(3 * (size_t)(n_seg > 0 ? n_seg : 1) * sizeof *seg);
-  if (!seg) return px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
-  size_t *flat_off = seg, *shard_off = seg + n_seg, *count = seg + 2 * n_seg;
-  px_zero_segments(t->zero, flat_off, shard_off, count, n_seg);
+// Pieces of flat ranges of a model's parameter buffer (a ZeRO shard): range
+// k is [flat_off[k], + count[k]) of md's flat layout, its data at
+// base + shard_off[k].  Within one parameter a flat range is a flat range
+// of its box when the box has one part, and for c_attn's three parts (q,
+// k, v columns side by side in each row) a run per row and part.  The
+// pieces point into base: nothing is copied, for saving or loading.
+// Replicated parameters only when asked; `skip` (may be NULL) left out.
+px_status px_range_box_pieces(const px_model *md, int n_seg, const size_t *flat_off, const size_t *shard_off,
+                              const size_t *count, const char *prefix, float *base, bool replicated,
+                              const char *skip, px_tensor_piece **all, int *n, int *cap) {
   px_status st = PX_OK;
   for (int k = 0; k < n_seg && st == PX_OK; k++) {
     const size_t lo = flat_off[k], hi = flat_off[k] + count[k];
@@ -215,7 +209,7 @@ static px_status shard_box_pieces(px_trainer *t, const char *prefix, float *base
       const size_t e = hi < p->offset + p->numel ? hi : p->offset + p->numel;
       if (e <= a) continue;
       const px_tp_box b = px_tp_param_box(p);
-      if (b.split_dim < 0 && !replicated) continue;
+      if (!listed(p, &b, replicated, skip)) continue;
       const size_t rows = p->ndim > 1 ? (size_t)p->shape[0] : 1, lcols = p->numel / rows;
       // [x, e) in p's local flat elements, cut into runs that lie in one part.
       for (size_t x = a - p->offset; x < e - p->offset;) {
@@ -246,6 +240,7 @@ static px_status shard_box_pieces(px_trainer *t, const char *prefix, float *base
         memcpy(c->key + strlen(prefix), p->name, strlen(p->name) + 1);
         c->ndim = p->ndim;
         for (int d = 0; d < p->ndim && d < 2; d++) c->shape[d] = b.split_dim < 0 ? p->shape[d] : b.global_shape[d];
+        for (int d = 2; d < p->ndim; d++) c->shape[d] = p->shape[d];
         if (b.split_dim >= 0) {
           for (int d = 0; d < p->ndim; d++) c->box_size[d] = c->shape[d];
           c->box_offset[b.split_dim] = b.global_offset[q];
@@ -258,6 +253,22 @@ static px_status shard_box_pieces(px_trainer *t, const char *prefix, float *base
       }
     }
   }
+  return st;
+}
+
+// Under ZeRO 1-2 over the dp ranks: this rank's shard of one optimizer slot
+// (shard-indexed `base`) as pieces of the tp boxes (px_range_box_pieces
+// over the shard's segments).  Replicated parameters only when asked (saved
+// by tp rank 0's shards only: every tp rank holds them; loaded by all).
+static px_status shard_box_pieces(px_trainer *t, const char *prefix, float *base, bool replicated,
+                                  px_tensor_piece **all, int *n, int *cap) {
+  const int n_seg = px_zero_segments(t->zero, NULL, NULL, NULL, 0);
+  size_t *seg = malloc(3 * (size_t)(n_seg > 0 ? n_seg : 1) * sizeof *seg);
+  if (!seg) return px_error(PX_ERR_NOMEM, "checkpoint: out of memory");
+  size_t *flat_off = seg, *shard_off = seg + n_seg, *count = seg + 2 * n_seg;
+  px_zero_segments(t->zero, flat_off, shard_off, count, n_seg);
+  px_status st = px_range_box_pieces(t->model, n_seg, flat_off, shard_off, count, prefix, base, replicated, NULL, all,
+                                     n, cap);
   free(seg);
   return st;
 }
