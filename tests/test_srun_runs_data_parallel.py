@@ -316,10 +316,10 @@ def mpi_env(cluster):
     return env
 
 
-def srun(cluster, args, plugin=MPI_PLUGIN, timeout=120):
-    """srun -n 2 on our node, output lines labelled with the task ("0: ...")."""
-    cmd = ["srun", f"--mpi={plugin}", "-N", "1", "-n", "2", "--label", "--kill-on-bad-exit=1", "--time=3"]
-    if cluster.cpus < 2:
+def srun(cluster, args, plugin=MPI_PLUGIN, timeout=120, n=2):
+    """srun -n N (2) on our node, output lines labelled with the task ("0: ...")."""
+    cmd = ["srun", f"--mpi={plugin}", "-N", "1", "-n", str(n), "--label", "--kill-on-bad-exit=1", "--time=3"]
+    if cluster.cpus < n:
         cmd.append("--overcommit")
     cmd += args
     print("$", " ".join(cmd), flush=True)
@@ -416,6 +416,14 @@ def plexus_cases(cluster):
     check(p.returncode == 0 and "pipeline of 2 stages over 2 ranks" in p.stdout and
           re.search(r"^0: plexus train: done: 6 steps", p.stdout, re.M) is not None,
           f"plexus train --pp 2 under srun exited {p.returncode} or did not run 6 steps as a 2-stage pipeline")
+
+    # 3D under srun: 8 tasks as dp 2 × tp 2 × pp 2 of the GPT.
+    p = srun(cluster, gpt + ["--steps", "4", "--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "2"], n=8,
+             timeout=240)
+    show(p)
+    check(p.returncode == 0 and "mesh dp 2 × tp 2 × pp 2 (world 8)" in p.stdout and
+          re.search(r"^0: plexus train: done: 4 steps", p.stdout, re.M) is not None,
+          f"plexus train --dp 2 --tp 2 --pp 2 under srun -n 8 exited {p.returncode} or did not run 4 steps on the mesh")
 
     # The sbatch script of docs/SLURM.md says --backend mpi, so that a launch
     # without PMI fails at once instead of training once per task.
