@@ -29,7 +29,11 @@ typedef struct opt_def {
 #define F(field) offsetof(px_config, field)
 #define ALL (CFG_TRAIN | CFG_EVAL | CFG_GENERATE)
 #define TE (CFG_TRAIN | CFG_EVAL)
-#define BIG 1e18
+// The largest count an option takes: what a JSON number (a double) holds
+// exactly and px_config_load_json reads back, so a run's saved config
+// (state.json) always loads again (with 1e18, --seed 1e17 trained and then
+// `plexus eval` refused its checkpoint's config).
+#define BIG 9e15
 
 static const opt_def opts[] = {
   {"run", "out", "out", T_STR, F(out), "", NULL, 0, 0, CFG_TRAIN,
