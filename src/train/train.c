@@ -140,12 +140,12 @@ static px_status check_norm(const px_trainer *t, double norm) {
                   "last checkpoint", norm, (long long)t->step + 1, (unsigned long long)t->epoch + 1);
 }
 
-// One optimizer step's tail: average, clip, schedule, update.
+// One optimizer step's tail, the gradients already averaged (px_ddp_sync,
+// px_zero_sync in the loop): clip, schedule, update.
 static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm) {
   *grad_norm = NAN;
   if (t->zero) {
     // The norm is global: each shard's sum of squares, all-reduced once.
-    TRY(px_zero_sync(t->zero));
     if ((t->o.clip_grad_norm > 0.0f || want_norm) && t->o.mesh) {  // max_norm ∞: the norm only
       float norm;
       TRY(px_tp_zero_clip_grad_norm(t->o.mesh, t->zero, t->model,
@@ -159,7 +159,6 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
     TRY(px_optim_step(t->opt));
     return px_zero_after_step(t->zero);
   }
-  if (t->ddp) TRY(px_ddp_sync(t->ddp));
   px_model *md = t->model;
   if (t->o.mesh && (t->o.clip_grad_norm > 0.0f || want_norm)) {
     // A split parameter counts with every tp rank's box, a replicated one once.
@@ -276,6 +275,10 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       if (!last_micro) continue;
 
       micro = 0;
+      // The gradients averaged first: the buckets' all-reduces are
+      // complete before any rank can leave on the agreement's verdict.
+      if (t->zero) TRY(px_zero_sync(t->zero));
+      else if (t->ddp) TRY(px_ddp_sync(t->ddp));
       // The step's agreement: {finite losses' sum, micro-batches, ranks with a loss that is not finite,
       // ranks asked to stop}, summed over the ranks -- the same figures on every rank, so every rank
       // takes the same decision at the same step.
