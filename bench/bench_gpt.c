@@ -2,7 +2,7 @@
  *
  *   bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]
  *             [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]
- *             [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS]
+ *             [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS] [--overlap on|off|none]
  *   bench_gpt --peak --threads T     cblas_sgemm GFLOP/s on large square matrices
  *   bench_gpt --info                 the BLAS in use, for the record
  *
@@ -20,7 +20,10 @@
  *
  * --ranks R > 1: data parallel on R ranks of the threads backend (DDP),
  * each with T threads and its own batch of B sequences; tokens/s counts all
- * ranks.  Rank 0 times two first steps, picks the number of warm-up and of
+ * ranks.  --overlap (DDP): on, the buckets all-reduced during backward (the
+ * default); off, one all-reduce of the whole gradient after backward (the
+ * same bytes, nothing hidden); none, a benchmark setting only: no DDP and no
+ * all-reduce, the same computation (bench/run_rig.sh).  Rank 0 times two first steps, picks the number of warm-up and of
  * timed steps and tells the others, so all ranks run the same steps.
  *
  * gflops = tokens/s × flops_per_token, flops_per_token = 6·N + 6·L·C·T
@@ -75,12 +78,14 @@ typedef struct bench_opts {
   int    zero;                 /* 0: DDP; 1-3: ZeRO stage */
   bool   prefetch, reshard;    /* stage 3 */
   int    memory_steps;         /* > 0: the memory report instead of timing */
+  int    overlap;              /* DDP: 1 buckets during backward, 0 one all-reduce after it, -1 none */
 } bench_opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]\n"
              "                 [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]\n"
              "                 [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS]\n"
+             "                 [--overlap on|off|none]\n"
              "       bench_gpt --peak --threads T\n"
              "       bench_gpt --info\n");
 }
@@ -88,7 +93,7 @@ static void usage(FILE *f) {
 static int parse_args(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.cfg = {.vocab_size = 8192, .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 256},
                     .batch = 8, .threads = 1, .ranks = 1, .seconds = 5.0, .warmup = 1.0,
-                    .prefetch = true, .reshard = true};
+                    .prefetch = true, .reshard = true, .overlap = 1};
   struct { const char *flag; int *dst; } ints[] = {
     {"--threads", &o->threads}, {"--ranks", &o->ranks}, {"--batch", &o->batch},
     {"--vocab", &o->cfg.vocab_size}, {"--context", &o->cfg.context}, {"--layers", &o->cfg.n_layer},
@@ -110,6 +115,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     if (known) continue;
     if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
     else if (strcmp(a, "--warmup") == 0) o->warmup = atof(v);
+    else if (strcmp(a, "--overlap") == 0 && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "none")))
+      o->overlap = strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? 0 : -1;
     else { fprintf(stderr, "bench_gpt: unknown option %s\n", a); usage(stderr); return -1; }
   }
   if (o->batch < 1 || o->threads < 1 || o->ranks < 1 || o->seconds <= 0 || o->warmup < 0) {
@@ -162,6 +169,7 @@ typedef struct rank_state {
   px_model *model;
   px_optim *optim;
   px_ddp   *ddp;
+  px_comm  *comm;
   px_zero  *zero;
   int32_t  *x, *y;    /* (N_BATCHES, B, T) ids and targets */
   float     last_loss;
@@ -179,7 +187,9 @@ static px_status train_step(rank_state *s, int k) {
   if (!dlogits.data) return PX_ERR_NOMEM;
   st = px_cross_entropy_loss(&logits, s->y + (size_t)k * B * T, NULL, &s->last_loss, px_f32(&dlogits));
   if (st == PX_OK) st = px_model_backward(s->model, &dlogits, NULL);
-  if (st == PX_OK && s->ddp) st = px_ddp_sync(s->ddp);
+  if (st == PX_OK && s->ddp && s->o->overlap == 1) st = px_ddp_sync(s->ddp);
+  if (st == PX_OK && s->ddp && s->o->overlap == 0)  // no overlap: the whole gradient after backward
+    st = px_comm_allreduce(s->comm, s->model->grad_data, s->model->n_param_elems, PX_F32, PX_AVG);
   if (st == PX_OK && s->zero) st = px_zero_sync(s->zero);
   if (st == PX_OK) st = px_optim_step(s->optim);
   if (st == PX_OK && s->zero) st = px_zero_after_step(s->zero);
@@ -243,11 +253,11 @@ static int bench_rank(px_comm *comm, void *arg) {
   shared *sh = arg;
   const bench_opts *o = sh->o;
   const int rank = comm ? px_comm_rank(comm) : 0;
-  rank_state s = {.o = o};
+  rank_state s = {.o = o, .comm = comm};
   const size_t baseline = px_train_peak_rss();  // before the model: program, MPI, BLAS
   px_status st = px_model_create(&s.model, px_zoo_gpt(&o->cfg), 42);
   if (st != PX_OK) { fprintf(stderr, "bench_gpt: model: %s\n", px_last_error()); return 1; }
-  if (o->zero == 0 && comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, NULL)) != PX_OK) {
+  if (o->zero == 0 && o->overlap >= 0 && comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, NULL)) != PX_OK) {
     fprintf(stderr, "bench_gpt: DDP: %s\n", px_last_error());
     return 1;
   }
@@ -379,8 +389,10 @@ int main(int argc, char **argv) {
   const double fpt = 6.0 * (double)sh.params + 6.0 * c->n_layer * (double)c->n_embd * c->context;
   const double step_tokens = (double)o.batch * c->context * o.ranks;
   printf("plexus gpt batch=%d threads=%d ranks=%d zero=%d prefetch=%d reshard=%d tokens_per_s=%.1f gflops=%.2f "
-         "best_tokens_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.5g params=%zu flops_per_token=%.0f\n",
+         "best_tokens_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.5g params=%zu flops_per_token=%.0f "
+         "overlap=%s\n",
          o.batch, o.threads, o.ranks, o.zero, o.prefetch, o.reshard, tokens / sh.elapsed, tokens * fpt / sh.elapsed * 1e-9, step_tokens / sh.best,
-         sh.steps, sh.elapsed, sh.cpu, sh.loss, sh.params, fpt);
+         sh.steps, sh.elapsed, sh.cpu, sh.loss, sh.params, fpt,
+         o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none");
   return 0;
 }

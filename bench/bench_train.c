@@ -1,7 +1,7 @@
 /* bench_train.c — training throughput of plexus, to compare with PyTorch.
  *
  *   bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T
- *               [--seconds S] [--warmup W] [--ranks N] [--overlap on|off]
+ *               [--seconds S] [--warmup W] [--ranks N] [--overlap on|off|none]
  *   bench_train --info      (one line about the BLAS in use, for the record)
  *
  * Data parallel (bench/run_comm.sh's scaling table): under an MPI launcher
@@ -11,13 +11,17 @@
  * rank's samples.  --overlap off turns DDP's overlap of the all-reduce with
  * backward off: the buckets stay quiet during backward and one all-reduce
  * of the whole gradient follows it (the same bytes, nothing hidden), to
- * measure how much communication the overlap hides.
+ * measure how much communication the overlap hides.  --overlap none (a
+ * benchmark setting only) drops the communication: no DDP wrap and no
+ * all-reduce, each rank steps on its own gradient; the same computation, so
+ * its step time is the floor that a perfect overlap would reach
+ * (bench/run_rig.sh: the share of the communication hidden).
  *
  * prints one line that bench/run.sh parses:
  *
  *   plexus mlp batch=16 threads=1 samples_per_s=123456.7 steps=... seconds=... cpu_s=... loss=...
  *
- * (with ranks=N backend=mpi|threads overlap=on|off added when N > 1).
+ * (with ranks=N backend=mpi|threads overlap=on|off|none added when N > 1).
  *
  * cpu_s is the CPU time all threads of the process spent in the timed
  * steps: near threads × seconds when the run had its cores to itself, well
@@ -70,12 +74,12 @@ typedef struct bench_opts {
   double seconds;  /* timed budget */
   double warmup;   /* untimed budget before it */
   int ranks;       /* threads-backend ranks (an MPI launcher decides its own) */
-  bool overlap;    /* DDP: all-reduce buckets during backward */
+  int overlap;     /* DDP: 1 all-reduce buckets during backward, 0 one all-reduce after it, -1 none */
 } bench_opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T\n"
-             "                   [--seconds S] [--warmup W] [--ranks N] [--overlap on|off]\n"
+             "                   [--seconds S] [--warmup W] [--ranks N] [--overlap on|off|none]\n"
              "       bench_train --info\n"
              "  Trains the quick-start MLP, the 28x28 CNN or a model of the zoo for about S seconds\n"
              "  (default 2.5) after W seconds of warm-up (default 0.5) and prints samples/s.\n");
@@ -83,7 +87,7 @@ static void usage(FILE *f) {
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.model = MODEL_MLP, .batch = 16, .threads = 1, .seconds = 2.5, .warmup = 0.5, .ranks = 1,
-                    .overlap = true};
+                    .overlap = 1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
@@ -109,11 +113,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     } else if (strcmp(a, "--ranks") == 0) {
       o->ranks = atoi(v);
     } else if (strcmp(a, "--overlap") == 0) {
-      if (strcmp(v, "on") && strcmp(v, "off")) {
-        fprintf(stderr, "bench_train: --overlap is on or off, not \"%s\"\n", v);
+      if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "none")) {
+        fprintf(stderr, "bench_train: --overlap is on, off or none, not \"%s\"\n", v);
         return -1;
       }
-      o->overlap = strcmp(v, "on") == 0;
+      o->overlap = strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? 0 : -1;
     } else {
       fprintf(stderr, "bench_train: unknown option %s\n", a);
       usage(stderr);
@@ -186,9 +190,9 @@ static px_status train_step(bench *b, int k) {
   if (st != PX_OK) return st;
   st = px_model_backward(b->model, &dpred, NULL);
   if (st != PX_OK) return st;
-  if (b->ddp && b->o->overlap) {
+  if (b->ddp && b->o->overlap == 1) {
     st = px_ddp_sync(b->ddp);
-  } else if (b->ddp) {
+  } else if (b->ddp && b->o->overlap == 0) {
     // No overlap: the whole gradient in one all-reduce after backward.
     st = px_comm_allreduce(b->comm, b->model->grad_data, b->model->n_param_elems, PX_F32, PX_AVG);
   }
@@ -259,7 +263,7 @@ static int rank_main(px_comm *comm, void *arg) {
   if (o.model != MODEL_MLP) oo.momentum = 0.9f;
   if (px_optim_create(&b.optim, b.model->param_data, b.model->grad_data, b.model->n_param_elems, &oo) != PX_OK)
     return fail("optimizer");
-  if (world > 1 && px_ddp_wrap(&b.ddp, b.model, comm, NULL) != PX_OK) return fail("DDP");
+  if (world > 1 && o.overlap >= 0 && px_ddp_wrap(&b.ddp, b.model, comm, NULL) != PX_OK) return fail("DDP");
 
   // Data, generated once.
   const size_t B = (size_t)o.batch;
@@ -298,7 +302,8 @@ static int rank_main(px_comm *comm, void *arg) {
            "ranks=%d backend=%s overlap=%s\n",
            model_names[o.model], o.batch, px_get_num_threads(),
            (double)steps * (double)B * world / elapsed, steps, elapsed, cpu, (double)b.last_loss, world,
-           px_comm_backend_name(px_comm_backend_of(comm)), o.overlap ? "on" : "off");
+           px_comm_backend_name(px_comm_backend_of(comm)),
+           o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none");
   }
   fflush(stdout);
 

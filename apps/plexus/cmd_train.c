@@ -130,6 +130,7 @@ static px_train_opts train_opts(const train_job *job) {
   o.resume = *c->resume ? c->resume : NULL;
   o.config_json = job->config_json;
   o.log_every = c->log_every;
+  o.loss_spike_factor = c->loss_spike_factor;
   return o;
 }
 

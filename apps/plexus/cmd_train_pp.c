@@ -180,7 +180,8 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
   if (per_epoch < 1)
     return px_error(PX_ERR_INVALID, "--pp: the training split has no whole batch of %zu samples", o->batch_size);
   r->per_epoch = per_epoch;
-  const int64_t total = o->max_steps > 0 ? o->max_steps : o->epochs * per_epoch;
+  int64_t total;  // max_steps, or epochs × per_epoch, refused when it overflows (train.h)
+  if (px_train_total_steps(o, (size_t)per_epoch, NULL, &total) != PX_OK) return PX_ERR_INVALID;
   const int64_t end = o->stop_at_step > 0 && o->stop_at_step < total ? o->stop_at_step : total;
   if (sched.base_lr == 0.0f) sched.base_lr = o->optim.lr;
   if (sched.total_steps == 0) sched.total_steps = total;

@@ -29,7 +29,11 @@ typedef struct opt_def {
 #define F(field) offsetof(px_config, field)
 #define ALL (CFG_TRAIN | CFG_EVAL | CFG_GENERATE)
 #define TE (CFG_TRAIN | CFG_EVAL)
-#define BIG 1e18
+// The largest count an option takes: what a JSON number (a double) holds
+// exactly and px_config_load_json reads back, so a run's saved config
+// (state.json) always loads again (with 1e18, --seed 1e17 trained and then
+// `plexus eval` refused its checkpoint's config).
+#define BIG 9e15
 
 static const opt_def opts[] = {
   {"run", "out", "out", T_STR, F(out), "", NULL, 0, 0, CFG_TRAIN,
@@ -139,6 +143,9 @@ static const opt_def opts[] = {
    "steps between log lines"},
   {"train", "seed", "seed", T_INT, F(seed), "0", NULL, 0, BIG, ALL,
    "seed of the weights, the data order, augmentation, dropout and sampling"},
+  {"train", "loss_spike_factor", "loss-spike-factor", T_NUM, F(loss_spike_factor), "0", NULL, 0, 1e12, CFG_TRAIN,
+   "stop every rank, naming the step, when a step's loss exceeds F x its running mean (of the first 10 steps, "
+   "then a moving average); 0: off (a loss or gradient norm that is not finite always stops the run)"},
 
   {"parallel", "backend", "backend", T_STR, F(backend), "auto", "auto|self|threads|mpi", 0, 0, ALL,
    "auto: MPI when started by mpirun/srun, else threads when --threads > 1, else one process"},
@@ -647,6 +654,22 @@ px_status px_config_validate(const px_config *c, int commands) {
   if ((commands & CFG_TRAIN) && c->sync_bn && c->pp > 1)
     return px_error(PX_ERR_UNSUPPORTED, "--sync-bn with --pp %lld: a pipeline stage's batch norm has no data-parallel "
                     "peers; run without --sync-bn", (long long)c->pp);
+  if ((commands & CFG_TRAIN) && c->loss_spike_factor != 0 && c->loss_spike_factor <= 1)
+    return px_error(PX_ERR_INVALID, "--loss-spike-factor (train.loss_spike_factor) %g: expected 0 (off) or a factor "
+                    "above 1 (a loss above F x its running mean stops the run)", c->loss_spike_factor);
+  if ((commands & CFG_TRAIN) && c->loss_spike_factor > 0 && c->pp > 1)
+    return px_error(PX_ERR_UNSUPPORTED, "--loss-spike-factor with --pp %lld: the pipeline's training loop has no "
+                    "loss-spike guard (a loss that is not finite still stops it)", (long long)c->pp);
+  if (commands & CFG_TRAIN) {
+    // The samples of a step, batch x micro-batches x data-parallel ranks, in a 64-bit count.
+    const int64_t ranks = c->dp > c->threads ? c->dp : c->threads;
+    int64_t samples;
+    if (__builtin_mul_overflow(c->batch_size, c->accum_steps, &samples) ||
+        __builtin_mul_overflow(samples, ranks, &samples))
+      return px_error(PX_ERR_INVALID, "--batch-size %lld x --accum-steps %lld x %lld ranks: more samples a step than "
+                      "a 64-bit count holds (%lld)", (long long)c->batch_size, (long long)c->accum_steps,
+                      (long long)ranks, (long long)INT64_MAX);
+  }
   if ((commands & CFG_TRAIN) && strcmp(c->schedule, "cosine") == 0 && c->min_lr > c->lr)
     return px_error(PX_ERR_INVALID, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
   return PX_OK;

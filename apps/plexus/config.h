@@ -38,6 +38,7 @@ typedef struct px_config {
   int64_t epochs, steps, stop_at_step, accum_steps, eval_every, eval_batches, log_every;
   int64_t seed;
   char   *recompute;  /* train.recompute: none|full|selective|every:K */
+  double  loss_spike_factor;   /* train.loss_spike_factor: 0 off (px_train_opts) */
   /* parallel */
   char   *backend;
   int64_t threads, num_threads;

@@ -97,6 +97,18 @@ typedef struct px_train_opts {
   const char *config_json;   /* the caller's effective config, saved in state.json (or NULL) */
   /* Logging */
   int64_t  log_every;        /* steps between console/JSONL/TensorBoard lines */
+  /* Numeric guards.  Every step the ranks agree on the step's loss (one
+   * small all-reduce of its sum over the ranks' micro-batches): a loss that
+   * is not finite on any rank, or a gradient norm that is not finite when
+   * one is computed (clipping on, or a logging step), stops every rank at
+   * the same step, before the optimizer updates, with an error naming the
+   * step; always on.  The loss-spike guard, off by default, also stops the
+   * run when the step's loss (the mean over the ranks) exceeds
+   * loss_spike_factor times its running mean: the mean of the first
+   * loss_spike_warmup steps of this call, then an exponential moving
+   * average (weight 0.1 for the newest step) of the steps that passed. */
+  double   loss_spike_factor; /* > 1 to watch; 0: off */
+  int64_t  loss_spike_warmup; /* steps of this call that form the running mean before it watches (>= 1) */
 } px_train_opts;
 
 #define PX_TRAIN_DEFAULTS                                                                  \
@@ -111,7 +123,8 @@ typedef struct px_train_opts {
                    .zero = {.stage = 0, .bucket_bytes = 0, .first_bucket_bytes = 1u << 20,              \
                             .reshard_after_forward = true, .prefetch = true},                        \
                    .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
-                   .config_json = NULL, .log_every = 50})
+                   .config_json = NULL, .log_every = 50, .loss_spike_factor = 0.0,            \
+                   .loss_spike_warmup = 10})
 
 typedef struct px_train_result {
   int64_t steps;              /* optimizer steps taken in total (resumed ones included) */
@@ -132,6 +145,14 @@ typedef struct px_train_result {
   px_zero_memory memory, memory_max;
   size_t  peak_rss;
 } px_train_result;
+
+/* The run's optimizer steps: max_steps, or else epochs × steps per epoch,
+ * where an epoch of batches_per_epoch micro-batches takes
+ * ceil(batches / accum_steps) steps (out: each may be NULL).  PX_ERR_INVALID,
+ * naming the factors, when the product does not fit in int64_t (the run
+ * would wrap to a negative or zero length). */
+px_status px_train_total_steps(const px_train_opts *opts, size_t batches_per_epoch, int64_t *steps_per_epoch,
+                               int64_t *total_steps);
 
 /* Train on every rank of comm (collective).  val may be NULL (no
  * evaluation).  log may be NULL. */

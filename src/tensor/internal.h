@@ -44,10 +44,13 @@ static inline float px_tanhf(float x) {
 // to float precision), |r| <= ln2/2, e^r = 1 + r + r²·P(r) with Cephes's
 // degree-5 expf polynomial.  Measured against double exp over [-87.3, 88.7]
 // in steps of 1e-4: 8.0e-8 relative worst (libm's expf: 6.0e-8).  Below -87.3 it returns 0
-// (e^x there is below float's normal range); above 88.7, +inf.
+// (e^x there is below float's normal range); above 88.7, +inf.  NaN gives
+// NaN: it is clamped to lo like any x outside [lo, hi] (a NaN reaching the
+// float-to-int conversion below would be undefined behaviour) and passed
+// through at the end.
 static inline float px_expf(float x) {
   const float hi = 88.72283935546875f, lo = -87.33654022216797f;
-  float xc = x > hi ? hi : (x < lo ? lo : x);
+  float xc = x >= lo ? (x > hi ? hi : x) : lo;
   // n = round-to-nearest(x·log2 e): adding 1.5·2^23 pushes the fraction out.
   const float shifter = 12582912.0f;
   float n = (xc * 1.44269504088896341f + shifter) - shifter;
@@ -67,7 +70,7 @@ static inline float px_expf(float x) {
   int half = ni >> 1;
   union { int i; float f; } s1 = {.i = (half + 127) << 23}, s2 = {.i = (ni - half + 127) << 23};
   float y = er * s1.f * s2.f;
-  return x < lo ? 0.0f : y;
+  return x != x ? x : (x < lo ? 0.0f : y);
 }
 
 #endif

@@ -54,6 +54,28 @@ static px_status check_opts(const px_train_opts *o) {
     return px_error(PX_ERR_INVALID, "train: a tensor-parallel run needs tp_vocab, the global vocabulary size");
   if (o->resume && !o->ckpt_dir && strcmp(o->resume, "auto") == 0)
     return px_error(PX_ERR_INVALID, "train: resume \"auto\" needs a checkpoint directory (ckpt_dir)");
+  if (!(o->loss_spike_factor == 0.0 || (o->loss_spike_factor > 1.0 && isfinite(o->loss_spike_factor))))
+    return px_error(PX_ERR_INVALID, "train: loss_spike_factor is %g; expected 0 (off) or a finite factor above 1 (a "
+                    "factor of 1 or less would stop on ordinary noise)", o->loss_spike_factor);
+  if (o->loss_spike_factor > 0.0 && o->loss_spike_warmup < 1)
+    return px_error(PX_ERR_INVALID, "train: loss_spike_warmup is %lld; the loss-spike guard needs at least 1 step "
+                    "to form the running mean", (long long)o->loss_spike_warmup);
+  return PX_OK;
+}
+
+px_status px_train_total_steps(const px_train_opts *o, size_t batches_per_epoch, int64_t *steps_per_epoch,
+                               int64_t *total_steps) {
+  const size_t accum = o->accum_steps > 0 ? (size_t)o->accum_steps : 1;
+  const size_t per_epoch = batches_per_epoch / accum + (batches_per_epoch % accum != 0);
+  if (per_epoch > (size_t)INT64_MAX)
+    return px_error(PX_ERR_INVALID, "train: %zu steps per epoch do not fit in a 64-bit step count", per_epoch);
+  int64_t total = o->max_steps;
+  if (total <= 0 && __builtin_mul_overflow(o->epochs, (int64_t)per_epoch, &total))
+    return px_error(PX_ERR_INVALID, "train: epochs %lld × %zu steps per epoch is more than %lld steps (a 64-bit "
+                    "count would wrap): give fewer epochs, or the steps (max_steps, --steps)",
+                    (long long)o->epochs, per_epoch, (long long)INT64_MAX);
+  if (steps_per_epoch) *steps_per_epoch = (int64_t)per_epoch;
+  if (total_steps) *total_steps = total;
   return PX_OK;
 }
 
@@ -112,12 +134,21 @@ static px_status save(px_trainer *t) {
 
 static bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
-// One optimizer step's tail: average, clip, schedule, update.
+// A gradient norm that is not finite: the same on every rank (it is taken
+// after the all-reduce), so every rank stops here, before the update.
+static px_status check_norm(const px_trainer *t, double norm) {
+  if (isfinite(norm)) return PX_OK;
+  return px_error(PX_ERR_INVALID, "train: the gradient norm is %g at step %lld (epoch %llu); every rank stops here, "
+                  "before the update: lower the learning rate or clip gradients (--clip-grad), and resume from the "
+                  "last checkpoint", norm, (long long)t->step + 1, (unsigned long long)t->epoch + 1);
+}
+
+// One optimizer step's tail, the gradients already averaged (px_ddp_sync,
+// px_zero_sync in the loop): clip, schedule, update.
 static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm) {
   *grad_norm = NAN;
   if (t->zero) {
     // The norm is global: each shard's sum of squares, all-reduced once.
-    TRY(px_zero_sync(t->zero));
     if ((t->o.clip_grad_norm > 0.0f || want_norm) && t->o.mesh) {  // max_norm ∞: the norm only
       float norm;
       TRY(px_tp_zero_clip_grad_norm(t->o.mesh, t->zero, t->model,
@@ -126,11 +157,11 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
     } else if (t->o.clip_grad_norm > 0.0f || want_norm) {
       TRY(px_zero_clip_grad_norm(t->zero, t->o.clip_grad_norm, grad_norm));
     }
+    if (t->o.clip_grad_norm > 0.0f || want_norm) TRY(check_norm(t, *grad_norm));
     px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
     TRY(px_optim_step(t->opt));
     return px_zero_after_step(t->zero);
   }
-  if (t->ddp) TRY(px_ddp_sync(t->ddp));
   px_model *md = t->model;
   if (t->o.mesh && (t->o.clip_grad_norm > 0.0f || want_norm)) {
     // A split parameter counts with every tp rank's box, a replicated one once.
@@ -142,6 +173,7 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
     *grad_norm = px_clip_grad_norm(md->grad_data, md->n_param_elems, t->o.clip_grad_norm);
   else if (want_norm)
     *grad_norm = sqrt(px_sumsq(md->grad_data, md->n_param_elems));
+  if (t->o.clip_grad_norm > 0.0f || want_norm) TRY(check_norm(t, *grad_norm));
   px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
   return px_optim_step(t->opt);
 }
@@ -192,6 +224,10 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
   double loss_sum = 0, loss_n = 0;      // this rank's micro-batch losses since the last log
   int64_t samples_log = 0;              // this rank's samples since the last log
   int64_t samples_run = 0;
+  double step_loss = 0, step_n = 0;     // this step's finite micro-batch losses and micro-batches
+  float bad_loss = 0;                   // a loss of this step that is not finite (0: none)
+  double spike_mean = 0;                // the loss-spike guard's running mean, over spike_n steps
+  int64_t spike_n = 0;
   char label[96];
 
   while (t->step < t->end_step && !t->stopped) {
@@ -224,22 +260,55 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       if (!dlogits) return PX_ERR_NOMEM;
       float loss;
       TRY(loss_of(t, &logits, b, &ce, &loss, dlogits));
-      if (!isfinite(loss))
-        return px_error(PX_ERR_INVALID, "train: the loss is %g at step %lld (epoch %llu, batch %zu): lower the "
-                        "learning rate or clip gradients (--clip-grad)", (double)loss, (long long)t->step,
-                        (unsigned long long)t->epoch, b_idx - 1);
+      // A loss that is not finite still goes through backward (DDP's
+      // buckets are collectives every rank must join); the ranks stop
+      // together at the step's agreement below, before any update.
+      if (isfinite(loss)) step_loss += loss;
+      else if (isfinite(bad_loss)) bad_loss = loss;
       if (accum > 1) px_scale(dlogits, (size_t)px_tensor_numel(&logits), 1.0f / (float)accum);
       px_tensor dy = logits;
       dy.data = dlogits;
       TRY(px_model_backward(md, &dy, NULL));
-      loss_sum += loss;
+      loss_sum += isfinite(loss) ? loss : 0.0;
       loss_n += 1;
+      step_n += 1;
       samples_log += (int64_t)b->n;
       samples_run += (int64_t)b->n;
       micro++;
       if (!last_micro) continue;
 
       micro = 0;
+      // The gradients averaged first: the buckets' all-reduces are
+      // complete before any rank can leave on the agreement's verdict.
+      if (t->zero) TRY(px_zero_sync(t->zero));
+      else if (t->ddp) TRY(px_ddp_sync(t->ddp));
+      // The step's agreement: {finite losses' sum, micro-batches, ranks with a loss that is not finite,
+      // ranks asked to stop}, summed over the ranks -- the same figures on every rank, so every rank
+      // takes the same decision at the same step.
+      double agree[4] = {step_loss, step_n, isfinite(bad_loss) ? 0.0 : 1.0,
+                         t->o.stop_flag && *t->o.stop_flag != 0 ? 1.0 : 0.0};
+      TRY(px_comm_allreduce(t->comm, agree, 4, PX_F64, PX_SUM));
+      const double step_mean = agree[1] > 0 ? agree[0] / agree[1] : NAN;
+      if (agree[2] > 0)
+        return px_error(PX_ERR_INVALID, "train: the loss is not finite at step %lld (epoch %llu, batch %zu) on %.0f "
+                        "of %d rank%s (this rank's: %g); every rank stops here, before the update: lower the learning "
+                        "rate or clip gradients (--clip-grad), and resume from the last checkpoint",
+                        (long long)t->step + 1, (unsigned long long)t->epoch + 1, b_idx - 1, agree[2], t->world,
+                        t->world == 1 ? "" : "s", isfinite(bad_loss) ? (double)step_loss / step_n : (double)bad_loss);
+      if (t->o.loss_spike_factor > 0) {
+        if (spike_n >= t->o.loss_spike_warmup && step_mean > t->o.loss_spike_factor * spike_mean)
+          return px_error(PX_ERR_INVALID, "train: loss spike at step %lld (epoch %llu, batch %zu): the loss %g (mean "
+                          "over the ranks) is more than %g × its running mean %g (the loss-spike guard, --loss-spike-"
+                          "factor); every rank stops here, before the update: lower the learning rate or clip "
+                          "gradients (--clip-grad), and resume from the last checkpoint", (long long)t->step + 1,
+                          (unsigned long long)t->epoch + 1, b_idx - 1, step_mean, t->o.loss_spike_factor, spike_mean);
+        // The mean of the warm-up steps, then an exponential moving average.
+        spike_mean += spike_n < t->o.loss_spike_warmup ? (step_mean - spike_mean) / (double)(spike_n + 1)
+                                                       : 0.1 * (step_mean - spike_mean);
+        spike_n++;
+      }
+      const bool stop_asked = agree[3] > 0;
+      step_loss = step_n = 0;
       const bool log_now = due(t->step + 1, t->o.log_every) || t->step + 1 == t->total_steps;
       double grad_norm;
       TRY(optimizer_step(t, log_now, &grad_norm));
@@ -275,12 +344,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       }
       if (due(t->step, t->o.eval_every)) TRY(run_eval(t));
       if (due(t->step, t->o.ckpt_every)) TRY(save(t));
-      if (t->o.stop_flag) {
-        // Any rank's signal stops all of them after the same step.
-        int32_t stop = *t->o.stop_flag != 0;
-        TRY(px_comm_allreduce(t->comm, &stop, 1, PX_I32, PX_MAX));
-        if (stop) t->stopped = true;
-      }
+      if (stop_asked) t->stopped = true;  // any rank's signal (the agreement) stops all after the same step
     }
     if (b_idx == t->batches_per_epoch) {  // the epoch is complete (also when a stop fell on its last step)
       t->epoch++;
@@ -364,11 +428,23 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   lo.rank = t.dp_rank;  // the ranks of a tensor-parallel group read the same batches
   lo.world = t.dp;
   lo.skip_bad = t.o.skip_bad;
+  // The global batch (batch × dp ranks × micro-batches) and the run's
+  // length must fit their 64-bit counts (else they wrap: a run of 0 steps).
+  int64_t global_batch;
+  if (t.o.batch_size > (size_t)INT64_MAX ||
+      __builtin_mul_overflow((int64_t)t.o.batch_size, (int64_t)t.dp, &global_batch) ||
+      __builtin_mul_overflow(global_batch, (int64_t)t.o.accum_steps, &global_batch))
+    return px_error(PX_ERR_INVALID, "train: batch_size %zu × %d data-parallel ranks × accum_steps %d samples a step "
+                    "is more than %lld (a 64-bit count would wrap)", t.o.batch_size, t.dp, t.o.accum_steps,
+                    (long long)INT64_MAX);
   px_status st = px_loader_create(&t.loader, train, &lo);
   if (st != PX_OK) return px_error_wrap(st, "train");
   t.batches_per_epoch = px_loader_num_batches(t.loader);
-  t.steps_per_epoch = (int64_t)((t.batches_per_epoch + (size_t)t.o.accum_steps - 1) / (size_t)t.o.accum_steps);
-  t.total_steps = t.o.max_steps > 0 ? t.o.max_steps : t.o.epochs * t.steps_per_epoch;
+  st = px_train_total_steps(&t.o, t.batches_per_epoch, &t.steps_per_epoch, &t.total_steps);
+  if (st != PX_OK) {
+    px_loader_free(t.loader);
+    return st;
+  }
   if (t.o.schedule.base_lr == 0.0f) t.o.schedule.base_lr = t.o.optim.lr;
   if (t.o.schedule.total_steps == 0) t.o.schedule.total_steps = t.total_steps;
   t.end_step = t.o.stop_at_step > 0 && t.o.stop_at_step < t.total_steps ? t.o.stop_at_step : t.total_steps;
