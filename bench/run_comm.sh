@@ -118,7 +118,8 @@ for op in ["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"]:
         diff = f"{px[0] - raw[0]:9.1f}" if px and raw else f"{'-':>9}"
         rg = f"{px[1] / gl[1]:8.2f}" if px and gl and gl[1] > 0 else f"{'-':>8}"
         memcell = f"{mem[1]:7.2f}" if mem else f"{'-':>7}"
-        cb = comm.get(("copy-bound", "memcpy", b))
+        # timed beside this collective in the same rounds (older runs: one per size)
+        cb = comm.get(("copy-bound", op, b)) or comm.get(("copy-bound", "memcpy", b))
         thr = cell("px-threads")
         # the threads backend against the copy bound (threads.c): all ranks memcpy at once
         f = (n_thr + 1) / (2 * n_thr) if op == "reduce_scatter" else 1.0
