@@ -8,7 +8,10 @@
  *                  (default: all five)
  *   --min BYTES    smallest size (default 4096)        --max BYTES  largest (default 256 MiB)
  *   --factor F     size step (default 4)
- *   --seconds S    timed budget of one (op, size, side) (default 0.25; at least 3 iterations)
+ *   --seconds S    timed budget of one (op, size, side) (default 0.25)
+ *   --rounds R     split that budget into R rounds (default 5; at least 1 iteration
+ *                  each, 3 when R is 1); px_comm and raw MPI alternate round by
+ *                  round (raw first in odd rounds), and each figure is the median round
  *   --async        time px_comm's i-variant + px_request_wait instead of the blocking call
  *   --no-raw       skip raw MPI          --no-memcpy   skip the memcpy line
  *   --mpi-thread single|serialized|multiple   initialise MPI at this thread
@@ -18,12 +21,13 @@
  *
  * One line per measurement, parsed by bench/run_comm.sh:
  *
- *   comm impl=px-mpi op=allreduce bytes=1048576 iters=230 us=512.3 algbw=2.047 busbw=2.047 ranks=2 us_min=480.1
+ *   comm impl=px-mpi op=allreduce bytes=1048576 iters=46 us=512.3 algbw=2.047 busbw=2.047 ranks=2 us_min=480.1 rounds=5
  *
  * Conventions (nccl-tests, docs/PERFORMANCE.md): `bytes` is the size of one
  * rank's buffer (allreduce, broadcast, send/recv), of the whole gathered
- * output (allgather) or of the whole input (reduce_scatter); us is the time
- * of one operation, the slowest rank's average over the timed iterations;
+ * output (allgather) or of the whole input (reduce_scatter); iters the
+ * iterations of one round; us is the time of one operation, the slowest
+ * rank's average over the iterations of a round, the median round;
  * us_min the slowest rank's fastest single iteration (on a loaded machine
  * the average measures the load, the fastest iteration the operation);
  * algbw = bytes / time in GB/s (1e9); busbw = algbw × 2(n−1)/n for
@@ -31,15 +35,17 @@
  * send/recv is a ping-pong between ranks 0 and 1: us is half a round trip,
  * busbw = bytes / us.  memcpy (impl=memcpy op=memcpy) copies `bytes` from
  * one buffer to another on rank 0: the machine's own copy bandwidth, the
- * ceiling of any shared-memory transport.  Under the threads backend
- * every rank also copies `bytes` at the same moment (impl=copy-bound
- * op=memcpy, the slowest rank's time): the copy bound of threads.c's
- * opening comment, against which run_comm.sh reports each collective's
+ * ceiling of any shared-memory transport.  Under the threads backend the
+ * other side of each round is the copy bound of threads.c's opening
+ * comment: every rank memcpy-ing `bytes` at the same moment
+ * (impl=copy-bound op=<the collective it was timed beside>, busbw =
+ * bytes / time), against which run_comm.sh reports each collective's
  * fraction (bound time / collective time; the bound of a reduce_scatter is
  * (n+1)/(2n) of that copy, of the others all of it).
  *
- * Raw MPI runs in the same process right after px_comm at each size, on the
- * same buffers, with MPI's blocking calls on MPI_COMM_WORLD.  This is a
+ * Raw MPI runs in the same processes, on the same buffers, with MPI's
+ * blocking calls on MPI_COMM_WORLD, in rounds alternating with px_comm's
+ * (so a load that comes and goes on a shared machine hits both alike).  This is a
  * benchmark, not a test: it never fails on speed. */
 #define _POSIX_C_SOURCE 200809L
 #include <plexus/plexus.h>
@@ -56,12 +62,15 @@
 typedef enum { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_SENDRECV, N_OPS } op_kind;
 static const char *const op_names[N_OPS] = {"allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"};
 
+#define MAX_ROUNDS 64
+
 typedef struct opts {
   bool ops[N_OPS];
   size_t min_bytes, max_bytes;
   double factor;
   double seconds;
   int threads;
+  int rounds;
   bool async, raw, memcpy_line;
   const char *mpi_thread;
 } opts;
@@ -69,11 +78,12 @@ typedef struct opts {
 static void usage(FILE *f) {
   fprintf(f, "usage: mpiexec -n 2 bench_comm [options]   or   bench_comm --threads 2 [options]\n"
              "  --ops allreduce,allgather,reduce_scatter,broadcast,sendrecv   --min BYTES --max BYTES\n"
-             "  --factor F --seconds S --async --no-raw --no-memcpy --mpi-thread single|serialized|multiple\n");
+             "  --factor F --seconds S --rounds R --async --no-raw --no-memcpy\n"
+             "  --mpi-thread single|serialized|multiple\n");
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.min_bytes = 4096, .max_bytes = 256u << 20, .factor = 4, .seconds = 0.25, .threads = 1,
+  *o = (opts){.min_bytes = 4096, .max_bytes = 256u << 20, .factor = 4, .seconds = 0.25, .threads = 1, .rounds = 5,
               .raw = true, .memcpy_line = true};
   bool any = false;
   for (int i = 1; i < argc; i++) {
@@ -98,12 +108,15 @@ static int parse_args(int argc, char **argv, opts *o) {
     else if (!strcmp(a, "--factor")) o->factor = atof(v);
     else if (!strcmp(a, "--seconds")) o->seconds = atof(v);
     else if (!strcmp(a, "--threads")) o->threads = atoi(v);
+    else if (!strcmp(a, "--rounds")) o->rounds = atoi(v);
     else if (!strcmp(a, "--mpi-thread")) o->mpi_thread = v;
     else { fprintf(stderr, "bench_comm: unknown option %s\n", a); usage(stderr); return -1; }
   }
   if (!any) for (int k = 0; k < N_OPS; k++) o->ops[k] = true;
-  if (o->min_bytes < 16 || o->max_bytes < o->min_bytes || o->factor <= 1 || o->seconds <= 0 || o->threads < 1) {
-    fprintf(stderr, "bench_comm: need 16 <= --min <= --max, --factor > 1, --seconds > 0, --threads >= 1\n");
+  if (o->min_bytes < 16 || o->max_bytes < o->min_bytes || o->factor <= 1 || o->seconds <= 0 || o->threads < 1 ||
+      o->rounds < 1 || o->rounds > MAX_ROUNDS) {
+    fprintf(stderr, "bench_comm: need 16 <= --min <= --max, --factor > 1, --seconds > 0, --threads >= 1, "
+                    "1 <= --rounds <= %d\n", MAX_ROUNDS);
     return -1;
   }
   return 0;
@@ -192,16 +205,30 @@ static double bus_factor(op_kind op, int n) {
   }
 }
 
-static void report(const px_comm *c, const char *impl, op_kind op, size_t bytes, long iters, double seconds,
-                   double best) {
+/* The median of k values (sorted in place). */
+static double median(double *v, int k) {
+  for (int i = 1; i < k; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+/* `kind` times like op (a ping-pong is halved, busbw by op's factor);
+ * `name` is printed as the op. */
+static void report(const px_comm *c, const char *impl, op_kind kind, size_t bytes, long iters, double seconds,
+                   double best, int rounds, const char *name) {
+  const op_kind op = kind;
   if (px_comm_rank(c) != 0) return;
   // A ping-pong's operation is half its round trip.
   const double half = op == OP_SENDRECV ? 2.0 : 1.0;
   double t = seconds / (double)iters / half;
   double algbw = (double)bytes / t / 1e9;
-  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f\n", impl,
-         op_names[op], bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)), px_comm_size(c),
-         1e6 * best / half);
+  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f rounds=%d\n",
+         impl, name, bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)),
+         px_comm_size(c), 1e6 * best / half, rounds);
   fflush(stdout);
 }
 
@@ -218,12 +245,12 @@ static int fail(px_comm *c, const char *what) {
 /* Iterations for a budget: one untimed warm-up, one timed, then as many as
  * fit `seconds` by the slowest rank's single time (every rank must run the
  * same count). */
-static px_status plan_iters(px_comm *c, double one, double seconds, long *iters) {
+static px_status plan_iters(px_comm *c, double one, double seconds, long least, long *iters) {
   double worst = one;
   px_status st = px_comm_allreduce(c, &worst, 1, PX_F64, PX_MAX);
   if (st != PX_OK) return st;
   long k = worst > 0 ? (long)(seconds / worst) : 10000;
-  *iters = k < 3 ? 3 : k > 10000 ? 10000 : k;
+  *iters = k < least ? least : k > 10000 ? 10000 : k;
   return PX_OK;
 }
 
@@ -255,45 +282,63 @@ static int rank_main(px_comm *c, void *arg) {
     for (int op = 0; op < N_OPS; op++) {
       if (!o->ops[op]) continue;
       if (op == OP_SENDRECV && n < 2) continue;
-      long iters;
-      // px_comm: warm-up, one timed, then the timed run.
+      // The other side of each round: raw MPI under MPI; under threads the
+      // copy bound (every rank memcpy-ing the size at once), so the
+      // fraction of the bound is of two figures taken side by side.
+      const bool threads = px_comm_backend_of(c) == PX_COMM_THREADS;
+#ifdef PX_HAVE_MPI
+      const bool raw = (o->raw && px_comm_backend_of(c) == PX_COMM_MPI) ||
+                       (o->memcpy_line && threads && n > 1 && op != OP_SENDRECV);
+#else
+      const bool raw = o->memcpy_line && threads && n > 1 && op != OP_SENDRECV;
+#endif
+      // Warm-up of each side, then one timed px_comm call plans the count
+      // of iterations of a round: seconds / rounds per side, at least 1.
       if (px_once(c, o, op, b, sz) != PX_OK) return fail(c, op_names[op]);
+      if (raw && threads) memcpy(b->recv, b->send, sz);
+#ifdef PX_HAVE_MPI
+      else if (raw && raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
+#endif
       if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
       double t0 = px_time_now();
       if (px_once(c, o, op, b, sz) != PX_OK) return fail(c, op_names[op]);
-      if (plan_iters(c, px_time_now() - t0, o->seconds, &iters) != PX_OK) return fail(c, "plan");
-      if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
-      t0 = px_time_now();
-      double best = 1e30, prev = t0;
-      for (long i = 0; i < iters; i++) {
-        if (px_once(c, o, op, b, sz) != PX_OK) return fail(c, op_names[op]);
-        double now = px_time_now();
-        if (now - prev < best) best = now - prev;
-        prev = now;
-      }
-      double took = prev - t0;
-      if (px_comm_allreduce(c, &took, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
-      if (px_comm_allreduce(c, &best, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
-      report(c, impl, op, sz, iters, took, best);
+      long iters;
+      if (plan_iters(c, px_time_now() - t0, o->seconds / o->rounds, o->rounds > 1 ? 1 : 3, &iters) != PX_OK) return fail(c, "plan");
+          // Rounds: px_comm then raw MPI, raw first in odd rounds, so a change
+      // of the machine's load hits both sides alike; each round's time is
+      // the slowest rank's, the figure the median round.
+      double took[2][MAX_ROUNDS], best[2] = {1e30, 1e30};
+      for (int round = 0; round < o->rounds; round++) {
+        for (int turn = 0; turn < 2; turn++) {
+          const int side = (turn + round) & 1;  // 0: px_comm, 1: raw MPI
+          if (side == 1 && !raw) continue;
+          if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
+          double prev = t0 = px_time_now();
+          for (long i = 0; i < iters; i++) {
+            if (side == 1 && threads) {
+              memcpy(b->recv, b->send, sz);
 #ifdef PX_HAVE_MPI
-      if (o->raw && px_comm_backend_of(c) == PX_COMM_MPI) {
-        // Raw MPI, same buffers, same count of iterations.
-        if (raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
-        MPI_Barrier(MPI_COMM_WORLD);
-        t0 = prev = px_time_now();
-        best = 1e30;
-        for (long i = 0; i < iters; i++) {
-          if (raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
-          double now = px_time_now();
-          if (now - prev < best) best = now - prev;
-          prev = now;
-        }
-        took = prev - t0;
-        MPI_Allreduce(MPI_IN_PLACE, &took, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        report(c, "raw-mpi", op, sz, iters, took, best);
-      }
+            } else if (side == 1) {
+              if (raw_once(op, b, sz, n, r) != MPI_SUCCESS) return fail(c, "raw MPI");
 #endif
+            } else if (px_once(c, o, op, b, sz) != PX_OK) {
+              return fail(c, op_names[op]);
+            }
+            double now = px_time_now();
+            if (now - prev < best[side]) best[side] = now - prev;
+            prev = now;
+          }
+          took[side][round] = prev - t0;
+        }
+      }
+      for (int side = 0; side < (raw ? 2 : 1); side++) {
+        if (px_comm_allreduce(c, took[side], (size_t)o->rounds, PX_F64, PX_MAX) != PX_OK ||
+            px_comm_allreduce(c, &best[side], 1, PX_F64, PX_MAX) != PX_OK)
+          return fail(c, "allreduce of times");
+        // (the copy bound's line is a memcpy, not a ping-pong: its time is not halved)
+        report(c, side ? (threads ? "copy-bound" : "raw-mpi") : impl, side && threads ? OP_BROADCAST : op, sz,
+               iters, median(took[side], o->rounds), best[side], o->rounds, op_names[op]);
+      }
     }
     if (o->memcpy_line && r == 0) {
       // The copy bandwidth of this machine at this size, measured in the
@@ -310,34 +355,6 @@ static int rank_main(px_comm *c, void *arg) {
       printf("comm impl=memcpy op=memcpy bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=1\n", sz, k,
              1e6 * per, (double)sz / per / 1e9, (double)sz / per / 1e9);
       fflush(stdout);
-    }
-    if (o->memcpy_line && n > 1 && px_comm_backend_of(c) == PX_COMM_THREADS) {
-      // The copy bound: all ranks memcpy `sz` bytes at once, as the
-      // collectives move memory at once.
-      long iters;
-      memcpy(b->recv, b->send, sz);
-      if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
-      double t0 = px_time_now();
-      memcpy(b->recv, b->send, sz);
-      if (plan_iters(c, px_time_now() - t0, o->seconds, &iters) != PX_OK) return fail(c, "plan");
-      if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
-      t0 = px_time_now();
-      double best = 1e30, prev = t0;
-      for (long i = 0; i < iters; i++) {
-        memcpy(b->recv, b->send, sz);
-        double now = px_time_now();
-        if (now - prev < best) best = now - prev;
-        prev = now;
-      }
-      double took = prev - t0;
-      if (px_comm_allreduce(c, &took, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
-      if (px_comm_allreduce(c, &best, 1, PX_F64, PX_MAX) != PX_OK) return fail(c, "allreduce of times");
-      if (r == 0) {
-        double per = took / (double)iters;
-        printf("comm impl=copy-bound op=memcpy bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f\n",
-               sz, iters, 1e6 * per, (double)sz / per / 1e9, (double)sz / per / 1e9, n, 1e6 * best);
-        fflush(stdout);
-      }
     }
     if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
     size_t next = (size_t)((double)bytes * o->factor);

@@ -13,23 +13,30 @@
 # to 256 MiB by powers of 4: px_comm's threads backend (2 threads), px_comm's
 # MPI backend (mpiexec -n 2) and raw MPI in the same processes right after
 # it on the same buffers, torch.distributed over gloo (2 processes), and
-# memcpy of the same sizes in the same run.  One table per collective:
+# memcpy of the same sizes in the same run.  bench_comm times each point in
+# 5 rounds, px_comm and its reference alternating (raw MPI; under threads
+# the copy bound), and reports the median round: on a shared machine a
+# load that comes and goes then hits both sides alike.  One table per collective:
 # latency (µs) and busbw (GB/s, nccl-tests' conventions: allreduce
 # 2(n−1)/n, allgather and reduce_scatter (n−1)/n, broadcast and send/recv 1;
 # sizes as bench_comm.c's header says), then px-mpi/raw and px-mpi/gloo as
 # ratios of busbw, px-mpi − raw in µs, and thr/copy: the threads backend's
 # fraction of the copy bound (threads.c): the time of its 2 threads each
-# memcpy-ing the size at once (× 3/4 for reduce_scatter), measured in the
-# same run, over the collective's time (1: at the bound).
+# memcpy-ing the size at once (× 3/4 for reduce_scatter), timed in the same
+# rounds beside the collective, over the collective's time (1: at the bound).
 #
 # Part 2, data-parallel scaling (bench_train, bench_train_torch.py): for each
 # model of bench/run.sh, samples/s of 1 rank × 1 thread and of 2 ranks × 1
 # thread at the same per-rank batch (MPI, the threads backend, PyTorch DDP
-# over gloo); efficiency = samples/s of 2 / (2 × samples/s of 1).  For MPI
-# also the same 2 ranks with DDP's overlap off (one all-reduce after
-# backward), from which the share of communication hidden behind backward:
-#   step times t1 (1 rank), t2 (2 ranks), t_off (2 ranks, no overlap);
-#   hidden = 1 − (t2 − t1) / (t_off − t1)   (1: all hidden, 0: none).
+# over gloo); efficiency = samples/s of 2 / (2 × samples/s of 1).  Also two
+# 1-rank runs at once (no communication, but the two ranks' contention for
+# the memory, caches and cores): their efficiency is the ceiling of any
+# communication on this machine.  For MPI also the same 2 ranks with DDP's
+# overlap off (one all-reduce after backward), from which the share of
+# communication hidden behind backward:
+#   step times t0 (two 1-rank runs at once), t2 (2 ranks), t_off (2 ranks,
+#   no overlap); comm = t2 − t0, comm off = t_off − t0 (ms a step);
+#   hidden = 1 − (t2 − t0) / (t_off − t0)   (1: all hidden, 0: none).
 # Each case runs ROUNDS times (medians), the sides alternating.
 #
 # This is a benchmark, not a test: it reports, it never fails on speed.
@@ -118,7 +125,8 @@ for op in ["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"]:
         diff = f"{px[0] - raw[0]:9.1f}" if px and raw else f"{'-':>9}"
         rg = f"{px[1] / gl[1]:8.2f}" if px and gl and gl[1] > 0 else f"{'-':>8}"
         memcell = f"{mem[1]:7.2f}" if mem else f"{'-':>7}"
-        cb = comm.get(("copy-bound", "memcpy", b))
+        # timed beside this collective in the same rounds (older runs: one per size)
+        cb = comm.get(("copy-bound", op, b)) or comm.get(("copy-bound", "memcpy", b))
         thr = cell("px-threads")
         # the threads backend against the copy bound (threads.c): all ranks memcpy at once
         f = (n_thr + 1) / (2 * n_thr) if op == "reduce_scatter" else 1.0
@@ -134,6 +142,8 @@ for l in lines:
     d = kv(l)
     side = {"mpi": "pxmpi" if d.get("overlap") == "on" else "pxmpioff", "threads": "pxthreads",
             "gloo": "torch2"}.get(d.get("backend"), "px1" if m.group(1) == "plexus" else "torch1")
+    if d.get("pair") == "1":
+        side = "px1x2"  # one of two 1-rank runs at once: samples/s of that rank
     runs.setdefault((f"{m.group(2)}:{m.group(3)}", side), []).append(float(d["samples_per_s"]))
 cases = []
 for (c, s) in runs:
@@ -141,19 +151,29 @@ for (c, s) in runs:
         cases.append(c)
 if cases:
     print("\nDDP scaling, samples/s (medians), 2 ranks x 1 thread against 1 x 1 at the same per-rank batch;")
-    print("efficiency = samples/s of 2 / (2 x samples/s of 1); hidden = share of MPI communication hidden behind backward")
-    print(f"{'case':>18} {'px 1':>9} {'px mpi 2':>9} {'eff':>5} {'mpi off':>9} {'hidden':>7} {'px thr 2':>9} {'eff':>5} "
-          f"{'torch 1':>9} {'torch 2':>9} {'eff':>5}")
+    print("efficiency = samples/s of 2 / (2 x samples/s of 1); '1||1': two 1-rank runs at once, no communication")
+    print("(their efficiency: the ceiling on this machine); hidden = share of MPI communication hidden behind backward")
+    print(f"{'case':>18} {'px 1':>9} {'px 1||1':>9} {'eff':>5} {'px mpi 2':>9} {'eff':>5} {'mpi off':>9} {'hidden':>7} "
+          f"{'px thr 2':>9} {'eff':>5} {'torch 1':>9} {'torch 2':>9} {'eff':>5}")
     med = lambda c, s: statistics.median(runs[(c, s)]) if (c, s) in runs else float("nan")
+    steps = []
     for c in cases:
-        p1, pm, po, pt = med(c, "px1"), med(c, "pxmpi"), med(c, "pxmpioff"), med(c, "pxthreads")
+        p1, p0, pm, po, pt = med(c, "px1"), med(c, "px1x2"), med(c, "pxmpi"), med(c, "pxmpioff"), med(c, "pxthreads")
         t1, t2 = med(c, "torch1"), med(c, "torch2")
         b = int(c.split(":")[1])
         # step times of one rank: per-rank batch / per-rank samples/s
-        s1, s2, so = b / p1, 2 * b / pm, 2 * b / po
-        hidden = 1 - (s2 - s1) / (so - s1) if so - s1 > 0 else float("nan")
-        print(f"{c:>18} {p1:9.0f} {pm:9.0f} {pm / (2 * p1):5.2f} {po:9.0f} {hidden:7.2f} {pt:9.0f} {pt / (2 * p1):5.2f} "
-              f"{t1:9.0f} {t2:9.0f} {t2 / (2 * t1):5.2f}")
+        s1, s0, s2, so, st = b / p1, b / p0, 2 * b / pm, 2 * b / po, 2 * b / pt
+        hidden = 1 - (s2 - s0) / (so - s0) if so - s0 > 0 else float("nan")
+        steps.append((c, s1, s0, s2, so, st, hidden))
+        print(f"{c:>18} {p1:9.0f} {p0:9.0f} {p0 / p1:5.2f} {pm:9.0f} {pm / (2 * p1):5.2f} {po:9.0f} {hidden:7.2f} "
+              f"{pt:9.0f} {pt / (2 * p1):5.2f} {t1:9.0f} {t2:9.0f} {t2 / (2 * t1):5.2f}")
+    print("\nDDP step time of one rank, ms: alone, two at once without communication, MPI with overlap, MPI overlap off,")
+    print("threads; comm = step - no-comm step (ms); hidden = 1 - comm(overlap) / comm(off)")
+    print(f"{'case':>18} {'alone':>8} {'no comm':>8} {'mpi':>8} {'mpi off':>8} {'threads':>8} {'comm':>7} {'comm off':>8} "
+          f"{'thr comm':>8} {'hidden':>7}")
+    for c, s1, s0, s2, so, st, hidden in steps:
+        print(f"{c:>18} {1e3 * s1:8.3f} {1e3 * s0:8.3f} {1e3 * s2:8.3f} {1e3 * so:8.3f} {1e3 * st:8.3f} "
+              f"{1e3 * (s2 - s0):7.3f} {1e3 * (so - s0):8.3f} {1e3 * (st - s0):8.3f} {hidden:7.2f}")
 EOF_PY
 }
 
@@ -215,9 +235,23 @@ if [[ " $PARTS " == *" scaling "* ]]; then
     for c in $CASES; do
       model=${c%%:*} batch=${c##*:}
       a=(--model "$model" --batch "$batch" --threads 1 --seconds "$SECONDS_PER_RUN")
-      sides=(px1 pxmpi pxmpioff pxthreads torch1 torch2)
-      ((r % 2)) || sides=(torch2 torch1 pxthreads pxmpioff pxmpi px1)
+      sides=(px1 px1x2 pxmpi pxmpioff pxthreads torch1 torch2)
+      ((r % 2)) || sides=(torch2 torch1 pxthreads pxmpioff pxmpi px1x2 px1)
       for side in "${sides[@]}"; do
+        if [[ $side == px1x2 ]]; then
+          # Two 1-rank runs at once: the step without communication, with
+          # the contention of two ranks.
+          pa=$(mktemp) pb=$(mktemp)
+          timeout 300 "$TRAIN" "${a[@]}" >"$pa" & ja=$!
+          timeout 300 "$TRAIN" "${a[@]}" >"$pb" & jb=$!
+          if wait "$ja" && wait "$jb"; then
+            for f in "$pa" "$pb"; do echo "  $(cat "$f") pair=1" | tee -a "$out"; done
+          else
+            echo "bench/run_comm.sh: failed or timed out, left out: two ${TRAIN##*/} ${a[*]} at once" >&2
+          fi
+          rm -f "$pa" "$pb"
+          continue
+        fi
         case $side in
           px1)       cmd=("$TRAIN" "${a[@]}") ;;
           pxmpi)     cmd=("$MPIEXEC" -n 2 "$TRAIN" "${a[@]}") ;;

@@ -33,10 +33,14 @@
 #include <stdint.h>
 #include <time.h>
 
-/* The watcher's tick while a call is armed or was recently, in seconds: the
- * latency of noticing a stall or a deadline (a 0.25 s spin, a 600 s
- * deadline by default). */
-#define TICK_SECONDS 0.01
+/* The watcher wakes once per armed call's `spin` (0.25 s and more) at
+ * most: at the moment that call would have stalled, or its deadline.
+ * Between calls it naps IDLE_TICK_SECONDS, so a call armed meanwhile is
+ * seen at most that late (its stall at spin + IDLE_TICK_SECONDS).  It used
+ * to tick every 10 ms, and each tick could take the core from a rank in
+ * the middle of a collective on a busy node; now a rank streaming
+ * collectives sees it a few times a second. */
+#define IDLE_TICK_SECONDS 0.1
 /* No call armed for this long: the watcher sleeps until the next one. */
 #define IDLE_SECONDS 1.0
 /* A stalled call naps THROTTLE_NAP_NS at each signal, and runs (MPI makes
@@ -108,7 +112,7 @@ static void *watch_main(void *arg) {
     }
     if (!(s & 1)) {
       if (now - last_change < IDLE_SECONDS) {
-        nap(TICK_SECONDS);
+        nap(IDLE_TICK_SECONDS);
         continue;
       }
       // Idle: sleep until an arm.  `sleeping` is set under the lock and
@@ -146,9 +150,11 @@ static void *watch_main(void *arg) {
       nap(1e-9 * (double)(THROTTLE_NAP_NS + THROTTLE_RUN_NS));
       continue;
     }
+    // Until this call would stall (or expire); a later call armed by then
+    // is judged by its own start at that wake-up.
     double next = spin - waited;
     if (timeout > 0 && timeout - waited < next) next = timeout - waited;
-    nap((next < TICK_SECONDS ? next : TICK_SECONDS) + 1e-4);
+    nap(next + 1e-4);
   }
   return NULL;
 }

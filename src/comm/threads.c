@@ -34,21 +34,20 @@
 // the mutex only if someone may sleep (pxt_wake).
 //
 // Collectives.  After the first rendezvous the ranks work directly on each
-// other's buffers.  An all-reduce takes one of three paths, all computing
+// other's buffers.  An all-reduce takes one of two paths, both computing
 // each element once, in rank order 0, 1, ..., N-1, so the result is
 // bitwise the same on every rank and in every run, and equal to the serial
 // x0 ∘ x1 ∘ ... ∘ x(N-1):
 //   - up to SMALL_BYTES (16 KiB) every rank reduces the whole buffer into a
 //     scratch, and copies it home after a second rendezvous;
-//   - up to CHUNKED_MAX_BYTES (32 MiB) ranks claim chunks of ~64 KiB from
-//     a shared counter; the claimer reduces the chunk of all N buffers and
-//     writes the result into all N: every buffer is read once and written
-//     once, two rendezvous in all, and a rank slowed by other load simply
-//     claims fewer chunks;
-//   - past that, a reduce-scatter (rank r reduces slice r into its own
-//     buffer) then an all-gather (each rank copies the other slices from
-//     their owners), three rendezvous: in DRAM this measured 2-3x faster
-//     than the chunks on the 2-core guest.
+//   - past that, ranks claim chunks of ~64 KiB from a shared counter; the
+//     claimer reduces the chunk of all N buffers and writes the result into
+//     all N: every buffer is read once and written once (the copy bound's
+//     traffic, below), two rendezvous in all, and a rank slowed by other
+//     load simply claims fewer chunks.  (A reduce-scatter + all-gather
+//     split, rank r reducing slice r, moves (3N-1)/(2N) of that, 1.25x at
+//     N = 2; it served above 32 MiB until it measured 1.3-1.8x slower
+//     than the chunks there.)
 // A reduce-scatter reduces block r of all send buffers into recv; an
 // all-gather and a broadcast are memcpy from the peers' buffers.  The
 // reductions are one fused pass (threads_reduce.c); memcpy streams large
@@ -66,9 +65,7 @@
 // bytes each (a memcpy of X reads X and writes X, so X = (reads+writes)/2:
 // B for all-reduce, all-gather and broadcast, (N+1)·B/(2N) for the
 // reduce-scatter).  The time of a collective against that memcpy time,
-// measured in the same run, is its fraction of the bound.  (The sliced
-// all-reduce moves (3N-1)·B/(2N) per rank, 1.25 B for N = 2: at most 80%
-// of the bound by construction.)
+// measured in the same run, is its fraction of the bound.
 //
 // Asynchronous operations.  i* operations go into the tcomm's FIFO queue,
 // served by a progress thread that the first one starts; so operations of

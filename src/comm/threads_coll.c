@@ -20,23 +20,6 @@
 #ifndef CHUNK_MAX_BYTES
 #define CHUNK_MAX_BYTES (64u << 10)
 #endif
-/* All-reduces above this many bytes use fixed slices instead of claimed
- * chunks (see run_allreduce). */
-#ifndef CHUNKED_MAX_BYTES
-#define CHUNKED_MAX_BYTES (32u << 20)
-#endif
-
-/* Rank r's slice [lo, hi) of count elements, in whole 64-byte lines so
- * that no two ranks write one cache line. */
-static void slice_of(size_t count, size_t es, int n, int r, size_t *lo, size_t *hi) {
-  size_t unit = es >= 64 ? 1 : 64 / es;
-  size_t units = (count + unit - 1) / unit;
-  size_t a = units / (size_t)n * (size_t)r + units % (size_t)n * (size_t)r / (size_t)n;
-  size_t b = units / (size_t)n * (size_t)(r + 1) + units % (size_t)n * (size_t)(r + 1) / (size_t)n;
-  *lo = a * unit < count ? a * unit : count;
-  *hi = b * unit < count ? b * unit : count;
-}
-
 static size_t chunk_elems(size_t count, size_t es, int n) {
   size_t bytes = count * es / (4 * (size_t)n);
   if (bytes > CHUNK_MAX_BYTES) bytes = CHUNK_MAX_BYTES;
@@ -66,31 +49,17 @@ static px_status run_allreduce(top *op, const deadline *d) {
     if (bytes) memcpy(op->recv, tc->small, bytes);
     return PX_OK;
   }
-  if (bytes > CHUNKED_MAX_BYTES) {
-    // Huge (past the caches): reduce-scatter, my slice of every rank's
-    // buffer reduced into mine; then all-gather, every other slice copied
-    // from the rank that reduced it (memcpy streams it past the cache).
-    // Measured on the 2-core guest at 256 MiB this beat the claimed chunks
-    // below by 2-3x, which in turn win up to 16 MiB (1.5-2x).
-    size_t lo, hi;
-    int me = tc->rank;
-    slice_of(op->count, es, n, me, &lo, &hi);
-    for (int k = 0; k < n; k++) tc->srcs[k] = (const char *)post[k].recv + lo * es;
-    if (hi > lo) pxt_reduce((char *)op->recv + lo * es, tc->srcs, n, hi - lo, op->dtype, op->op);
-    if ((st = pxt_rendezvous(op, d, NULL, true))) return st;
-    for (int k = 0; k < n; k++) {
-      if (k == me) continue;
-      slice_of(op->count, es, n, k, &lo, &hi);
-      if (hi > lo) memcpy((char *)op->recv + lo * es, (const char *)post[k].recv + lo * es, (hi - lo) * es);
-    }
-    return pxt_rendezvous(op, d, NULL, false);
-  }
   // Large: ranks claim chunks from a shared counter; the claimer reduces
   // the chunk of all N buffers (in rank order) and writes the result into
   // all N, so each element is computed once (the same bits whoever claims
   // it), every buffer is read once and written once, and a rank slowed by
   // other load simply claims fewer chunks.  Only the claimer touches a
   // chunk, so no rank reads what another writes before the next rendezvous.
+  // Every buffer read once and written once is the copy bound's traffic
+  // exactly (threads.c), at every size: the reduce-scatter + all-gather
+  // split it replaced above 32 MiB moved 1.25x that at 2 ranks (0.8 of the
+  // bound at best), and measured 1.3-1.8x slower at 64-256 MiB on the
+  // 2-core guest (docs/PERFORMANCE.md).
   atomic_size_t *claim = &g->claim[tc->ncoll & 1];
   size_t chunk = chunk_elems(op->count, es, n), nchunks = (op->count + chunk - 1) / chunk;
   for (;;) {
