@@ -205,6 +205,8 @@ typedef struct px_ckpt_loader {
   int                    n;
   float                **stage;
   float                 *buf;
+  size_t                 buf_bytes;  // mapped with mmap when buf_mapped (huge pages where the kernel gives them)
+  bool                   buf_mapped;
   px_ckpt_hit           *hits;
   size_t                 n_hits, cap_hits;
   bool                   strict;   // a saved piece of a key nothing wants is an error
@@ -220,6 +222,15 @@ bool px_ckpt_loader_needs(const px_ckpt_loader *L, const px_ckpt_box *s, bool *k
 // each wanted piece into staging.  path names the file in messages.
 px_status px_ckpt_loader_add(px_ckpt_loader *L, const char *path, const char *file, const px_ckpt_box *s,
                              const unsigned char *data);
+// Where a saved piece s can be read straight into staging: when s shares
+// elements with exactly one wanted piece, which has the same box and holds
+// s's whole flat range, the staging address of s's first element (s's
+// count floats from there), and that piece's index in *w; else NULL (the
+// bytes then go through px_ckpt_loader_add).
+float *px_ckpt_loader_direct(const px_ckpt_loader *L, const px_ckpt_box *s, int *w);
+// Records that s's elements were read into the staging address that
+// px_ckpt_loader_direct gave for wanted piece w (from file `file`).
+px_status px_ckpt_loader_took(px_ckpt_loader *L, int w, const px_ckpt_box *s, const char *file);
 // Every wanted element found exactly once, then copied out (all or nothing).
 px_status px_ckpt_loader_finish(px_ckpt_loader *L);
 
