@@ -115,6 +115,15 @@ px_status px_ckpt_write_item_crc(const char *tmp, const char *final, const px_ck
 // its SHA-256 in hex into hex; messages name final/<name>.
 px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
                              char hex[PX_SHA256_HEX]);
+// Every item written as px_ckpt_write_item_crc does (hex[i] for items[i];
+// crcs and n_crcs may be NULL, else crcs[i], n_crcs[i] for items[i], each
+// the caller's to free, also after a failure), the large ones at the same
+// time, each on a thread of its own (with its own hashing thread): their
+// hashing and the disk's writeback of each overlap the others', and one
+// flush of the disk's cache serves the fsyncs that wait together.  On a
+// failure, the first failed item's error (every write is waited for).
+px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_item *items, int n_items,
+                              char (*hex)[PX_SHA256_HEX], px_ckpt_chunk_crc **crcs, int *n_crcs);
 // Item names are valid and distinct (see px_checkpoint_write).
 px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items);
 // dir without trailing slashes, malloc'ed (NULL: out of memory).

@@ -243,6 +243,68 @@ px_status px_ckpt_write_item_crc(const char *tmp, const char *final, const px_ck
   return st;
 }
 
+/* ---- several items at once ---------------------------------------------------------- */
+
+// Items of at least this many bytes get a thread of their own.
+#define ITEM_THREAD_MIN ((size_t)4 << 20)
+
+typedef struct item_job {
+  const char          *tmp, *final;
+  const px_ckpt_item  *it;
+  char                *hex;
+  px_ckpt_chunk_crc  **crcs;
+  int                 *n_crcs;
+  px_status            st;
+  char                 msg[1024];  // px_last_error() is per thread: the worker's, carried back
+} item_job;
+
+static void *write_item_job(void *arg) {
+  item_job *j = arg;
+  j->st = px_ckpt_write_item_crc(j->tmp, j->final, j->it, j->hex, j->crcs, j->n_crcs);
+  if (j->st != PX_OK) snprintf(j->msg, sizeof j->msg, "%s", px_last_error());
+  return NULL;
+}
+
+static size_t item_bytes(const px_ckpt_item *it) {
+  if (!it->tensors) return it->n_bytes;
+  size_t n = 0;
+  for (int i = 0; i < it->tensors->count; i++) n += px_tensor_nbytes(&it->tensors->items[i].tensor);
+  return n;
+}
+
+px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_item *items, int n_items,
+                              char (*hex)[PX_SHA256_HEX], px_ckpt_chunk_crc **crcs, int *n_crcs) {
+  item_job *jobs = calloc(n_items > 0 ? (size_t)n_items : 1, sizeof *jobs);
+  pthread_t *tid = calloc(n_items > 0 ? (size_t)n_items : 1, sizeof *tid);
+  bool *threaded = calloc(n_items > 0 ? (size_t)n_items : 1, sizeof *threaded);
+  if (!jobs || !tid || !threaded) {
+    free(jobs);
+    free(tid);
+    free(threaded);
+    return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+  }
+  // The large items on threads (all but the last large one, which this
+  // thread writes), the small ones here after.
+  int last_big = -1;
+  for (int i = 0; i < n_items; i++) {
+    jobs[i] = (item_job){tmp, final, &items[i], hex[i], crcs ? &crcs[i] : NULL, n_crcs ? &n_crcs[i] : NULL, PX_OK, ""};
+    if (item_bytes(&items[i]) >= ITEM_THREAD_MIN) last_big = i;
+  }
+  for (int i = 0; i < last_big; i++)
+    if (item_bytes(&items[i]) >= ITEM_THREAD_MIN) threaded[i] = pthread_create(&tid[i], NULL, write_item_job, &jobs[i]) == 0;
+  for (int i = 0; i < n_items; i++)
+    if (!threaded[i]) write_item_job(&jobs[i]);
+  px_status st = PX_OK;
+  for (int i = 0; i < n_items; i++) {
+    if (threaded[i]) pthread_join(tid[i], NULL);
+    if (st == PX_OK && jobs[i].st != PX_OK) st = px_error(jobs[i].st, "%s", jobs[i].msg);
+  }
+  free(jobs);
+  free(tid);
+  free(threaded);
+  return st;
+}
+
 /* ---- arguments -------------------------------------------------------------------- */
 
 px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items) {
@@ -374,11 +436,14 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
   made_tmp = true;
 
   size_t sums_len = 0;
-  for (int i = 0; i < n_items; i++) {
-    const px_ckpt_item *it = &items[i];
-    char hex[PX_SHA256_HEX];
-    if ((st = px_ckpt_write_item(tmp, final, it, hex)) != PX_OK) goto done;
-    sums_len += (size_t)sprintf(sums + sums_len, "%s  %s\n", hex, it->name);
+  {
+    char (*hex)[PX_SHA256_HEX] = malloc((size_t)n_items * sizeof *hex);
+    if (!hex) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+    else st = px_ckpt_write_items(tmp, final, items, n_items, hex, NULL, NULL);
+    for (int i = 0; i < n_items && st == PX_OK; i++)
+      sums_len += (size_t)sprintf(sums + sums_len, "%s  %s\n", hex[i], items[i].name);
+    free(hex);
+    if (st != PX_OK) goto done;
   }
   // SHA256SUMS last: a directory that has it had all its files written.
   unsigned char ignored[PX_SHA256_BYTES];
