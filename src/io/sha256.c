@@ -234,20 +234,34 @@ void px_sha256_update(px_sha256 *s, const void *data, size_t n) {
   s->buf_len = n;
 }
 
-void px_sha256_update2(px_sha256 *a, const void *pa, px_sha256 *b, const void *pb, size_t n) {
+void px_sha256_update2(px_sha256 *a, const void *pa, size_t na, px_sha256 *b, const void *pb, size_t nb) {
 #ifdef PX_SHA256_X86
-  if (n >= 64 && a->buf_len == 0 && b->buf_len == 0 && a->blocks == blocks_shani && b->blocks == blocks_shani) {
-    const size_t k = n / 64 * 64;
-    blocks_shani2(a->h, b->h, pa, pb, k / 64);
-    a->n_bytes += k;
-    b->n_bytes += k;
-    pa = (const unsigned char *)pa + k;
-    pb = (const unsigned char *)pb + k;
-    n -= k;
+  if (a->blocks == blocks_shani && b->blocks == blocks_shani) {
+    // Each partial block filled from its own message first, then the
+    // blocks both have, two at a time.
+    size_t ka = a->buf_len ? 64 - a->buf_len : 0, kb = b->buf_len ? 64 - b->buf_len : 0;
+    if (ka <= na && kb <= nb) {
+      px_sha256_update(a, pa, ka);
+      px_sha256_update(b, pb, kb);
+      pa = (const unsigned char *)pa + ka;
+      pb = (const unsigned char *)pb + kb;
+      na -= ka;
+      nb -= kb;
+      const size_t k = (na < nb ? na : nb) / 64 * 64;
+      if (k) {
+        blocks_shani2(a->h, b->h, pa, pb, k / 64);
+        a->n_bytes += k;
+        b->n_bytes += k;
+        pa = (const unsigned char *)pa + k;
+        pb = (const unsigned char *)pb + k;
+        na -= k;
+        nb -= k;
+      }
+    }
   }
 #endif
-  px_sha256_update(a, pa, n);
-  px_sha256_update(b, pb, n);
+  px_sha256_update(a, pa, na);
+  px_sha256_update(b, pb, nb);
 }
 
 void px_sha256_final(px_sha256 *s, unsigned char digest[PX_SHA256_BYTES]) {
