@@ -21,8 +21,8 @@
 // brackets).  Times are the slowest rank's (a collective save or load ends
 // when its last rank is done); "per rank" is the checkpoint's bytes / N /
 // that time, "aggregate" the checkpoint's bytes / that time.  Also printed:
-// the bytes each rank actually read per load (the loader reads every file
-// of a prefix whole to check its SHA-256).  One line per figure:
+// the bytes each rank actually reads per load (through the index, only its
+// own pieces, each checked against its CRC-32C).  One line per figure:
 //
 //   RESULT op=save ranks=2 bytes=629145600 median_s=.. best_s=.. agg_MBps=.. per_rank_MBps=.. cpu_s=..
 //

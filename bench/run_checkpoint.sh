@@ -102,3 +102,4 @@ for n in $RANKS; do
   done
   grep -E '^(NOTE|BREAKDOWN)' <<<"$out" | sed "s/^/  N=$n: /" >&2
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

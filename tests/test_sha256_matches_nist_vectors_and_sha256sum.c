@@ -5,7 +5,9 @@
  * digest from either implementation for every length around the block and
  * padding boundaries, the same digest as coreutils' sha256sum for every
  * length 0..130 (all padding cases), and the same digest for a file (streamed in pieces)
- * as coreutils' sha256sum.  If it failed, every checkpoint's SHA256SUMS
+ * as coreutils' sha256sum; two messages hashed at once (px_sha256_update2,
+ * the two-stream SHA-NI loop) give each its own digest, for lengths around
+ * the block boundaries and after a partial block.  If it failed, every checkpoint's SHA256SUMS
  * would be wrong: `sha256sum -c` would reject good checkpoints, and plexus
  * could accept corrupted ones. */
 #define _POSIX_C_SOURCE 200809L
@@ -138,5 +140,37 @@ int main(void) {
 
   free(fb);
   free(a);
+  // Two messages at once: each gets the digest it gets alone.
+  {
+    static unsigned char m1[4096 + 200], m2[4096 + 200];
+    for (size_t i = 0; i < sizeof m1; i++) {
+      m1[i] = (unsigned char)(i * 7 + 3);
+      m2[i] = (unsigned char)(i * 13 + 101);
+    }
+    const size_t lens[] = {0, 1, 63, 64, 65, 127, 128, 1000, 4096, 4096 + 60};
+    for (int impl = 0; impl < 2; impl++)
+      for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (size_t pre = 0; pre < 70; pre += 23) {  // pre bytes first: a partial block, or not
+          const size_t n = lens[li];
+          px_sha256 sa, sb;
+          px_sha256_init_impl(&sa, impl ? PX_SHA256_PORTABLE : PX_SHA256_BEST);
+          px_sha256_init_impl(&sb, impl ? PX_SHA256_PORTABLE : PX_SHA256_BEST);
+          px_sha256_update(&sa, m1, pre);
+          px_sha256_update(&sb, m2, pre);
+          // n bytes of the first, n + 5 of the second; then 64 and 59 more.
+          px_sha256_update2(&sa, m1 + pre, n, &sb, m2 + pre, n + 5);
+          px_sha256_update2(&sa, m1 + pre + n, 64, &sb, m2 + pre + n + 5, 59);
+          unsigned char da[PX_SHA256_BYTES], db[PX_SHA256_BYTES];
+          char ha[PX_SHA256_HEX], hb[PX_SHA256_HEX], ra[PX_SHA256_HEX], rb[PX_SHA256_HEX];
+          px_sha256_final(&sa, da);
+          px_sha256_final(&sb, db);
+          px_sha256_hex(da, ha);
+          px_sha256_hex(db, hb);
+          digest_hex(PX_SHA256_PORTABLE, m1, pre + n + 64, ra);
+          digest_hex(PX_SHA256_PORTABLE, m2, pre + n + 64, rb);  // n + 5 + 59 = n + 64
+          CHECK(strcmp(ha, ra) == 0 && strcmp(hb, rb) == 0, "update2 (%s), %zu + %zu + 64 bytes",
+                impl ? "portable" : px_sha256_impl_name(), pre, n);
+        }
+  }
   return px_test_finish("test_sha256_matches_nist_vectors_and_sha256sum");
 }

@@ -115,6 +115,15 @@ px_status px_ckpt_write_item_crc(const char *tmp, const char *final, const px_ck
 // its SHA-256 in hex into hex; messages name final/<name>.
 px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
                              char hex[PX_SHA256_HEX]);
+// Every item written as px_ckpt_write_item_crc does (hex[i] for items[i];
+// crcs and n_crcs may be NULL, else crcs[i], n_crcs[i] for items[i], each
+// the caller's to free, also after a failure), the large ones at the same
+// time, each on a thread of its own (with its own hashing thread): their
+// hashing and the disk's writeback of each overlap the others', and one
+// flush of the disk's cache serves the fsyncs that wait together.  On a
+// failure, the first failed item's error (every write is waited for).
+px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_item *items, int n_items,
+                              char (*hex)[PX_SHA256_HEX], px_ckpt_chunk_crc **crcs, int *n_crcs);
 // Item names are valid and distinct (see px_checkpoint_write).
 px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items);
 // dir without trailing slashes, malloc'ed (NULL: out of memory).
@@ -205,6 +214,8 @@ typedef struct px_ckpt_loader {
   int                    n;
   float                **stage;
   float                 *buf;
+  size_t                 buf_bytes;  // mapped with mmap when buf_mapped (huge pages where the kernel gives them)
+  bool                   buf_mapped;
   px_ckpt_hit           *hits;
   size_t                 n_hits, cap_hits;
   bool                   strict;   // a saved piece of a key nothing wants is an error
@@ -220,6 +231,15 @@ bool px_ckpt_loader_needs(const px_ckpt_loader *L, const px_ckpt_box *s, bool *k
 // each wanted piece into staging.  path names the file in messages.
 px_status px_ckpt_loader_add(px_ckpt_loader *L, const char *path, const char *file, const px_ckpt_box *s,
                              const unsigned char *data);
+// Where a saved piece s can be read straight into staging: when s shares
+// elements with exactly one wanted piece, which has the same box and holds
+// s's whole flat range, the staging address of s's first element (s's
+// count floats from there), and that piece's index in *w; else NULL (the
+// bytes then go through px_ckpt_loader_add).
+float *px_ckpt_loader_direct(const px_ckpt_loader *L, const px_ckpt_box *s, int *w);
+// Records that s's elements were read into the staging address that
+// px_ckpt_loader_direct gave for wanted piece w (from file `file`).
+px_status px_ckpt_loader_took(px_ckpt_loader *L, int w, const px_ckpt_box *s, const char *file);
 // Every wanted element found exactly once, then copied out (all or nothing).
 px_status px_ckpt_loader_finish(px_ckpt_loader *L);
 

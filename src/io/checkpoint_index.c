@@ -22,7 +22,7 @@
 // whole pieces of themselves.  The index is covered by SHA256SUMS like
 // every other file; the per-piece checksums let a reader that skips most of
 // a file still check every byte it uses.
-#define _POSIX_C_SOURCE 200809L
+#define _POSIX_C_SOURCE 200809L  // pread, posix_fadvise
 #include "io/checkpoint.h"
 #include "io/internal.h"
 
@@ -280,6 +280,8 @@ typedef struct need {
   px_ckpt_box  box;
   uint64_t     begin, end;
   uint32_t     crc;
+  float       *direct;  // where in staging its bytes go straight (px_ckpt_loader_direct), or NULL
+  int          w;       // then: the wanted piece
 } need;
 
 static bool has_suffix(const char *s, const char *suf) {
@@ -399,6 +401,8 @@ static int by_begin(const void *a, const void *b) {
 // while the buffer stays small enough to be in cache when the CRC and the
 // copy read it back (64 MiB runs made warm loads slower).
 #define READ_RUN_MAX ((uint64_t)4 << 20)
+// How far past the run being read the disk is asked to read ahead.
+#define READ_AHEAD ((uint64_t)32 << 20)
 
 // The pieces of one file that the loader needs: header checked against the
 // index, then each piece read and checked against its CRC-32C, and fed.
@@ -456,43 +460,70 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
                                       &table)) != PX_OK)
     goto done;
   // Pieces in file order, adjacent ones read together: one pread per run of
-  // neighbours (a rank's pieces of one file are usually all adjacent) into
-  // a buffer reused across runs, each piece then checked and fed from it.
+  // neighbours (a rank's pieces of one file are usually all adjacent).  A
+  // piece that lands whole in one wanted piece of the same layout is read
+  // straight into staging (a run of them when their staging addresses follow
+  // each other too), checked there and recorded; the others go through a
+  // buffer reused across runs and are fed to px_ckpt_loader_add.  Before
+  // each run is read, the disk is asked for the bytes up to READ_AHEAD past
+  // it (POSIX_FADV_WILLNEED), so a cold load's disk reads overlap its CRCs
+  // and copies.
   qsort(needs, (size_t)n_needs, sizeof *needs, by_begin);
-  size_t cap = 0;
-  for (int i = 0; i < n_needs && st == PX_OK;) {
+  for (int i = 0; i < n_needs && st == PX_OK; i++) {
     if ((st = check_need(L, name, path, h, table, of_pieces, ver, &needs[i])) != PX_OK) break;
+    needs[i].direct = px_ckpt_loader_direct(L, &needs[i].box, &needs[i].w);
+  }
+  size_t cap = 0;
+  int ahead = 0;  // the bytes of needs[ahead] from ahead_at on are not advised yet
+  uint64_t ahead_at = 0;
+  for (int i = 0; i < n_needs && st == PX_OK;) {
     int j = i + 1;
     uint64_t run = needs[i].end - needs[i].begin;
-    while (j < n_needs && needs[j].begin == needs[j - 1].end && run + (needs[j].end - needs[j].begin) <= READ_RUN_MAX) {
-      if ((st = check_need(L, name, path, h, table, of_pieces, ver, &needs[j])) != PX_OK) break;
+    unsigned char *into = (unsigned char *)needs[i].direct;
+    while (j < n_needs && needs[j].begin == needs[j - 1].end && run + (needs[j].end - needs[j].begin) <= READ_RUN_MAX &&
+           (into ? (unsigned char *)needs[j].direct == into + run : !needs[j].direct)) {
       run += needs[j].end - needs[j].begin;
       j++;
     }
-    if (st != PX_OK) break;
-    if (run > cap || !data) {
-      free(data);
-      cap = (size_t)run;
-      if (!(data = malloc(cap ? cap : 1))) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory reading \"%s\"", L->ckpt, name); break; }
+#ifdef POSIX_FADV_WILLNEED
+    // Asked for so far: up to needs[ahead] at ahead_at; keep that READ_AHEAD
+    // bytes (of needed pieces) past this run's end.
+    if (ahead < j) { ahead = j; ahead_at = ahead < n_needs ? needs[ahead].begin : 0; }
+    for (uint64_t budget = READ_AHEAD; ahead < n_needs && budget > 0;) {
+      uint64_t len = needs[ahead].end - ahead_at;
+      if (len > budget) len = budget;
+      if (len) (void)posix_fadvise(fd, (off_t)(hbytes + ahead_at), (off_t)len, POSIX_FADV_WILLNEED);  // a hint
+      budget -= len;
+      ahead_at += len;
+      if (ahead_at == needs[ahead].end && ++ahead < n_needs) ahead_at = needs[ahead].begin;
     }
-    if ((st = pread_all(fd, data, (size_t)run, hbytes + needs[i].begin)) != PX_OK) {
+#endif
+    if (!into) {
+      if (run > cap || !data) {
+        free(data);
+        cap = (size_t)run;
+        if (!(data = malloc(cap ? cap : 1))) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory reading \"%s\"", L->ckpt, name); break; }
+      }
+      into = data;
+    }
+    if ((st = pread_all(fd, into, (size_t)run, hbytes + needs[i].begin)) != PX_OK) {
       st = px_error(st, "checkpoint %s: reading tensor \"%s\" from \"%s\" failed (truncated?)", L->ckpt, needs[i].box.key,
                     name);
       break;
     }
     for (int k = i; k < j && st == PX_OK; k++) {
       const need *q = &needs[k];
-      const unsigned char *at = data + (q->begin - needs[i].begin);
+      const unsigned char *at = into + (q->begin - needs[i].begin);
       const size_t len = (size_t)(q->end - q->begin);
-      const char *tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->entry, "tensor"));
       const uint32_t got = px_ckpt_crc32c(0, at, len);
       if (got != q->crc) {
+        const char *tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->entry, "tensor"));
         st = px_error(PX_ERR_FORMAT, "checkpoint %s: file \"%s\", tensor \"%s\" (piece \"%s\"): CRC-32C %08" PRIx32
                       " but %s says %08" PRIx32 "; the file is corrupted", L->ckpt, name, q->box.key, tensor, got,
                       PX_CKPT_INDEX, q->crc);
         break;
       }
-      st = px_ckpt_loader_add(L, path, name, &q->box, at);
+      st = q->direct ? px_ckpt_loader_took(L, q->w, &q->box, name) : px_ckpt_loader_add(L, path, name, &q->box, at);
     }
     i = j;
   }

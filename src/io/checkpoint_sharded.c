@@ -81,18 +81,21 @@ done:
 static px_status write_mine(const char *tmp, const char *final, const px_ckpt_item *items, int n_items,
                             rank_report *r, px_ckpt_chunk_crc **crcs, int *n_crcs) {
   size_t used = 0;
-  for (int i = 0; i < n_items; i++) {
+  char (*hex)[PX_SHA256_HEX] = malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *hex);
+  if (!hex) return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+  px_status st = px_ckpt_write_items(tmp, final, items, n_items, hex, crcs, n_crcs);
+  for (int i = 0; i < n_items && st == PX_OK; i++) {
     const px_ckpt_item *it = &items[i];
-    char hex[PX_SHA256_HEX];
-    px_status st = px_ckpt_write_item_crc(tmp, final, it, hex, &crcs[i], &n_crcs[i]);
-    if (st != PX_OK) return st;
-    int k = snprintf(r->text + used, REPORT_TEXT - used, "%s  %s\n", hex, it->name);
-    if (k < 0 || (size_t)k >= REPORT_TEXT - used)
-      return px_error(PX_ERR_INVALID, "checkpoint %s: one rank's file names exceed %d bytes in all", final, REPORT_TEXT);
+    int k = snprintf(r->text + used, REPORT_TEXT - used, "%s  %s\n", hex[i], it->name);
+    if (k < 0 || (size_t)k >= REPORT_TEXT - used) {
+      st = px_error(PX_ERR_INVALID, "checkpoint %s: one rank's file names exceed %d bytes in all", final, REPORT_TEXT);
+      break;
+    }
     used += (size_t)k;
     r->n_files++;
   }
-  return PX_OK;
+  free(hex);
+  return st;
 }
 
 // Rank 0: every name listed once over all ranks (each rank checked its own).

@@ -138,17 +138,9 @@ px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *nam
   return px_ckpt_write_file_crc(path, ckpt, name, chunks, n, digest, NULL);
 }
 
-// Writes the concatenation of chunks to path (a new file), fsynced, its
-// SHA-256 into digest and, when crcs is not NULL, each chunk's CRC-32C.
-px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
-                                 int n, unsigned char digest[PX_SHA256_BYTES], uint32_t *crcs) {
+// Writes the concatenation of chunks to path (a new file) and fsyncs it.
+static px_status write_sync(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n) {
   char why[128];
-  size_t total = 0;
-  for (int i = 0; i < n; i++) total += chunks[i].size;
-  hash_job job = {chunks, n, crcs, {0}};
-  pthread_t hasher;
-  // Small files are hashed here: a thread costs more than it saves.
-  bool threaded = total >= ((size_t)4 << 20) && pthread_create(&hasher, NULL, hash_chunks, &job) == 0;
   const char *step = "create";
   int err = 0;
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -182,17 +174,30 @@ px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char 
   int f = fd;
   fd = -1;
   if (close(f) != 0) goto fail;
-  if (threaded) pthread_join(hasher, NULL);
-  else hash_chunks(&job);
-  memcpy(digest, job.digest, PX_SHA256_BYTES);
   return PX_OK;
 
 fail:
   err = errno;
   if (fd >= 0) close(fd);
-  if (threaded) pthread_join(hasher, NULL);
   return px_error(PX_ERR_IO, "checkpoint %s: %s of file \"%s\" failed: %s; the checkpoints already in the directory "
                   "are untouched", ckpt, step, name, px_io_strerror(err, why, sizeof why));
+}
+
+// Writes the concatenation of chunks to path (a new file), fsynced, its
+// SHA-256 into digest and, when crcs is not NULL, each chunk's CRC-32C.
+px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
+                                 int n, unsigned char digest[PX_SHA256_BYTES], uint32_t *crcs) {
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += chunks[i].size;
+  hash_job job = {chunks, n, crcs, {0}};
+  pthread_t hasher;
+  // Small files are hashed here: a thread costs more than it saves.
+  bool threaded = total >= ((size_t)4 << 20) && pthread_create(&hasher, NULL, hash_chunks, &job) == 0;
+  px_status st = write_sync(path, ckpt, name, chunks, n);
+  if (threaded) pthread_join(hasher, NULL);
+  else if (st == PX_OK) hash_chunks(&job);
+  if (st == PX_OK) memcpy(digest, job.digest, PX_SHA256_BYTES);
+  return st;
 }
 
 px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
@@ -240,6 +245,171 @@ px_status px_ckpt_write_item_crc(const char *tmp, const char *final, const px_ck
   if (st == PX_OK) px_sha256_hex(digest, hex);
   free(file);
   free(label);
+  return st;
+}
+
+/* ---- several items at once ---------------------------------------------------------- */
+
+// Items of at least this many bytes get a thread of their own.
+#define ITEM_THREAD_MIN ((size_t)4 << 20)
+
+static size_t item_bytes(const px_ckpt_item *it) {
+  if (!it->tensors) return it->n_bytes;
+  size_t n = 0;
+  for (int i = 0; i < it->tensors->count; i++) n += px_tensor_nbytes(&it->tensors->items[i].tensor);
+  return n;
+}
+
+// A large item: its bytes as chunks, written by a thread of its own while
+// the caller's thread hashes it (paired with another one: px_sha256_update2).
+typedef struct big_item {
+  const char         *final, *name;
+  char               *file, *label;
+  px_st_image         img;
+  bool                has_img;
+  px_io_chunk         one;
+  const px_io_chunk  *chunks;
+  int                 n_chunks;
+  uint32_t           *crc;          // per chunk, when wanted
+  px_sha256           sha;
+  int                 at;           // hashing: the chunk, and the bytes of it done
+  size_t              off;
+  px_status           st;
+  char                msg[1024];    // the writer thread's error message
+} big_item;
+
+static void *write_big(void *arg) {
+  big_item *b = arg;
+  b->st = write_sync(b->file, b->final, b->name, b->chunks, b->n_chunks);
+  if (b->st != PX_OK) snprintf(b->msg, sizeof b->msg, "%s", px_last_error());
+  return NULL;
+}
+
+// The next at most HASH_BLOCK bytes of b still to hash (within one chunk).
+static size_t next_span(big_item *b, const unsigned char **p) {
+  while (b->at < b->n_chunks && b->off == b->chunks[b->at].size) { b->at++; b->off = 0; }
+  if (b->at == b->n_chunks) return 0;
+  size_t k = b->chunks[b->at].size - b->off;
+  *p = (const unsigned char *)b->chunks[b->at].data + b->off;
+  return k < HASH_BLOCK ? k : HASH_BLOCK;
+}
+
+static void hashed(big_item *b, const unsigned char *p, size_t k) {
+  if (b->crc) b->crc[b->at] = px_ckpt_crc32c(b->crc[b->at], p, k);
+  b->off += k;
+}
+
+// Hashes every big item, two at a time while two are left: x and y (x <
+// y) are the pair; every item below y but x is done; y == n: x alone.
+static void hash_big(big_item *bs, int n) {
+  int x = 0, y = 1;
+  while (x < n) {
+    const unsigned char *px = NULL, *py = NULL;
+    const size_t kx = next_span(&bs[x], &px);
+    if (!kx) {
+      x = y;
+      y = x + 1;
+      continue;
+    }
+    const size_t ky = y < n ? next_span(&bs[y], &py) : 0;
+    if (y < n && !ky) {
+      y++;
+      continue;
+    }
+    if (y < n) {
+      px_sha256_update2(&bs[x].sha, px, kx, &bs[y].sha, py, ky);
+      hashed(&bs[y], py, ky);
+    } else {
+      px_sha256_update(&bs[x].sha, px, kx);
+    }
+    hashed(&bs[x], px, kx);
+  }
+}
+
+static void big_free(big_item *b) {
+  if (b->has_img) px_st_image_free(&b->img);
+  free(b->crc);
+  free(b->file);
+  free(b->label);
+}
+
+px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_item *items, int n_items,
+                              char (*hex)[PX_SHA256_HEX], px_ckpt_chunk_crc **crcs, int *n_crcs) {
+  int n_big = 0;
+  for (int i = 0; i < n_items; i++) n_big += item_bytes(&items[i]) >= ITEM_THREAD_MIN;
+  big_item *bs = n_big >= 2 ? calloc((size_t)n_big, sizeof *bs) : NULL;
+  pthread_t *tid = n_big >= 2 ? calloc((size_t)n_big, sizeof *tid) : NULL;
+  bool *threaded = n_big >= 2 ? calloc((size_t)n_big, sizeof *threaded) : NULL;
+  px_status st = PX_OK;
+  if (n_big >= 2 && (!bs || !tid || !threaded)) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+  // Two large items or more: each written by a thread of its own, all
+  // hashed here, two at a time; then the small ones, one by one.
+  int nb = 0;
+  for (int i = 0; i < n_items && st == PX_OK && n_big >= 2; i++) {
+    const px_ckpt_item *it = &items[i];
+    if (item_bytes(it) < ITEM_THREAD_MIN) continue;
+    big_item *b = &bs[nb++];
+    size_t plen = strlen(tmp) + strlen(final) + strlen(it->name) + 2;
+    b->final = final;
+    b->name = it->name;
+    b->file = malloc(plen);
+    b->label = malloc(plen);
+    if (!b->file || !b->label) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory for a path", final); break; }
+    snprintf(b->file, plen, "%s/%s", tmp, it->name);
+    snprintf(b->label, plen, "%s/%s", final, it->name);
+    if (it->tensors) {
+      if ((st = px_st_image_build(b->label, it->tensors, it->metadata, it->n_metadata, &b->img)) != PX_OK) break;
+      b->has_img = true;
+      b->chunks = b->img.chunks;
+      b->n_chunks = b->img.n_chunks;
+    } else {
+      b->one = (px_io_chunk){it->bytes, it->n_bytes};
+      b->chunks = &b->one;
+      b->n_chunks = 1;
+    }
+    if (crcs && it->tensors && !(b->crc = calloc((size_t)(b->n_chunks > 0 ? b->n_chunks : 1), sizeof *b->crc))) {
+      st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+      break;
+    }
+    px_sha256_init(&b->sha);
+  }
+  if (st == PX_OK && n_big >= 2) {
+    for (int k = 0; k < nb; k++) threaded[k] = pthread_create(&tid[k], NULL, write_big, &bs[k]) == 0;
+    hash_big(bs, nb);
+    for (int k = 0; k < nb; k++) {
+      if (threaded[k]) pthread_join(tid[k], NULL);
+      else write_big(&bs[k]);
+    }
+    for (int k = 0, i = 0; i < n_items; i++) {
+      if (item_bytes(&items[i]) < ITEM_THREAD_MIN) continue;
+      big_item *b = &bs[k++];
+      if (b->st != PX_OK) {
+        if (st == PX_OK) st = px_error(b->st, "%s", b->msg);
+        continue;
+      }
+      unsigned char digest[PX_SHA256_BYTES];
+      px_sha256_final(&b->sha, digest);
+      px_sha256_hex(digest, hex[i]);
+      if (crcs && b->crc) {
+        px_ckpt_chunk_crc *out = malloc((size_t)(b->n_chunks > 0 ? b->n_chunks : 1) * sizeof *out);
+        if (!out) {
+          if (st == PX_OK) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+          continue;
+        }
+        for (int c = 0; c < b->n_chunks; c++) out[c] = (px_ckpt_chunk_crc){b->chunks[c].data, b->chunks[c].size, b->crc[c]};
+        crcs[i] = out;
+        n_crcs[i] = b->n_chunks;
+      }
+    }
+  }
+  for (int i = 0; i < n_items && st == PX_OK; i++) {
+    if (n_big >= 2 && item_bytes(&items[i]) >= ITEM_THREAD_MIN) continue;
+    st = px_ckpt_write_item_crc(tmp, final, &items[i], hex[i], crcs ? &crcs[i] : NULL, n_crcs ? &n_crcs[i] : NULL);
+  }
+  for (int k = 0; k < nb; k++) big_free(&bs[k]);
+  free(bs);
+  free(tid);
+  free(threaded);
   return st;
 }
 
@@ -374,11 +544,14 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
   made_tmp = true;
 
   size_t sums_len = 0;
-  for (int i = 0; i < n_items; i++) {
-    const px_ckpt_item *it = &items[i];
-    char hex[PX_SHA256_HEX];
-    if ((st = px_ckpt_write_item(tmp, final, it, hex)) != PX_OK) goto done;
-    sums_len += (size_t)sprintf(sums + sums_len, "%s  %s\n", hex, it->name);
+  {
+    char (*hex)[PX_SHA256_HEX] = malloc((size_t)n_items * sizeof *hex);
+    if (!hex) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+    else st = px_ckpt_write_items(tmp, final, items, n_items, hex, NULL, NULL);
+    for (int i = 0; i < n_items && st == PX_OK; i++)
+      sums_len += (size_t)sprintf(sums + sums_len, "%s  %s\n", hex[i], items[i].name);
+    free(hex);
+    if (st != PX_OK) goto done;
   }
   // SHA256SUMS last: a directory that has it had all its files written.
   unsigned char ignored[PX_SHA256_BYTES];

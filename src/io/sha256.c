@@ -118,6 +118,64 @@ static void blocks_shani(uint32_t h[8], const unsigned char *p, size_t n_blocks)
   _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(feba, dchg, 0xF0));
   _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(dchg, feba, 8));
 }
+// Two messages' blocks at once: the rounds of blocks_shani for each,
+// interleaved, so one's sha256rnds2 runs while the other's result is due.
+__attribute__((target("sha,sse4.1,ssse3")))
+static void blocks_shani2(uint32_t ha[8], uint32_t hb[8], const unsigned char *p, const unsigned char *q,
+                          size_t n_blocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+  __m128i s0, s1, t0, t1;
+  {
+    __m128i abcd = _mm_loadu_si128((const __m128i *)&ha[0]), efgh = _mm_loadu_si128((const __m128i *)&ha[4]);
+    __m128i cdab = _mm_shuffle_epi32(abcd, 0xB1);
+    efgh = _mm_shuffle_epi32(efgh, 0x1B);
+    s0 = _mm_alignr_epi8(cdab, efgh, 8);
+    s1 = _mm_blend_epi16(efgh, cdab, 0xF0);
+    abcd = _mm_loadu_si128((const __m128i *)&hb[0]);
+    efgh = _mm_loadu_si128((const __m128i *)&hb[4]);
+    cdab = _mm_shuffle_epi32(abcd, 0xB1);
+    efgh = _mm_shuffle_epi32(efgh, 0x1B);
+    t0 = _mm_alignr_epi8(cdab, efgh, 8);
+    t1 = _mm_blend_epi16(efgh, cdab, 0xF0);
+  }
+  for (; n_blocks--; p += 64, q += 64) {
+    const __m128i a0 = s0, a1 = s1, b0 = t0, b1 = t1;
+    __m128i x[4], y[4];
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; g++) {
+      if (g < 4) {
+        x[g] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * g)), bswap);
+        y[g] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(q + 16 * g)), bswap);
+      }
+      const __m128i k = _mm_loadu_si128((const __m128i *)&K[4 * g]);
+      const __m128i wk = _mm_add_epi32(x[g & 3], k), vk = _mm_add_epi32(y[g & 3], k);
+      s1 = _mm_sha256rnds2_epu32(s1, s0, wk);
+      t1 = _mm_sha256rnds2_epu32(t1, t0, vk);
+      if (g >= 3 && g <= 14) {
+        __m128i w7 = _mm_alignr_epi8(x[g & 3], x[(g - 1) & 3], 4), v7 = _mm_alignr_epi8(y[g & 3], y[(g - 1) & 3], 4);
+        x[(g + 1) & 3] = _mm_sha256msg2_epu32(_mm_add_epi32(x[(g + 1) & 3], w7), x[g & 3]);
+        y[(g + 1) & 3] = _mm_sha256msg2_epu32(_mm_add_epi32(y[(g + 1) & 3], v7), y[g & 3]);
+      }
+      s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(wk, 0x0E));
+      t0 = _mm_sha256rnds2_epu32(t0, t1, _mm_shuffle_epi32(vk, 0x0E));
+      if (g >= 1 && g <= 12) {
+        x[(g - 1) & 3] = _mm_sha256msg1_epu32(x[(g - 1) & 3], x[g & 3]);
+        y[(g - 1) & 3] = _mm_sha256msg1_epu32(y[(g - 1) & 3], y[g & 3]);
+      }
+    }
+    s0 = _mm_add_epi32(s0, a0);
+    s1 = _mm_add_epi32(s1, a1);
+    t0 = _mm_add_epi32(t0, b0);
+    t1 = _mm_add_epi32(t1, b1);
+  }
+  __m128i feba = _mm_shuffle_epi32(s0, 0x1B), dchg = _mm_shuffle_epi32(s1, 0xB1);
+  _mm_storeu_si128((__m128i *)&ha[0], _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128((__m128i *)&ha[4], _mm_alignr_epi8(dchg, feba, 8));
+  feba = _mm_shuffle_epi32(t0, 0x1B);
+  dchg = _mm_shuffle_epi32(t1, 0xB1);
+  _mm_storeu_si128((__m128i *)&hb[0], _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128((__m128i *)&hb[4], _mm_alignr_epi8(dchg, feba, 8));
+}
 #endif
 
 bool px_sha256_have_shani(void) {
@@ -174,6 +232,36 @@ void px_sha256_update(px_sha256 *s, const void *data, size_t n) {
   }
   memcpy(s->buf, p, n);
   s->buf_len = n;
+}
+
+void px_sha256_update2(px_sha256 *a, const void *pa, size_t na, px_sha256 *b, const void *pb, size_t nb) {
+#ifdef PX_SHA256_X86
+  if (a->blocks == blocks_shani && b->blocks == blocks_shani) {
+    // Each partial block filled from its own message first, then the
+    // blocks both have, two at a time.
+    size_t ka = a->buf_len ? 64 - a->buf_len : 0, kb = b->buf_len ? 64 - b->buf_len : 0;
+    if (ka <= na && kb <= nb) {
+      px_sha256_update(a, pa, ka);
+      px_sha256_update(b, pb, kb);
+      pa = (const unsigned char *)pa + ka;
+      pb = (const unsigned char *)pb + kb;
+      na -= ka;
+      nb -= kb;
+      const size_t k = (na < nb ? na : nb) / 64 * 64;
+      if (k) {
+        blocks_shani2(a->h, b->h, pa, pb, k / 64);
+        a->n_bytes += k;
+        b->n_bytes += k;
+        pa = (const unsigned char *)pa + k;
+        pb = (const unsigned char *)pb + k;
+        na -= k;
+        nb -= k;
+      }
+    }
+  }
+#endif
+  px_sha256_update(a, pa, na);
+  px_sha256_update(b, pb, nb);
 }
 
 void px_sha256_final(px_sha256 *s, unsigned char digest[PX_SHA256_BYTES]) {

@@ -39,6 +39,12 @@ void px_sha256_init(px_sha256 *s);
 void px_sha256_init_impl(px_sha256 *s, px_sha256_impl impl);
 void px_sha256_update(px_sha256 *s, const void *data, size_t n);
 void px_sha256_final(px_sha256 *s, unsigned char digest[PX_SHA256_BYTES]);
+// px_sha256_update(a, pa, na) and px_sha256_update(b, pb, nb) at once:
+// with SHA-NI, the whole blocks the two have in common run with the two
+// messages' rounds interleaved on one core (one stream leaves the SHA unit
+// waiting on each round's result; two ran 1.75x as fast in all here), the
+// rest one message at a time.
+void px_sha256_update2(px_sha256 *a, const void *pa, size_t na, px_sha256 *b, const void *pb, size_t nb);
 
 // Whether this CPU and build can run the SHA-NI implementation.
 bool px_sha256_have_shani(void);
