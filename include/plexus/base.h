@@ -15,6 +15,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef enum px_status {
   PX_OK = 0,
   PX_ERR_INVALID,     /* a bad argument or option */
@@ -146,6 +149,8 @@ px_status px_dtype_parse(const char *name, px_dtype *out);
 /* ---- Clocks -------------------------------------------------------------- */
 /* Monotonic seconds. */
 double px_time_now(void);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

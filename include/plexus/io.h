@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 /* ---- Reading: an opened file whose tensors are views of its bytes ------- */
 typedef struct px_safetensors px_safetensors;
 
@@ -205,6 +208,8 @@ px_status px_checkpoint_assemble(const char *ckpt_path, const char *prefix, cons
  * the elements and the file.  All or nothing: on error no wanted piece has
  * changed. */
 px_status px_checkpoint_load_boxes(const char *ckpt_path, const char *prefix, const px_tensor_piece *want, int n);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 /* ---- Schedules as data -------------------------------------------------------- */
 typedef enum px_pp_kind { PX_PP_GPIPE = 0, PX_PP_1F1B, PX_PP_INTERLEAVED } px_pp_kind;
 
@@ -291,6 +294,8 @@ typedef struct px_pp_stats {
                           px_pp_measure_grad_norm; else that of the last step that measured it) */
 } px_pp_stats;
 void px_pp_stats_get(const px_pp *pp, px_pp_stats *out);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef enum px_device { PX_CPU = 0, PX_CUDA = 1 } px_device;
 
 #define PX_MAX_DIMS 4
@@ -99,6 +102,8 @@ typedef struct px_state_dict {
 void px_state_dict_free(px_state_dict *sd);
 /* Index of `name`, or -1. */
 int px_state_dict_find(const px_state_dict *sd, const char *name);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

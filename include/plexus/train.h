@@ -46,6 +46,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef struct px_train_opts {
   /* Data */
   size_t   batch_size;       /* per rank, per micro-batch */
@@ -161,6 +164,8 @@ size_t px_train_peak_rss(void);
  * checkpoint has no model.safetensors: the model is assembled from the
  * ranks' model.rank*.safetensors pieces. */
 px_status px_train_load_weights(px_model *model, const char *path, char *resolved, size_t cap);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
