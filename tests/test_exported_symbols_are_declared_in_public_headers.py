@@ -3,6 +3,8 @@ defines (nm -D --defined-only) is a function declared in include/plexus/*.h,
 no internal name (pxt_, pxz_, pxr_, px_ckpt_, px_st_, px_sha256_, px_mpi_)
 is among them, and every function the public headers declare is
 exported (a definition that does not see its public header would be hidden).
+The resolvers gcc emits beside an ifunc (`px_axpy.resolver`, for a function
+built for several CPUs) are allowed only beside their exported ifunc.
 
 If it failed, programs could link against internals that change without
 notice, two copies of an internal name could clash with a user's symbols,
@@ -57,6 +59,16 @@ for line in out.stdout.splitlines():
     parts = line.split()
     if len(parts) == 3:
         exported[parts[2].split("@")[0]] = parts[1]
+
+# A public function built for several CPUs (PX_KERNEL: gcc's target_clones)
+# is an ifunc, and gcc exports its resolver as `<name>.resolver` beside it:
+# not a C identifier, so no program can name it.  Allowed for a declared
+# name that is itself exported as an ifunc, and only then.
+resolvers = {n for n in exported if n.endswith(".resolver")}
+for r in sorted(resolvers):
+    base = r[: -len(".resolver")]
+    check(exported.get(base) == "i", f"{r} is exported but {base} is not an exported ifunc")
+    del exported[r]
 
 declared = declared_functions()
 print(f"{len(exported)} symbols exported, {len(declared)} functions declared in include/plexus/")

@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 // L = (1/n) Σ (p - t)²        ∂L/∂p = 2 (p - t) / n
-px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *loss, float *dpred) {
+PX_KERNEL px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *loss, float *dpred) {
   if (!px_tensor_same_shape(pred, target)) {
     char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
     return px_error(PX_ERR_SHAPE, "mse_loss: prediction %s and target %s differ in shape",
@@ -74,7 +74,7 @@ static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, flo
   return (1.0 - eps) * nll + eps * smooth;
 }
 
-px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts,
+PX_KERNEL px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts,
                                 float *loss, float *dlogits) {
   px_ce_opts o = opts ? *opts : PX_CE_DEFAULTS;
   if (logits->ndim < 1) return px_error(PX_ERR_SHAPE, "cross_entropy: logits need a class dimension");
