@@ -42,7 +42,7 @@ PX_KERNEL px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, 
 // the logits' own memory (every z_j is read before dz_j is written).
 #define CE_CHUNKS 64
 
-static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, float inv_valid) {
+PX_KERNEL static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, float inv_valid) {
   float zmax = z[0];
   #pragma omp simd reduction(max : zmax)
   for (int j = 0; j < C; j++) zmax = z[j] > zmax ? z[j] : zmax;
@@ -74,7 +74,7 @@ static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, flo
   return (1.0 - eps) * nll + eps * smooth;
 }
 
-PX_KERNEL px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts,
+px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts,
                                 float *loss, float *dlogits) {
   px_ce_opts o = opts ? *opts : PX_CE_DEFAULTS;
   if (logits->ndim < 1) return px_error(PX_ERR_SHAPE, "cross_entropy: logits need a class dimension");
