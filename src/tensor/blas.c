@@ -2,8 +2,9 @@
 //
 // Debian's OpenBLAS (0.3.21) picks its kernels when it is loaded, from the
 // CPU model; on CPUs newer than itself (Sapphire Rapids, for one) it falls
-// back to generic "Prescott" SSE3 kernels, 5.7× slower here than its own
-// SkylakeX kernels (measured: sgemm 1024³, 1 thread, 25.8 vs 146 GFLOP/s).
+// back to generic "Prescott" SSE3 kernels, several times slower than its
+// own SkylakeX kernels (figures: docs/PERFORMANCE.md, "Figures behind code
+// comments").
 // Its documented override is the environment variable OPENBLAS_CORETYPE,
 // read once while the library loads.  So libplexus does not link OpenBLAS:
 // a constructor, which runs before main and before any thread exists, sets
