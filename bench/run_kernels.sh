@@ -8,7 +8,7 @@
 # Builds build-native/ (-DPX_NATIVE=ON: -march=native, no clones; what every
 # build was before the portable default) and build-portable/ (the default:
 # baseline x86-64, PX_KERNEL clones picked from cpuid) and runs their
-# bench_kernels alternately, 1 thread.  Per kernel: the best time of one
+# bench_kernels alternately, 1 thread.  Per kernel: the best CPU time of one
 # call over all rounds in each build, and portable / native.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +34,7 @@ awk -F'  +' '
   { name = $1; t = $2 + 0; if (!(name in seen)) { order[++k] = name; seen[name] = 1 }
     if (!((b, name) in best) || t < best[b, name]) best[b, name] = t }
   END {
-    printf "| kernel | native µs | portable µs | portable / native |\n|---|---:|---:|---:|\n"
+    printf "| kernel | native µs cpu | portable µs cpu | portable / native |\n|---|---:|---:|---:|\n"
     for (i = 1; i <= k; i++) { n = order[i]
       printf "| %s | %.1f | %.1f | %.3f |\n", n, best["n", n], best["p", n], best["p", n] / best["n", n] }
   }' "$tmp/native.txt" "$tmp/portable.txt"

@@ -91,6 +91,8 @@ const char *px_kernel_info(void) {
   if (__builtin_cpu_supports("x86-64-v4")) return "avx512 (x86-64-v4, cpuid)";
   if (__builtin_cpu_supports("x86-64-v3")) return "avx2+fma (x86-64-v3, cpuid)";
   return "baseline x86-64 (cpuid: no avx2+fma)";
+#elif defined(PX_KERNEL_NO_CLONES)
+  return "compiler default (a sanitizer build: no run-time choice)";
 #elif defined(PX_NATIVE_BUILD)
   return "native (built with -march=native for the build machine's CPU)";
 #else

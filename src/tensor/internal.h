@@ -16,9 +16,13 @@ void px_threads_init(void);
 // `omp simd` reductions, as with -march before: the same CPU always runs
 // the same clone.  -ffp-contract stays off (ISO C), so no clone fuses a
 // multiply-add that the baseline rounds twice.  Off with PX_NATIVE
-// (-march=native: one build for one CPU), on other architectures, and
-// where the compiler lacks target_clones.  px_kernel_info names the choice.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && !defined(PX_NATIVE_BUILD)
+// (-march=native: one build for one CPU), in sanitizer builds
+// (PX_KERNEL_NO_CLONES: an ifunc resolver can run while the dynamic loader
+// relocates the program, before the sanitizer's runtime is up, and its
+// instrumented code would crash there), on other architectures, and where
+// the compiler lacks target_clones.  px_kernel_info names the choice.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    !defined(PX_NATIVE_BUILD) && !defined(PX_KERNEL_NO_CLONES)
 #define PX_KERNEL_CLONES 1
 #define PX_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
