@@ -23,7 +23,8 @@ static int run(px_comm *c, void *arg) {
   size_t off, cnt;
   px_ddp_bucket_range(d, 0, &off, &cnt);
   CHECK(off + cnt == md->n_param_elems, "bucket 0 ends the buffer");
-  static float x[64 * 256];
+  float *x = malloc(64 * 256 * sizeof *x);  // one per rank: ranks are threads
+  if (!x) return 1;
   for (int i = 0; i < 64 * 256; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
   px_tensor X = px_tensor_f32(x, 2, 64, 256, 0, 0), Y;
   int overlapped = 0;
@@ -46,6 +47,7 @@ static int run(px_comm *c, void *arg) {
   CHECK(overlapped == 3, "rank %d: bucket 0 started before backward ended in %d of 3 steps", px_comm_rank(c),
         overlapped);
   px_ddp_free(d);
+  free(x);
   px_model_free(md);
   return px_test_failures ? 1 : 0;
 }

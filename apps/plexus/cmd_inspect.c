@@ -9,7 +9,6 @@
 //   plexus inspect runs/x/checkpoints       every checkpoint and whether it verifies
 #define _POSIX_C_SOURCE 200809L
 #include "app.h"
-#include "io/sha256.h"
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -39,10 +38,8 @@ static void print_tensors(const char *path, const char *indent) {
   printf("\n%s  %-*s  %-5s  %-20s  %s\n", indent, (int)width, "name", "dtype", "shape", "sha256 (16 of 64)");
   for (int i = 0; i < n; i++) {
     const px_named_tensor *t = px_safetensors_get(f, i);
-    unsigned char d[PX_SHA256_BYTES];
-    char hex[PX_SHA256_HEX], shape[PX_SHAPE_STR_MAX];
-    px_sha256_bytes(t->tensor.data, px_tensor_nbytes(&t->tensor), d);
-    px_sha256_hex(d, hex);
+    char hex[65], shape[PX_SHAPE_STR_MAX];
+    px_digest_sha256(t->tensor.data, px_tensor_nbytes(&t->tensor), hex);
     printf("%s  %-*s  %-5s  %-20s  %.16s\n", indent, (int)width, t->name, px_dtype_name(t->tensor.dtype),
            px_shape_str(t->tensor.ndim, t->tensor.shape, shape, sizeof shape), hex);
   }

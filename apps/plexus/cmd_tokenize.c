@@ -78,14 +78,8 @@ int px_cmd_tokenize(int argc, char **argv) {
   char *slash = strrchr(parent, '/');
   if (slash && slash != parent) {
     *slash = '\0';
-    for (char *p = parent + 1; *p; p++)
-      if (*p == '/') {
-        *p = '\0';
-        mkdir(parent, 0777);
-        *p = '/';
-      }
-    if (mkdir(parent, 0777) != 0 && errno != EEXIST) {
-      fprintf(stderr, "plexus tokenize: cannot create the directory %s: %s\n", parent, strerror(errno));
+    if (px_mkdir_p(parent, "plexus tokenize", false) != PX_OK) {
+      fprintf(stderr, "%s\n", px_last_error());
       return 1;
     }
   }

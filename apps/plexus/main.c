@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "--version") == 0) {
     printf("plexus %d.%d.%d (%s)\n", PLEXUS_VERSION_MAJOR, PLEXUS_VERSION_MINOR, PLEXUS_VERSION_PATCH,
            px_comm_mpi_available() ? "with MPI" : "without MPI");
+    printf("kernels: %s\nblas: %s\n", px_kernel_info(), px_blas_info());
     return 0;
   }
   if (strcmp(cmd, "train") == 0) return px_cmd_train(argc - 1, argv + 1);

@@ -1,4 +1,4 @@
-/* zoo.h — the model zoo of the plexus command (DESIGN: apps/plexus).
+/* zoo.h — the model zoo of the plexus command (docs/ARCHITECTURE.md: apps/plexus).
  *
  * Each builder returns a module tree ready for px_model_create, or NULL
  * with px_last_error() set.  Parameter names follow the PyTorch models users

@@ -15,6 +15,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef enum px_status {
   PX_OK = 0,
   PX_ERR_INVALID,     /* a bad argument or option */
@@ -143,9 +146,22 @@ const char *px_dtype_name(px_dtype t);
 px_status px_dtype_parse(const char *name, px_dtype *out);
 
 
+/* ---- Files -----------------------------------------------------------------
+ * Write to "<path>.tmp.<pid>", fsync, rename over path, fsync the directory:
+ * a crash leaves the old file or the new one, never a torn one. */
+px_status px_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* mkdir -p: create path and every missing parent.  An existing directory is
+ * fine; an existing non-directory is PX_ERR_IO naming it.  `what` starts the
+ * error message (NULL: "mkdir"); with `durable`, each directory created is
+ * made durable in its parent (fsync), as before writing a checkpoint. */
+px_status px_mkdir_p(const char *path, const char *what, bool durable);
+
 /* ---- Clocks -------------------------------------------------------------- */
 /* Monotonic seconds. */
 double px_time_now(void);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef struct px_comm px_comm;
 typedef struct px_request px_request;
 
@@ -159,6 +162,8 @@ px_status px_print_ordered(px_comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 /* ---- Distributed sampler ------------------------------------------------
  * px_sampler is PyTorch's DistributedSampler: each epoch a permutation of
  * [0, n) drawn from (seed, epoch) — the same on every rank — is padded
@@ -311,6 +314,8 @@ typedef struct px_image_opts {
  * synsets are errors naming the CSV and the line); images are decoded in
  * get, by the loader's workers. */
 px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

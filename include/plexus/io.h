@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 /* ---- Reading: an opened file whose tensors are views of its bytes ------- */
 typedef struct px_safetensors px_safetensors;
 
@@ -55,10 +58,11 @@ px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool st
 px_status px_safetensors_save0(px_comm *comm, const char *path, const px_state_dict *sd,
                                const px_kv *metadata, int n_metadata);
 
-/* ---- Atomic writes ---------------------------------------------------------
- * Write to "<path>.tmp.<pid>", fsync, rename over path, fsync the directory:
- * a crash leaves the old file or the new one, never a torn one. */
-px_status px_write_file_atomic(const char *path, const void *data, size_t n);
+/* Atomic writes: px_write_file_atomic, in plexus/base.h. */
+
+/* SHA-256 of n bytes as 64 lowercase hex digits and a NUL, the digest
+ * SHA256SUMS lists (`sha256sum` prints the same). */
+void px_digest_sha256(const void *data, size_t n, char hex[65]);
 
 /* ---- Checkpoints -------------------------------------------------------------
  * A checkpoint is a directory <dir>/step_<step, 8 digits or more>/ holding
@@ -205,6 +209,8 @@ px_status px_checkpoint_assemble(const char *ckpt_path, const char *prefix, cons
  * the elements and the file.  All or nothing: on error no wanted piece has
  * changed. */
 px_status px_checkpoint_load_boxes(const char *ckpt_path, const char *prefix, const px_tensor_piece *want, int n);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,9 @@
 
 #include "plexus/base.h"
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef struct px_logger px_logger;
 
 typedef struct px_logger_opts {
@@ -78,5 +81,7 @@ void px_logger_free(px_logger *l);
 uint32_t px_crc32c(uint32_t crc, const void *data, size_t n);
 /* TensorBoard's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
 uint32_t px_crc32c_masked(const void *data, size_t n);
+
+#pragma GCC visibility pop
 
 #endif

@@ -27,6 +27,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef struct px_module px_module;
 typedef struct px_ctx px_ctx;
 
@@ -372,6 +375,8 @@ typedef struct px_ce_opts {
  * Mean over the non-ignored rows; 0 if every row is ignored. */
 px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
                                 const px_ce_opts *opts, float *loss, float *dlogits);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef enum px_optim_kind { PX_OPTIM_SGD = 0, PX_OPTIM_ADAM, PX_OPTIM_ADAMW } px_optim_kind;
 
 typedef struct px_optim_opts {
@@ -101,6 +104,8 @@ float px_lr_at(const px_lr_schedule *s, int64_t step);
  * px_clip_grad_scale with the global norm. */
 float px_clip_grad_norm(float *grads, size_t n, float max_norm);
 void px_clip_grad_scale(float *grads, size_t n, float norm, float max_norm);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef struct px_ddp_opts {
   size_t bucket_bytes;        /* bucket capacity (default 25 MiB) */
   size_t first_bucket_bytes;  /* the first bucket to fill, i.e. the model's
@@ -265,6 +268,8 @@ int px_zero_unit_count(const px_zero *z);
  * all-gather (stage 3 units, after-step buckets, px_zero_gather_params) and
  * every reduce-scatter. */
 void px_zero_counts(const px_zero *z, int64_t *allgathers, int64_t *reduce_scatters);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 /* ---- Schedules as data -------------------------------------------------------- */
 typedef enum px_pp_kind { PX_PP_GPIPE = 0, PX_PP_1F1B, PX_PP_INTERLEAVED } px_pp_kind;
 
@@ -332,6 +335,8 @@ void px_pp_set_step_base(px_pp *pp, uint64_t steps);
  * slots are indexed from *off (*len 0: no optimizer).  false without ZeRO
  * (the optimizer covers the whole buffer). */
 bool px_pp_chunk_zero_slice(const px_pp *pp, int chunk, size_t *off, size_t *len);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

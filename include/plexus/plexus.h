@@ -1,4 +1,4 @@
-/* plexus/plexus.h — everything.  See DESIGN.md for the layers. */
+/* plexus/plexus.h — everything.  docs/ARCHITECTURE.md maps the layers. */
 #ifndef PLEXUS_PLEXUS_H
 #define PLEXUS_PLEXUS_H
 

@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef enum px_device { PX_CPU = 0, PX_CUDA = 1 } px_device;
 
 #define PX_MAX_DIMS 4
@@ -60,6 +63,12 @@ int px_get_num_threads(void);
  * OPENBLAS_CORETYPE setting that selects the fast ones. */
 const char *px_blas_info(void);
 
+/* Which build of plexus's own loops (elementwise, optimizer steps,
+ * attention, softmax, cross-entropy, layer norm) runs: on x86-64 the
+ * baseline, AVX2+FMA or AVX-512 clone, picked at load time from cpuid;
+ * "native" in a PX_NATIVE (-march=native) build. */
+const char *px_kernel_info(void);
+
 /* ---- GEMM ----------------------------------------------------------------
  * C = alpha · op(A) · op(B) + beta · C, row-major, op = transpose if asked.
  * op(A): (M, K)   op(B): (K, N)   C: (M, N); leading dims are those of the
@@ -99,6 +108,8 @@ typedef struct px_state_dict {
 void px_state_dict_free(px_state_dict *sd);
 /* Index of `name`, or -1. */
 int px_state_dict_find(const px_state_dict *sd, const char *name);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 /* ---- The tensor-parallel group --------------------------------------------
  * The communicator the layers use, and counts of what they sent: forward and
  * backward collectives are counted apart, so a test can say "one all-reduce
@@ -220,6 +223,8 @@ px_status px_tp_clip_grad_norm(px_tp_group *g, px_model *model, float max_norm, 
 struct px_zero;
 px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, struct px_zero *z, px_model *model, float max_norm,
                                     float *norm_out);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,9 @@
 extern "C" {
 #endif
 
+/* Exported from libplexus.so, which hides everything else (-fvisibility=hidden). */
+#pragma GCC visibility push(default)
+
 typedef struct px_train_opts {
   /* Data */
   size_t   batch_size;       /* per rank, per micro-batch */
@@ -216,6 +219,8 @@ struct px_pp;
 px_status px_pp_checkpoint_save(px_comm *comm, struct px_pp *pp, bool writes, bool replicated, const char *dir,
                                 int64_t step, int keep_last, const char *state_json, char *path_out, size_t cap);
 px_status px_pp_checkpoint_load(px_comm *comm, struct px_pp *pp, const char *path, int64_t optimizer_step);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,6 @@
 // the one error path.  TurboJPEG reports errors by return value.
 #define _POSIX_C_SOURCE 200809L
 #include "plexus/data.h"
-#include "plexus/io.h"
 #include "data/file.h"
 
 #include <errno.h>

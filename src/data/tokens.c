@@ -23,7 +23,6 @@
 // tokens at start-up.
 #define _POSIX_C_SOURCE 200809L
 #include "data/tokens.h"
-#include "plexus/io.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "data/file.h"
 #include "data/vocab.h"
-#include "plexus/io.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,22 +7,8 @@
 
 #include "plexus/io.h"
 
-/* ---- atomic writes (atomic.c) -------------------------------------------- */
-
-// One piece of a file to write; a file is the concatenation of its chunks,
-// so a checkpoint streams header and tensors without first copying them into
-// one buffer of the file's size.
-typedef struct px_io_chunk {
-  const void *data;
-  size_t      size;
-} px_io_chunk;
-
-// px_write_file_atomic for a file given as n chunks.
-px_status px_io_write_chunks_atomic(const char *path, const px_io_chunk *chunks, int n);
-
-// strerror(err) into buf, safely from any thread (ranks of the threads
-// backend write their shards concurrently); returns buf.
-const char *px_io_strerror(int err, char *buf, size_t len);
+/* ---- atomic writes: base/atomic.c (libc only; data/ writes files too) ---- */
+#include "base/internal.h"
 
 /* ---- safetensors (safetensors.c, safetensors_header.c) -------------------- */
 

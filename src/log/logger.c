@@ -115,32 +115,8 @@ static px_status tb_scalars(px_logger *l, int64_t step, const char *const *tags,
   return tb_write_record(l, &ev);
 }
 
-/* mkdir -p: every missing component is created; an existing non-directory
- * is an error naming the path. */
-static px_status mkdir_p(const char *path, const char *what) {
-  char *p = dup_str(path);
-  if (!p) return px_error(PX_ERR_NOMEM, "%s: out of memory", what);
-  size_t n = strlen(p);
-  for (size_t i = 1; i <= n; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char c = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      px_status s = px_error(PX_ERR_IO, "%s: cannot create directory %s (for %s): %s", what, p, path, strerror(errno));
-      free(p);
-      return s;
-    }
-    p[i] = c;
-  }
-  free(p);
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return px_error(PX_ERR_IO, "%s: %s exists and is not a directory", what, path);
-  return PX_OK;
-}
-
 static px_status tb_open(px_logger *l, const char *dir) {
-  px_status s = mkdir_p(dir, "tensorboard");
+  px_status s = px_mkdir_p(dir, "tensorboard", false);
   if (s != PX_OK) return s;
   char host[256] = "localhost";
   if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "localhost");
@@ -255,7 +231,7 @@ px_status px_logger_create(px_logger **out, const px_logger_opts *opts) {
       px_status s = parent ? PX_OK : px_error(PX_ERR_NOMEM, "jsonl: out of memory");
       if (parent) {
         parent[slash - opts->jsonl_path] = '\0';
-        s = mkdir_p(parent, "jsonl");
+        s = px_mkdir_p(parent, "jsonl", false);
         free(parent);
       }
       if (s != PX_OK) {

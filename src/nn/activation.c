@@ -22,7 +22,7 @@ typedef struct act {
 #define GELU_C 0.044715f
 #define INV_SQRT_2 0.7071067811865476f
 
-static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   act *a = (act *)m;
   px_status st = px_ctx_tensor_like(ctx, y, x);
   if (st != PX_OK) return st;
@@ -62,7 +62,7 @@ static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   return PX_OK;
 }
 
-static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+PX_KERNEL static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   act *a = (act *)m;
   if (!dx) return PX_OK;
   px_status st = px_ctx_tensor_like(ctx, dx, dy);

@@ -93,7 +93,7 @@ static void mask_row(const attention *a, uint64_t e0, const float *row, float *o
 }
 
 // Forward of one head.  S: scratch of ATT_QB·T floats.
-static void head_forward(const attention *a, head_view hv, float *o, int ldo, float *lse, float *S) {
+PX_KERNEL static void head_forward(const attention *a, head_view hv, float *o, int ldo, float *lse, float *S) {
   const int T = hv.T, d = hv.d, ld = hv.ld;
   const float scale = 1.0f / sqrtf((float)d);
   for (int i0 = 0; i0 < T; i0 += ATT_QB) {
@@ -126,7 +126,7 @@ static void head_forward(const attention *a, head_view hv, float *o, int ldo, fl
 
 // Backward of one head.  dq, dk, dv: this head's columns of dqkv (stride
 // ld); scratch: 3·ATT_QB·T floats.
-static void head_backward(const attention *a, head_view hv, const float *o, const float *dout, int ldo,
+PX_KERNEL static void head_backward(const attention *a, head_view hv, const float *o, const float *dout, int ldo,
                           const float *lse, float *dq, float *dk, float *dv, float *scratch) {
   const int T = hv.T, d = hv.d, ld = hv.ld;
   const float scale = 1.0f / sqrtf((float)d);

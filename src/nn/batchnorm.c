@@ -63,8 +63,8 @@ static void bn_dims(const px_tensor *x, int64_t *N, int64_t *S) {
 // The statistics of channel c sum over N rows of S values each.  They run
 // in double as four independent chains, rows i..i+3 side by side: with one
 // accumulator every vector add waits for the one before, and the passes
-// ran at a fraction of the speed the loads allow (forward + backward of
-// (64, 32, 28, 28), one thread: 1.23 ms with one chain, 0.86 ms with four).
+// ran at a fraction of the speed the loads allow (docs/PERFORMANCE.md,
+// "Figures behind code comments", has the measurement).
 //   channel_sum:      Σ x
 //   channel_sum_dev2: Σ (x - μ)²
 //   channel_dy_sums:  Σ dy and Σ dy·(x - μ)   (x - μ in float)

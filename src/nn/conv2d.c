@@ -14,8 +14,8 @@
 // (col: (K, N·P)): on the benchmark CNN (batch 64, 1 thread) the batched
 // im2col streams N·K·P floats through DRAM and, with the NCHW <-> (O, N·P)
 // permutes it needs, cost more than the GEMM itself, while OpenBLAS runs
-// the per-sample GEMMs (O ≥ 8, P ≥ 49) as fast or faster; both conv layers,
-// forward + backward, took 4.0 ms batched and 3.0 ms per sample.  One
+// the per-sample GEMMs (O ≥ 8, P ≥ 49) as fast or faster (the measurement:
+// docs/PERFORMANCE.md, "Figures behind code comments").  One
 // sample's columns stay in L2, and in y and dy each sample's (O, P) block is
 // already the GEMM's layout, so nothing is permuted.
 //
@@ -49,9 +49,9 @@
 #include <string.h>
 
 // 16, not more: every partial is zeroed, filled and added back, so on the
-// zoo's CNN (conv 32 -> 64 at 14x14, batch 64) 64 one-sample blocks spent
-// 2 ms of a 26 ms step zeroing and summing 4.7 MB of partials; 16 blocks
-// still feed 16 threads.
+// zoo's CNN 64 one-sample blocks spent a tenth of the step zeroing and
+// summing partials (docs/PERFORMANCE.md, "Figures behind code comments");
+// 16 blocks still feed 16 threads.
 #define DW_BLOCKS 16
 #define PART_BUDGET ((size_t)1 << 22)  /* floats of dW partials (16 MiB) */
 #define ROW_CHUNK 64                   /* output rows per GEMM chunk on the wide path */

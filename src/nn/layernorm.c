@@ -26,7 +26,7 @@ typedef struct layernorm {
 // Columns of dγ, dβ that one thread owns while summing over rows.
 #define LN_COL_BLOCK 64
 
-static px_status ln_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+PX_KERNEL static px_status ln_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   layernorm *l = (layernorm *)m;
   if (x->ndim < 1 || x->shape[x->ndim - 1] != l->dim) {
     char s[PX_SHAPE_STR_MAX];
@@ -65,7 +65,7 @@ static px_status ln_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   return PX_OK;
 }
 
-static px_status ln_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+PX_KERNEL static px_status ln_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   layernorm *l = (layernorm *)m;
   const int D = l->dim;
   const size_t R = (size_t)px_tensor_numel(&l->x) / (size_t)D;

@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 // L = (1/n) Σ (p - t)²        ∂L/∂p = 2 (p - t) / n
-px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *loss, float *dpred) {
+PX_KERNEL px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *loss, float *dpred) {
   if (!px_tensor_same_shape(pred, target)) {
     char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
     return px_error(PX_ERR_SHAPE, "mse_loss: prediction %s and target %s differ in shape",
@@ -42,7 +42,7 @@ px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *los
 // the logits' own memory (every z_j is read before dz_j is written).
 #define CE_CHUNKS 64
 
-static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, float inv_valid) {
+PX_KERNEL static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, float inv_valid) {
   float zmax = z[0];
   #pragma omp simd reduction(max : zmax)
   for (int j = 0; j < C; j++) zmax = z[j] > zmax ? z[j] : zmax;

@@ -37,8 +37,9 @@ typedef struct pool2d {
 // The scan's step: (best, at) = (v, idx) when v > best or v is NaN, so the
 // first maximum wins and NaN propagates.  Written with bit masks, not a
 // branch or a float select that the compiler may turn into one: which way
-// it goes depends on the data, and a mispredicted branch per tap cost the
-// 2x2 pool of (64, 64, 14, 14) 1.05 ms against 0.19 ms without.
+// it goes depends on the data, and a mispredicted branch per tap made the
+// 2x2 pool several times slower (docs/PERFORMANCE.md, "Figures behind code
+// comments").
 POOL_INLINE uint32_t take_mask(float v, float best) { return 0u - (uint32_t)((v > best) | (v != v)); }
 POOL_INLINE float select_f32(uint32_t m, float a, float b) {  // m ? a : b, m all ones or zero
   uint32_t ua, ub;
@@ -188,7 +189,8 @@ static px_status pool_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
     float *yp = Y + pl * out_plane;
     int32_t *ap = is_max ? A + pl * out_plane : NULL;
     // Fixed (k, s) for the common windows let the compiler unroll the
-    // window; the written-out 2x2 kernel measured 10x the generic loop.
+    // window; the written-out 2x2 kernel is many times the generic loop
+    // (docs/PERFORMANCE.md, "Figures behind code comments").
     if (pad && k == 3 && s == 2 && pad == 1) max_plane_padded(xp, yp, ap, (int)H, (int)W, Ho, Wo, 3, 2, 1);
     else if (pad) max_plane_padded(xp, yp, ap, (int)H, (int)W, Ho, Wo, k, s, pad);
     else if (is_max && k == 2 && s == 2) max_plane_2x2(xp, yp, ap, (int)W, Ho, Wo);

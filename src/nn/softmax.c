@@ -13,7 +13,7 @@ typedef struct softmax {
   px_tensor y;  /* saved output (R, D) */
 } softmax;
 
-static px_status softmax_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+PX_KERNEL static px_status softmax_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   softmax *sm = (softmax *)m;
   if (x->ndim < 1 || x->shape[x->ndim - 1] < 1) {
     char s[PX_SHAPE_STR_MAX];
@@ -42,7 +42,7 @@ static px_status softmax_forward(px_module *m, px_ctx *ctx, const px_tensor *x, 
   return PX_OK;
 }
 
-static px_status softmax_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+PX_KERNEL static px_status softmax_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   softmax *sm = (softmax *)m;
   if (!dx) return PX_OK;
   px_status st = px_ctx_tensor_like(ctx, dx, &sm->y);

@@ -195,7 +195,7 @@ float *px_optim_state_slot(px_optim *o, int k, const char **name) {
 //   buf = momentum·buf + (1 - dampening)·d later
 //   d   = d + momentum·buf   (Nesterov)   or   d = buf   (heavy ball)
 //   p  -= lr·d
-static void sgd_segment(const px_optim *o, float *restrict p, const float *restrict g, float *restrict buf,
+PX_KERNEL static void sgd_segment(const px_optim *o, float *restrict p, const float *restrict g, float *restrict buf,
                         size_t n) {
   const float lr = o->opts.lr, wd = o->opts.weight_decay, mom = o->opts.momentum;
 
@@ -253,7 +253,7 @@ typedef struct adam_consts {
   float decay, l2, b1, b2, eps, c1, c2, neg_step_size, bc2_sqrt;
 } adam_consts;
 
-static void adam_segment(const adam_consts *c, float *restrict p, const float *restrict g, float *restrict m,
+PX_KERNEL static void adam_segment(const adam_consts *c, float *restrict p, const float *restrict g, float *restrict m,
                          float *restrict v, size_t n) {
   const float decay = c->decay, l2 = c->l2, b1 = c->b1, b2 = c->b2, eps = c->eps, c1 = c->c1, c2 = c->c2;
   const float neg_step_size = c->neg_step_size, bc2_sqrt = c->bc2_sqrt;

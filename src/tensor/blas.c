@@ -2,8 +2,9 @@
 //
 // Debian's OpenBLAS (0.3.21) picks its kernels when it is loaded, from the
 // CPU model; on CPUs newer than itself (Sapphire Rapids, for one) it falls
-// back to generic "Prescott" SSE3 kernels, 5.7× slower here than its own
-// SkylakeX kernels (measured: sgemm 1024³, 1 thread, 25.8 vs 146 GFLOP/s).
+// back to generic "Prescott" SSE3 kernels, several times slower than its
+// own SkylakeX kernels (figures: docs/PERFORMANCE.md, "Figures behind code
+// comments").
 // Its documented override is the environment variable OPENBLAS_CORETYPE,
 // read once while the library loads.  So libplexus does not link OpenBLAS:
 // a constructor, which runs before main and before any thread exists, sets
@@ -17,6 +18,7 @@
 #define _GNU_SOURCE  /* dlopen flags, setenv */
 #include "plexus/tensor.h"
 #include "tensor/blas.h"
+#include "tensor/internal.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -79,4 +81,21 @@ const char *px_blas_info(void) {
   snprintf(info, sizeof info, "%s; kernels: %s (%s)", px_blas.get_config ? px_blas.get_config() : "OpenBLAS",
            px_blas.get_corename ? px_blas.get_corename() : "?", blas_note);
   return info;
+}
+
+// The clone PX_KERNEL's ifunc resolver picks (tensor/internal.h): the same
+// test gcc's resolver makes, in the same order.
+const char *px_kernel_info(void) {
+#if PX_KERNEL_CLONES
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return "avx512 (x86-64-v4, cpuid)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "avx2+fma (x86-64-v3, cpuid)";
+  return "baseline x86-64 (cpuid: no avx2+fma)";
+#elif defined(PX_KERNEL_NO_CLONES)
+  return "compiler default (a sanitizer build: no run-time choice)";
+#elif defined(PX_NATIVE_BUILD)
+  return "native (built with -march=native for the build machine's CPU)";
+#else
+  return "compiler default (no run-time choice on this architecture)";
+#endif
 }

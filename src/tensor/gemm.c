@@ -4,7 +4,7 @@
 #include "tensor/internal.h"
 
 // Only when OpenBLAS could not be loaded: correct and slow.
-static void sgemm_reference(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+PX_KERNEL static void sgemm_reference(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                             const float *B, int ldb, float beta, float *C, int ldc) {
   #pragma omp parallel for if ((long)M * N * K > 1000000)
   for (int i = 0; i < M; i++)

@@ -7,6 +7,29 @@
 // Read PX_NUM_THREADS once and apply it to OpenMP and OpenBLAS.
 void px_threads_init(void);
 
+// PX_KERNEL marks a hot loop for function multiversioning: gcc compiles it
+// three times (baseline x86-64, x86-64-v3 = AVX2+FMA, x86-64-v4 = AVX-512
+// F/BW/CD/DQ/VL; OpenMP's outlined loop bodies are cloned too) and glibc's
+// ifunc picks one from cpuid when the library is loaded.  So a portable
+// build (the default) still runs the wide loops where the CPU has them.
+// Bits do not depend on the clone except through the vector width of
+// `omp simd` reductions, as with -march before: the same CPU always runs
+// the same clone.  -ffp-contract stays off (ISO C), so no clone fuses a
+// multiply-add that the baseline rounds twice.  Off with PX_NATIVE
+// (-march=native: one build for one CPU), in sanitizer builds
+// (PX_KERNEL_NO_CLONES: an ifunc resolver can run while the dynamic loader
+// relocates the program, before the sanitizer's runtime is up, and its
+// instrumented code would crash there), on other architectures, and where
+// the compiler lacks target_clones.  px_kernel_info names the choice.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    !defined(PX_NATIVE_BUILD) && !defined(PX_KERNEL_NO_CLONES)
+#define PX_KERNEL_CLONES 1
+#define PX_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PX_KERNEL_CLONES 0
+#define PX_KERNEL
+#endif
+
 // Below this many elements an OpenMP region costs more than it saves.
 #define PX_PAR_MIN 32768
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-void px_fill(float *x, size_t n, float v) {
+PX_KERNEL void px_fill(float *x, size_t n, float v) {
   #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) x[i] = v;
 }
@@ -16,22 +16,22 @@ void px_copy(float *dst, const float *src, size_t n) {
   if (dst != src) memcpy(dst, src, n * sizeof *dst);
 }
 
-void px_scale(float *x, size_t n, float a) {
+PX_KERNEL void px_scale(float *x, size_t n, float a) {
   #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) x[i] *= a;
 }
 
-void px_axpy(float *y, const float *x, size_t n, float a) {
+PX_KERNEL void px_axpy(float *y, const float *x, size_t n, float a) {
   #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-void px_add(float *out, const float *a, const float *b, size_t n) {
+PX_KERNEL void px_add(float *out, const float *a, const float *b, size_t n) {
   #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void px_mul(float *out, const float *a, const float *b, size_t n) {
+PX_KERNEL void px_mul(float *out, const float *a, const float *b, size_t n) {
   #pragma omp parallel for simd if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
@@ -63,13 +63,13 @@ void px_mul(float *out, const float *a, const float *b, size_t n) {
   }                                                                                   \
   return total
 
-double px_sum(const float *x, size_t n) { PX_BLOCK_REDUCE((double)x[i]); }
+PX_KERNEL double px_sum(const float *x, size_t n) { PX_BLOCK_REDUCE((double)x[i]); }
 
-double px_dot(const float *a, const float *b_, size_t n) { PX_BLOCK_REDUCE((double)a[i] * b_[i]); }
+PX_KERNEL double px_dot(const float *a, const float *b_, size_t n) { PX_BLOCK_REDUCE((double)a[i] * b_[i]); }
 
-double px_sumsq(const float *x, size_t n) { PX_BLOCK_REDUCE((double)x[i] * x[i]); }
+PX_KERNEL double px_sumsq(const float *x, size_t n) { PX_BLOCK_REDUCE((double)x[i] * x[i]); }
 
-float px_max_abs(const float *x, size_t n) {
+PX_KERNEL float px_max_abs(const float *x, size_t n) {
   float m = 0;
   #pragma omp parallel for simd reduction(max : m) if (parallel: PX_PAR(n))
   for (size_t i = 0; i < n; i++) {

@@ -6,7 +6,9 @@
 #include <omp.h>
 #include <stdlib.h>
 
-static int px_threads = 0; /* 0 = not yet initialised */
+/* 0 = not yet initialised.  Atomic: ranks of the threads backend make their
+ * first kernel call at once (ThreadSanitizer reported the plain int). */
+static _Atomic int px_threads = 0;
 
 void px_set_num_threads(int n) {
   if (n < 1) n = 1;

@@ -16,18 +16,13 @@
 // updated parameters (stages 1-2) before the next forward.
 //                                    log / eval / checkpoint at their intervals
 //     eval / checkpoint at the epoch's end (interval 0)
+#include "base/internal.h"
 #include "train/internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define TRY(call)                         \
-  do {                                    \
-    px_status st_ = (call);               \
-    if (st_ != PX_OK) return st_;         \
-  } while (0)
 
 static px_status check_opts(const px_train_opts *o) {
   if (o->batch_size < 1) return px_error(PX_ERR_INVALID, "train: batch_size must be at least 1");

@@ -2,10 +2,12 @@
 // directory; fsync makes them durable, rename(2) (atomic within one file
 // system) swaps the new file in, and an fsync of the directory makes the
 // rename itself durable.  A crash at any moment leaves the old file or the
-// new one, never a torn one; a failure removes the temporary file.
+// new one, never a torn one; a failure removes the temporary file.  In
+// base/ (libc only) because data/ writes vocabularies, shards and images
+// this way and must not depend on io/.
 #define _POSIX_C_SOURCE 200809L
-#include "plexus/io.h"
-#include "io/internal.h"
+#include "plexus/base.h"
+#include "base/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
