@@ -28,6 +28,11 @@
 
 #define VL 8               /* floats per vector */
 #define OB PX_C3_OB
+// Input channels summed in registers before the partial sum goes to the
+// tile: 64 channels = 576 terms.  One running sum over all of a 512-channel
+// layer's 4608 terms measured 9× the error of the im2col + GEMM path
+// (1.1e-5 against 1.3e-6 of the output's scale, float64 reference).
+#define CB 64
 
 typedef float v8 __attribute__((vector_size(VL * sizeof(float))));
 
@@ -123,11 +128,13 @@ static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *
   const int o0 = blk * OB;
   float b[OB];
   for (int r = 0; r < OB; r++) b[r] = bias && o0 + r < out_c ? bias[o0 + r] : 0.0f;
-  for (size_t q0 = 0; q0 < g->Qr; q0 += CHUNK) {
+  for (size_t q0 = 0; q0 < g->Qr; q0 += CHUNK)
+    for (int c0 = 0; c0 < in_c; c0 += CB) {
+    const int c1 = c0 + CB < in_c ? c0 + CB : in_c;
     v8 a[OB][NV];
     for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) a[r][v] = splat(b[r]);
-    for (int c = 0; c < in_c; c++) {
+      for (int v = 0; v < NV; v++) a[r][v] = splat(c0 == 0 ? b[r] : 0.0f);
+    for (int c = c0; c < c1; c++) {
       const float *x = in_p + (size_t)c * g->PS + q0;
       const float *w = wb + (size_t)c * 9 * OB;
       for (int t = 0; t < 9; t++) {
@@ -141,8 +148,11 @@ static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *
       }
     }
     for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) st(tile + (size_t)r * g->Qr + q0 + v * VL, a[r][v]);
-  }
+      for (int v = 0; v < NV; v++) {
+        float *t = tile + (size_t)r * g->Qr + q0 + v * VL;
+        st(t, c0 == 0 ? a[r][v] : ld(t) + a[r][v]);
+      }
+    }
   const int H = g->H, W = g->W;
   for (int r = 0; r < OB && o0 + r < out_c; r++) {
     float *y = out + (size_t)(o0 + r) * H * W;
@@ -165,11 +175,13 @@ static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *
   const int o0 = blk * OB;
   float b[OB];
   for (int r = 0; r < OB; r++) b[r] = bias && o0 + r < out_c ? bias[o0 + r] : 0.0f;
-  for (size_t q0 = 0; q0 < g->Qr; q0 += CHUNK) {
+  for (size_t q0 = 0; q0 < g->Qr; q0 += CHUNK)
+    for (int c0 = 0; c0 < in_c; c0 += CB) {
+    const int c1 = c0 + CB < in_c ? c0 + CB : in_c;
     v8 a[OB][NV];
     for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) a[r][v] = splat(b[r]);
-    for (int c = 0; c < in_c; c++) {
+      for (int v = 0; v < NV; v++) a[r][v] = splat(c0 == 0 ? b[r] : 0.0f);
+    for (int c = c0; c < c1; c++) {
       const float *x = in_p + (size_t)c * g->PS + q0;
       const float *w = wb + (size_t)c * 9 * OB;
       for (int t = 0; t < 9; t++) {
@@ -183,8 +195,11 @@ static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *
       }
     }
     for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) st(tile + (size_t)r * g->Qr + q0 + v * VL, a[r][v]);
-  }
+      for (int v = 0; v < NV; v++) {
+        float *t = tile + (size_t)r * g->Qr + q0 + v * VL;
+        st(t, c0 == 0 ? a[r][v] : ld(t) + a[r][v]);
+      }
+    }
   const int H = g->H, W = g->W;
   for (int r = 0; r < OB && o0 + r < out_c; r++) {
     float *y = out + (size_t)(o0 + r) * H * W;
