@@ -26,6 +26,10 @@
 
 #include <string.h>
 
+// The vector helpers below are static and inlined: the ABI note gcc gives
+// for 32-byte vector arguments on targets without AVX does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #define VL 8               /* floats per vector */
 #define OB PX_C3_OB
 // Input channels summed in registers before the partial sum goes to the
@@ -46,7 +50,7 @@ static inline v8 splat(float s) { return (v8){s, s, s, s, s, s, s, s}; }
 
 // Keeps a loaded vector in a register: without it gcc folds the load into
 // every FMA that uses it (one load per FMA instead of one per vector).
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && defined(__AVX__)  /* a ymm register holds a v8 */
 #define PIN(v) __asm__("" : "+x"(v))
 #else
 #define PIN(v) ((void)0)
