@@ -9,7 +9,8 @@
  * not a multiple of 4, planes whose flat length is not a multiple of the
  * chunk), ResNet-20's 16-channel 32×32 layer, more samples than dW blocks
  * (uneven blocks), a 1×1 plane, one sample, and a layer too wide for two dW
- * partials (512 → 512).  If this fails, a convolution in ResNet-style
+ * partials (512 → 512, through the kernels with PX_CONV_DIRECT=1: by
+ * default layers past 64 channels take im2col + GEMM).  If this fails, a convolution in ResNet-style
  * networks computes something other than PyTorch's Conv2d(k=3, padding=1),
  * or its gradients depend on the thread count. */
 #define _POSIX_C_SOURCE 200112L /* setenv */
@@ -112,8 +113,9 @@ static void check_case(const geom *g, int ci) {
             rdx, rdw, rdb);
   const int threads0 = px_get_num_threads();
   // r[0..2]: direct with 1, 2, 3 threads; r[3]: im2col + GEMM, 1 thread.
+  // PX_CONV_DIRECT=1: the direct kernels even past 64 channels (case 5).
   for (int k = 0; k < 4; k++) {
-    if (k == 3) setenv("PX_CONV_DIRECT", "0", 1);
+    setenv("PX_CONV_DIRECT", k < 3 ? "1" : "0", 1);
     run_layer(md, g, x, dyv, k < 3 ? k + 1 : 1, &r[k]);
     unsetenv("PX_CONV_DIRECT");
   }
