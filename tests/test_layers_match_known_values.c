@@ -3,7 +3,8 @@
  * hand-worked cases and against direct (loop-by-definition) references:
  * conv as cross-correlation with zero padding, forward and backward, with
  * the same bits for 1 and 2 threads, also for a layer too wide for the
- * per-block gradient partials (the row-chunked path);
+ * per-block gradient partials (the row-chunked path), through the direct
+ * 3×3 kernels and through im2col + GEMM (PX_CONV_DIRECT=0);
  * maxpool's first-max tie rule and accumulation under overlapping windows;
  * batchnorm normalising with batch statistics and updating running
  * statistics by momentum with the UNBIASED variance; dropout keeping about
@@ -12,6 +13,7 @@
  * flatten returning views.  If this fails, plexus trains a different
  * function than the PyTorch model it claims to match (gradient checks alone
  * cannot see a consistently wrong forward). */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include "px_test.h"
 
 #include <string.h>
@@ -427,6 +429,12 @@ int main(void) {
   conv_by_hand();
   conv_matches_definition();
   conv_threads_and_wide_layers();
+  // The same through im2col + GEMM (3×3 stride-1 layers take direct kernels
+  // otherwise): the wide row-chunked path is reached only this way.
+  setenv("PX_CONV_DIRECT", "0", 1);
+  conv_matches_definition();
+  conv_threads_and_wide_layers();
+  unsetenv("PX_CONV_DIRECT");
   conv_init_bounds();
   pools_by_hand();
   batchnorm_by_hand();
