@@ -59,6 +59,8 @@ int px_cmd_checkpoint(int argc, char **argv);
 int px_cmd_tokenize(int argc, char **argv);
 int px_cmd_generate(int argc, char **argv);
 int px_cmd_schedule(int argc, char **argv);
+/* Built only with cairo (PX_HAVE_CAIRO). */
+int px_cmd_plot(int argc, char **argv);
 
 /* plexus train --pp P (cmd_train_pp.c): this rank's part of the pipeline,
  * run with the options and logger options of the normal path; *res filled
