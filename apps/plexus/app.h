@@ -4,7 +4,7 @@
 #define PX_APP_H
 
 #include "config.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 /* A dataset opened from the config, with what owns it. */
 typedef struct px_app_data {
