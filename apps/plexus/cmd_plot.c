@@ -155,7 +155,8 @@ static void draw_panel(cairo_t *cr, double x0, double y0, int q, const run *runs
   cairo_set_font_size(cr, 11);
   char buf[64];
   /* Grid and tick labels. */
-  double xs = nice_step(xmax - xmin, 6), ys = nice_step(ymax - ymin, 5);
+  /* Steps are integers: no tick between two. */
+  double xs = fmax(1, nice_step(xmax - xmin, 6)), ys = nice_step(ymax - ymin, 5);
   cairo_set_line_width(cr, 1);
   for (double t = ceil(xmin / xs) * xs; t <= xmax + xs * 1e-9; t += xs) {
     cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
@@ -195,8 +196,14 @@ static void draw_panel(cairo_t *cr, double x0, double y0, int q, const run *runs
     cairo_set_source_rgb(cr, c[0] / 255, c[1] / 255, c[2] / 255);
     cairo_move_to(cr, SX(s->x[0]), SY(s->y[0]));
     for (size_t i = 1; i < s->n; i++) cairo_line_to(cr, SX(s->x[i]), SY(s->y[i]));
-    if (s->n == 1) cairo_line_to(cr, SX(s->x[0]) + 1, SY(s->y[0]));
+    if (s->n == 1) {  /* one point: a round dot (a zero-length stroke with round caps) */
+      cairo_set_line_width(cr, 7);
+      cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
+      cairo_line_to(cr, SX(s->x[0]), SY(s->y[0]));
+    }
     cairo_stroke(cr);
+    cairo_set_line_width(cr, 2);
+    cairo_set_line_cap(cr, CAIRO_LINE_CAP_BUTT);
   }
   cairo_restore(cr);
 #undef SX
