@@ -334,5 +334,6 @@ done:
       for (int q = 0; q < Q_COUNT; q++) free(runs[r].q[q].x), free(runs[r].q[q].y);
   free(runs);
   free(paths);
+  cairo_debug_reset_static_data();  /* cairo's font caches (fontconfig keeps its own until exit) */
   return rc;
 }
