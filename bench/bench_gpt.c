@@ -61,7 +61,7 @@
 #define _POSIX_C_SOURCE 199309L /* clock_gettime(CLOCK_PROCESS_CPUTIME_ID) */
 #include <plexus/plexus.h>
 
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
 #define _POSIX_C_SOURCE 199309L
 #include <plexus/plexus.h>
 
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,7 +21,7 @@
 #define PX_PP_CASES_H
 
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  * If this fails, a checkpointed unit's output or input gradient is
  * corrupted by the rewind, or recomputation allocates every step. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

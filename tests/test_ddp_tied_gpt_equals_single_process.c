@@ -18,7 +18,7 @@
  * embedding's scatter-add.  (With one bucket per parameter the wte bucket
  * sat behind 27 others in the queue and the race went the right way.) */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

@@ -12,7 +12,7 @@
  * tokens it must predict.  About 3 s on one core (under AddressSanitizer
  * a shorter run that checks memory, see STEPS). */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * the model exactly as it was.  If this fails, loading GPT-2 weights can
  * leave a model half old, half new after an error, or miss tensors. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <stdio.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * into the wrong tensors), the model trains from another start than GPT-2's,
  * or the steady-state loop calls malloc. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  * dropout mask, other statistics), a rebound consumer reads a stale input,
  * or the arena rewind overwrote an input gradient. */
 #include "gradcheck.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 static px_module *widen(px_module *m, float std) {
   for (int k = 0; k < m->n_params; k++)

@@ -12,7 +12,7 @@
  * (LayerNorm and GELU have their checks in test_gradcheck_conv_pool_norm
  * and test_gradcheck_linear_activations_losses.) */
 #include "gradcheck.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 // GPT-2's N(0, 0.02) makes attention nearly uniform and every gradient
 // tiny, which a finite difference with atol 1e-3 could not tell from wrong:

@@ -15,7 +15,7 @@
  * If this fails: a check moved after the first communication (one rank
  * errs, the others hang), or a message lost its context. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

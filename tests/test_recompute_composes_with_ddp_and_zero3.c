@@ -15,7 +15,7 @@
  * gathers it again (two gathers), prefetches in forward order from inside
  * backward, or DDP's overlap is lost behind the recompute. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

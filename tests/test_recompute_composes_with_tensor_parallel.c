@@ -12,7 +12,7 @@
  * row-parallel all-reduce was skipped or doubled in the recompute, or the
  * tp ranks disagreed on which blocks recompute. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

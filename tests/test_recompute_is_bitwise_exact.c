@@ -12,7 +12,7 @@
  * GEMM at the wrong input, or rewinding the arena overwrote something
  * still in use. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

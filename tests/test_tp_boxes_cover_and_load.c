@@ -9,7 +9,7 @@
  * If this fails, a checkpoint storing these boxes would lose or duplicate
  * elements, or a full model would not move into tensor-parallel form. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

@@ -11,7 +11,7 @@
  * message, gradient accumulation (and tying) is wrong, or runs differ with
  * the thread count. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

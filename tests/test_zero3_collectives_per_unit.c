@@ -12,7 +12,7 @@
  * fails, stage 3 gathers too often (wasted bandwidth), too rarely (a unit
  * computed from freed memory), or does not overlap its gathers. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

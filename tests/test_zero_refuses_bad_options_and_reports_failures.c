@@ -9,7 +9,7 @@
  * so no peer hangs.  If it fails, a user's mistake hangs or crashes a job,
  * or is reported without saying what to fix. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

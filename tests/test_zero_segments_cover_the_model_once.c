@@ -7,7 +7,7 @@
  * unit is three separate flat ranges), N = 3 ranks.  If it fails, a sharded
  * checkpoint would lose, duplicate or misplace parameters. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

@@ -19,7 +19,7 @@
  * stem 4.6x too wide), or the CLI builds a model that cannot take its
  * data. */
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <math.h>
 #include <string.h>

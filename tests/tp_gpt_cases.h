@@ -16,7 +16,7 @@
 #define PX_TP_GPT_CASES_H
 
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

@@ -7,7 +7,7 @@
 #define PX_ZERO_CASES_H
 
 #include "px_test.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <string.h>
 

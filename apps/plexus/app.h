@@ -4,7 +4,7 @@
 #define PX_APP_H
 
 #include "config.h"
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 /* A dataset opened from the config, with what owns it. */
 typedef struct px_app_data {
@@ -59,6 +59,8 @@ int px_cmd_checkpoint(int argc, char **argv);
 int px_cmd_tokenize(int argc, char **argv);
 int px_cmd_generate(int argc, char **argv);
 int px_cmd_schedule(int argc, char **argv);
+/* Built only with cairo (PX_HAVE_CAIRO). */
+int px_cmd_plot(int argc, char **argv);
 
 /* plexus train --pp P (cmd_train_pp.c): this rank's part of the pipeline,
  * run with the options and logger options of the normal path; *res filled

@@ -19,6 +19,7 @@ static void usage(FILE *f) {
           "  tokenize   turn a text file into token shards and a vocabulary\n"
           "  checkpoint consolidate CKPT --out FILE: the whole model of a checkpoint of any layout, one file\n"
           "  schedule   print a pipeline schedule (gpipe, 1f1b, interleaved) as a per-rank table, with its bubble\n"
+          "  plot       draw runs' loss, evaluation and learning-rate curves into a PNG and an SVG\n"
           "\n"
           "`plexus COMMAND --help` lists a command's options with their defaults.\n"
           "Launch: `plexus train --threads 2 ...` (ranks as threads, no MPI), `mpirun -n 4 plexus train ...`,\n"
@@ -49,7 +50,15 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "tokenize") == 0) return px_cmd_tokenize(argc - 1, argv + 1);
   if (strcmp(cmd, "checkpoint") == 0) return px_cmd_checkpoint(argc - 1, argv + 1);
   if (strcmp(cmd, "schedule") == 0) return px_cmd_schedule(argc - 1, argv + 1);
-  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect, tokenize, checkpoint or schedule\n", cmd);
+  if (strcmp(cmd, "plot") == 0) {
+#ifdef PX_HAVE_CAIRO
+    return px_cmd_plot(argc - 1, argv + 1);
+#else
+    fprintf(stderr, "plexus plot: this plexus was built without cairo (apt-get install libcairo2-dev, then rebuild)\n");
+    return 2;
+#endif
+  }
+  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect, tokenize, checkpoint, schedule or plot\n", cmd);
   usage(stderr);
   return 2;
 }

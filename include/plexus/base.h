@@ -49,6 +49,7 @@ px_status px_error_wrap(px_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Empty this thread's px_last_error() message. */
 void px_clear_error(void);
 
 /* ---- Arena: bump allocator for activations, reset every step ------------
@@ -58,6 +59,7 @@ void px_clear_error(void);
  * training loop performs no allocation at all (DESIGN decision 4). */
 typedef struct px_arena px_arena;
 
+/* An arena with a first chunk of initial_bytes; NULL (px_last_error set) when out of memory.  px_arena_free frees it and all it gave out. */
 px_arena *px_arena_create(size_t initial_bytes);
 void px_arena_free(px_arena *a);
 /* NULL (with px_last_error set) only if the system is out of memory. */
@@ -77,6 +79,7 @@ typedef struct px_arena_mark {
   void  *chunk;
   size_t used, total;
 } px_arena_mark;
+/* Where the arena is now, for px_arena_rewind. */
 px_arena_mark px_arena_get_mark(const px_arena *a);
 /* Release everything allocated since m: later allocations reuse it.  The
  * high-water mark keeps the peak. */
@@ -106,6 +109,7 @@ typedef struct px_rng {
   int      left;     /* words left in buf */
 } px_rng;
 
+/* A generator for (seed, stream); px_rng_u32 / px_rng_u64 draw uniform words. */
 px_rng px_rng_make(uint64_t seed, uint64_t stream);
 uint32_t px_rng_u32(px_rng *r);
 uint64_t px_rng_u64(px_rng *r);
@@ -139,6 +143,7 @@ typedef enum px_dtype {
   PX_DTYPE_COUNT
 } px_dtype;
 
+/* Bytes of one element of t. */
 size_t px_dtype_size(px_dtype t);
 /* Short name as in safetensors: "F32", "BF16", "I64", ... */
 const char *px_dtype_name(px_dtype t);

@@ -72,6 +72,7 @@ px_status px_comm_init_self(px_comm **out);
 px_status px_comm_init_mpi(px_comm **out);
 void px_comm_finalize_mpi(void);                 /* MPI_Finalize if we initialised it */
 
+/* Free a communicator (NULL, and those px_comm_run owns, are left alone). */
 void px_comm_free(px_comm *c);
 
 /* ---- Who am I --------------------------------------------------------------

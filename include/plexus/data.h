@@ -49,6 +49,8 @@ typedef struct px_sampler {
   size_t  *scratch;      /* (dataset_size,) the epoch's permutation */
 } px_sampler;
 
+/* This rank's share of a dataset of dataset_size samples over `world` ranks (shuffled by seed and
+ * epoch when shuffle; drop_last: every rank the same count, the tail dropped, else padded by wrapping). */
 px_status px_sampler_init(px_sampler *s, size_t dataset_size, int rank, int world, bool shuffle,
                           uint64_t seed, bool drop_last);
 /* Draw the epoch's order (call at the start of every epoch). */
@@ -236,6 +238,8 @@ typedef enum px_tokenizer_kind { PX_TOKENIZER_WORD = 0, PX_TOKENIZER_BYTE } px_t
 
 typedef struct px_vocab px_vocab;
 
+/* A word vocabulary built from a text file, the byte vocabulary, or one read from / written to a
+ * vocabulary file (format above). */
 px_status px_vocab_build(px_vocab **out, const char *text_path);
 px_status px_vocab_byte(px_vocab **out);
 px_status px_vocab_load(px_vocab **out, const char *path);

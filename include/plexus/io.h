@@ -49,6 +49,8 @@ typedef struct px_kv {
   const char *value;
 } px_kv;
 
+/* Write sd (and metadata key/values) as a safetensors file, atomically; load fills sd's tensors
+ * from a file by name (strict: every file tensor must be in sd), checking dtypes and shapes. */
 px_status px_safetensors_save(const char *path, const px_state_dict *sd,
                               const px_kv *metadata, int n_metadata);
 px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool strict);
@@ -174,6 +176,8 @@ typedef struct px_tensor_piece {
  * name).  Version 2 (boxes); readers take versions 1 and 2. */
 #define PX_PIECES_FORMAT  "plexus-pieces"
 #define PX_PIECES_VERSION "2"
+/* The pieces as a state dict of their names and the pieces JSON (above) describing them; *pieces_json
+ * is malloc'd. */
 px_status px_pieces_state_dict(const px_tensor_piece *pieces, int n, px_state_dict *sd, char **pieces_json);
 
 /* Load pieces from a checkpoint's file written with the same pieces (the

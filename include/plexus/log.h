@@ -53,6 +53,7 @@ typedef struct px_log_hooks {
 
 #define PX_LOG_MAX_HOOKS 16
 
+/* A logger for opts (on ranks other than 0 one that does nothing); free with px_logger_free. */
 px_status px_logger_create(px_logger **out, const px_logger_opts *opts);
 /* Hooks are called in the order added, on rank 0 only. */
 px_status px_log_add_hooks(px_logger *l, const px_log_hooks *h);
@@ -68,12 +69,21 @@ px_status px_log_progress(px_logger *l, const px_step_metrics *m);
 px_status px_log_eval(px_logger *l, const px_eval_metrics *m);
 px_status px_log_epoch(px_logger *l, int64_t epoch, int64_t step);
 px_status px_log_scalar(px_logger *l, const char *tag, int64_t step, double value);
+/* The run's hyperparameters for TensorBoard's HParams tab: one
+ * "_hparams_/session_start_info" record (the HParams plugin's
+ * SessionStartInfo: every scalar of the JSON object `json_object`, nested
+ * objects flattened with "." (e.g. the "train.lr" of plexus's config.json),
+ * arrays as their JSON text; group_name `group` (NULL or "": none),
+ * start_time_secs now).  Nothing without a TensorBoard directory or on
+ * ranks other than 0; PX_ERR_INVALID when json_object is not an object. */
+px_status px_log_hparams(px_logger *l, const char *json_object, const char *group);
 /* A console line (rank 0); ends an active bar line first. */
 px_status px_log_text(px_logger *l, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Flush the console, JSONL and TensorBoard files; px_logger_free closes them and frees l. */
 px_status px_logger_flush(px_logger *l);
 void px_logger_free(px_logger *l);
 

@@ -60,6 +60,8 @@ typedef struct px_optim {
   int      n_seg;
 } px_optim;
 
+/* An optimizer updating the n floats at params from the n at grads with opts's rule (state
+ * allocated here); PX_ERR_INVALID naming a bad option. */
 px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
                           const px_optim_opts *opts);
 /* The same optimizer over n_seg segments of separate buffers (a ZeRO

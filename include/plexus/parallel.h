@@ -214,6 +214,7 @@ px_status px_zero_optim_create(px_zero *z, px_optim **out, const px_optim_opts *
  * segments; fills at most max of them (call with max 0 to count). */
 int px_zero_segments(const px_zero *z, size_t *flat_off, size_t *shard_off, size_t *count, int max);
 
+/* sync false: backward accumulates gradients locally (no reduce-scatter), as DDP's no_sync. */
 void      px_zero_set_sync(px_zero *z, bool sync);
 /* Waits for every reduce-scatter and multiplies the shard by 1/N.  With sync
  * off, returns at once (stages 2-3 have already added the micro-step into
@@ -257,6 +258,7 @@ typedef struct px_zero_memory {
                              the after-step all-gathers */
   size_t arena_peak;      /* the activation arena's high-water mark (px_arena_high_water) */
 } px_zero_memory;
+/* This rank's memory by kind (the struct above). */
 void px_zero_memory_of(const px_zero *z, px_zero_memory *m);
 
 /* ---- Introspection (tests, logs) ------------------------------------------ */

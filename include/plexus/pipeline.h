@@ -244,6 +244,8 @@ typedef struct px_pp_ce_targets {
   const int32_t *targets;  /* the whole batch's */
   int64_t        rows_per_micro;
 } px_pp_ce_targets;
+/* A px_pp loss callback: cross-entropy of micro-batch `micro` against its rows of the
+ * px_pp_ce_targets in user. */
 px_status px_pp_ce_loss(void *user, const px_tensor *out, int micro, float *loss, float *dout);
 
 typedef struct px_pp_opts {
@@ -320,6 +322,7 @@ typedef struct px_pp_stats {
   float  grad_norm;    /* the last step's global gradient norm before clipping (clip_grad_norm > 0 or
                           px_pp_measure_grad_norm; else that of the last step that measured it) */
 } px_pp_stats;
+/* This rank's statistics (the struct above). */
 void px_pp_stats_get(const px_pp *pp, px_pp_stats *out);
 
 /* ---- Checkpoints (src/train/state_pp.c) ---------------------------------------- */

@@ -14,6 +14,7 @@
 #include "plexus/data.h"
 #include "plexus/log.h"
 #include "plexus/train.h"
+#include "plexus/zoo.h"
 
 #define PLEXUS_VERSION_MAJOR 0
 #define PLEXUS_VERSION_MINOR 1

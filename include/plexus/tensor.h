@@ -42,6 +42,7 @@ px_tensor px_tensor_f32(float *data, int ndim, int64_t d0, int64_t d1, int64_t d
 px_status px_tensor_new(px_tensor *out, px_dtype dtype, int ndim, const int64_t *shape);
 void px_tensor_free(px_tensor *t);
 
+/* Elements, bytes, and whether two tensors have the same shape. */
 int64_t px_tensor_numel(const px_tensor *t);
 size_t px_tensor_nbytes(const px_tensor *t);
 bool px_tensor_same_shape(const px_tensor *a, const px_tensor *b);
@@ -49,6 +50,7 @@ bool px_tensor_same_shape(const px_tensor *a, const px_tensor *b);
 char *px_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 #define PX_SHAPE_STR_MAX 96
 
+/* t's data as floats (t must be F32). */
 static inline float *px_f32(const px_tensor *t) { return (float *)t->data; }
 
 /* ---- Threads ---------------------------------------------------------------
@@ -105,6 +107,7 @@ typedef struct px_state_dict {
   int              count;
 } px_state_dict;
 
+/* Free a state dict's items array (not the tensors' data, which it does not own). */
 void px_state_dict_free(px_state_dict *sd);
 /* Index of `name`, or -1. */
 int px_state_dict_find(const px_state_dict *sd, const char *name);

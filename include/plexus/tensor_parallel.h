@@ -202,6 +202,7 @@ typedef struct px_tp_gpt_config {
    * are (N, T, count) as without. */
   bool  sequence_parallel;
 } px_tp_gpt_config;
+/* The tensor-parallel GPT of cfg on group g (NULL with px_last_error set on failure). */
 px_module *px_tp_gpt(px_tp_group *g, const px_tp_gpt_config *cfg);
 
 /* ---- Gradient clipping -------------------------------------------------------

@@ -19,6 +19,8 @@
 
 #include "plexus/log.h"
 
+#include <cJSON.h>
+
 struct px_logger {
   bool active;       /* rank 0 */
   bool console;
@@ -79,17 +81,116 @@ static void pb_float(pbuf *p, unsigned field, float v) {
   for (int i = 0; i < 4; i++) pb_byte(p, (unsigned char)(u >> (8 * i)));
 }
 
-static px_status tb_write_record(px_logger *l, const pbuf *ev) {
-  if (ev->overflow) return px_error(PX_ERR_INVALID, "tensorboard: %s: event larger than %zu bytes (tag too long?)", l->tb_path, sizeof ev->b);
+/* One TFRecord of n bytes. */
+static px_status tb_write_bytes(px_logger *l, const unsigned char *data, size_t n) {
   unsigned char len[8];
-  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)ev->n >> (8 * i));
-  uint32_t c1 = px_crc32c_masked(len, 8), c2 = px_crc32c_masked(ev->b, ev->n);
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  uint32_t c1 = px_crc32c_masked(len, 8), c2 = px_crc32c_masked(data, n);
   unsigned char c1b[4], c2b[4];
   for (int i = 0; i < 4; i++) { c1b[i] = (unsigned char)(c1 >> (8 * i)); c2b[i] = (unsigned char)(c2 >> (8 * i)); }
   if (fwrite(len, 1, 8, l->tb) != 8 || fwrite(c1b, 1, 4, l->tb) != 4 ||
-      fwrite(ev->b, 1, ev->n, l->tb) != ev->n || fwrite(c2b, 1, 4, l->tb) != 4 || fflush(l->tb) != 0)
+      fwrite(data, 1, n, l->tb) != n || fwrite(c2b, 1, 4, l->tb) != 4 || fflush(l->tb) != 0)
     return px_error(PX_ERR_IO, "tensorboard: %s: write failed: %s", l->tb_path, strerror(errno));
   return PX_OK;
+}
+
+static px_status tb_write_record(px_logger *l, const pbuf *ev) {
+  if (ev->overflow) return px_error(PX_ERR_INVALID, "tensorboard: %s: event larger than %zu bytes (tag too long?)", l->tb_path, sizeof ev->b);
+  return tb_write_bytes(l, ev->b, ev->n);
+}
+
+/* ---- the HParams plugin's session-start record ------------------------------
+ * A growable encoder: a run's hyperparameters can be kilobytes.  Field
+ * numbers (tensorboard/plugins/hparams/plugin_data.proto, summary.proto,
+ * tensor.proto, google/protobuf/struct.proto):
+ *   Event        { wall_time = 1 (double); step = 2; summary = 5 }
+ *   Summary      { repeated Value value = 1 }
+ *   Value        { tag = 1 "_hparams_/session_start_info"; tensor = 8; metadata = 9 }
+ *   TensorProto  { dtype = 1 (DT_FLOAT = 1); tensor_shape = 2 (scalar: empty); float_val = 5 (packed) }
+ *   SummaryMetadata { plugin_data = 1 }   PluginData { plugin_name = 1 "hparams"; content = 2 (bytes) }
+ *   HParamsPluginData { version = 1 (0, left out); session_start_info = 3 }
+ *   SessionStartInfo  { map<string, google.protobuf.Value> hparams = 1; group_name = 4; start_time_secs = 5 }
+ *   map entry    { key = 1; value = 2 }
+ *   google.protobuf.Value { number_value = 2 (double); string_value = 3; bool_value = 4 } */
+typedef struct dbuf { unsigned char *b; size_t n, cap; bool oom; } dbuf;
+
+static void db_put(dbuf *d, const void *src, size_t n) {
+  if (d->oom) return;
+  if (d->n + n > d->cap) {
+    size_t cap = d->cap ? d->cap : 256;
+    while (cap < d->n + n) cap *= 2;
+    unsigned char *nb = realloc(d->b, cap);
+    if (!nb) { d->oom = true; return; }
+    d->b = nb;
+    d->cap = cap;
+  }
+  memcpy(d->b + d->n, src, n);
+  d->n += n;
+}
+static void db_varint(dbuf *d, uint64_t v) {
+  unsigned char t[10];
+  size_t k = 0;
+  while (v >= 0x80) { t[k++] = (unsigned char)(v | 0x80); v >>= 7; }
+  t[k++] = (unsigned char)v;
+  db_put(d, t, k);
+}
+static void db_key(dbuf *d, unsigned field, unsigned wire) { db_varint(d, ((uint64_t)field << 3) | wire); }
+static void db_bytes(dbuf *d, unsigned field, const void *p, size_t n) {
+  db_key(d, field, 2);
+  db_varint(d, n);
+  if (n) db_put(d, p, n);
+}
+static void db_msg(dbuf *d, unsigned field, dbuf *m) {
+  if (m->oom) d->oom = true;
+  db_bytes(d, field, m->b, m->n);
+  free(m->b);
+  *m = (dbuf){0};
+}
+static void db_double(dbuf *d, unsigned field, double v) {
+  uint64_t u;
+  memcpy(&u, &v, 8);
+  unsigned char t[8];
+  for (int i = 0; i < 8; i++) t[i] = (unsigned char)(u >> (8 * i));
+  db_key(d, field, 1);
+  db_put(d, t, 8);
+}
+
+/* One map entry of SessionStartInfo.hparams per scalar of j, nested
+ * objects flattened with "." ("optim.lr"); arrays become their JSON text,
+ * nulls are left out. */
+static void hparams_entries(dbuf *info, const cJSON *j, const char *prefix) {
+  for (const cJSON *it = j->child; it; it = it->next) {
+    if (!it->string) continue;
+    size_t kn = strlen(prefix) + strlen(it->string) + 2;
+    char *key = malloc(kn);
+    if (!key) { info->oom = true; return; }
+    snprintf(key, kn, "%s%s%s", prefix, *prefix ? "." : "", it->string);
+    if (cJSON_IsObject(it)) {
+      hparams_entries(info, it, key);
+      free(key);
+      continue;
+    }
+    dbuf val = {0}, entry = {0};
+    char *text = NULL;
+    if (cJSON_IsBool(it)) {
+      db_key(&val, 4, 0);
+      db_varint(&val, cJSON_IsTrue(it) ? 1 : 0);
+    } else if (cJSON_IsNumber(it)) {
+      db_double(&val, 2, it->valuedouble);
+    } else if (cJSON_IsString(it)) {
+      db_bytes(&val, 3, it->valuestring, strlen(it->valuestring));
+    } else if (cJSON_IsArray(it) && (text = cJSON_PrintUnformatted(it)) != NULL) {
+      db_bytes(&val, 3, text, strlen(text));
+      cJSON_free(text);
+    } else {
+      free(key);
+      continue;  /* null */
+    }
+    db_bytes(&entry, 1, key, strlen(key));
+    db_msg(&entry, 2, &val);
+    db_msg(info, 1, &entry);
+    free(key);
+  }
 }
 
 /* One Event holding up to n scalar values at `step`. */
@@ -373,6 +474,46 @@ px_status px_log_scalar(px_logger *l, const char *tag, int64_t step, double valu
     if (s != PX_OK) return s;
   }
   return tb_scalars(l, step, &tag, &value, 1);
+}
+
+px_status px_log_hparams(px_logger *l, const char *json_object, const char *group) {
+  if (!l || !json_object) return px_error(PX_ERR_INVALID, "px_log_hparams: NULL argument");
+  if (!l->active || !l->tb) return PX_OK;
+  cJSON *j = cJSON_Parse(json_object);
+  if (!j || !cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    return px_error(PX_ERR_INVALID, "px_log_hparams: expected a JSON object of hyperparameters, got \"%.40s\"",
+                    json_object);
+  }
+  double now = wall_now();
+  dbuf info = {0}, plugin = {0}, pd = {0}, meta = {0}, tensor = {0}, shape = {0}, value = {0}, summary = {0},
+       ev = {0};
+  hparams_entries(&info, j, "");
+  cJSON_Delete(j);
+  if (group && *group) db_bytes(&info, 4, group, strlen(group));
+  db_double(&info, 5, now);
+  db_msg(&plugin, 3, &info);                       /* HParamsPluginData.session_start_info */
+  db_bytes(&pd, 1, "hparams", 7);                  /* PluginData.plugin_name */
+  db_msg(&pd, 2, &plugin);                         /* PluginData.content */
+  db_msg(&meta, 1, &pd);                           /* SummaryMetadata.plugin_data */
+  db_key(&tensor, 1, 0);                           /* TensorProto.dtype = DT_FLOAT */
+  db_varint(&tensor, 1);
+  db_msg(&tensor, 2, &shape);                      /* a scalar */
+  static const unsigned char zero_f32[4] = {0, 0, 0, 0};
+  db_bytes(&tensor, 5, zero_f32, 4);               /* float_val: [0] */
+  static const char tag[] = "_hparams_/session_start_info";
+  db_bytes(&value, 1, tag, sizeof tag - 1);
+  db_msg(&value, 8, &tensor);
+  db_msg(&value, 9, &meta);
+  db_msg(&summary, 1, &value);
+  db_double(&ev, 1, now);
+  db_key(&ev, 2, 0);
+  db_varint(&ev, 0);
+  db_msg(&ev, 5, &summary);
+  px_status s = ev.oom ? px_error(PX_ERR_NOMEM, "tensorboard: %s: out of memory encoding hparams", l->tb_path)
+                       : tb_write_bytes(l, ev.b, ev.n);
+  free(ev.b);
+  return s;
 }
 
 px_status px_log_text(px_logger *l, const char *fmt, ...) {

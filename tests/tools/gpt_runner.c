@@ -23,7 +23,7 @@
  * px_last_error() and exits 1; a bad command line exits 2. */
 #include <plexus/plexus.h>
 
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <stdio.h>
 #include <stdlib.h>

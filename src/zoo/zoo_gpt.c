@@ -24,7 +24,8 @@
 // Initialisation (GPT-2 / nanoGPT): every weight N(0, 0.02), the two
 // residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02/√(2L)), biases
 // 0, LayerNorm weight 1 and bias 0.
-#include "zoo.h"
+#include <plexus/zoo.h>
+#include <plexus/io.h>
 
 #include <math.h>
 #include <stdio.h>

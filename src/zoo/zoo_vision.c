@@ -19,7 +19,7 @@
 // with fan_out = out_channels·k·k; batchnorm weight 1, bias 0; fc PyTorch's
 // Linear default U(±1/√in).  The MLP and the CNN keep PyTorch's defaults
 // for every layer (those of px_linear and px_conv2d).
-#include "zoo.h"
+#include <plexus/zoo.h>
 
 #include <math.h>
 #include <stdio.h>

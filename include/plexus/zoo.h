@@ -1,4 +1,5 @@
-/* zoo.h — the model zoo of the plexus command (docs/ARCHITECTURE.md: apps/plexus).
+/* plexus/zoo.h — the model zoo: the models the plexus command trains, built
+ * in a line each (src/zoo/; examples/zoo_cnn.c trains the CNN).
  *
  * Each builder returns a module tree ready for px_model_create, or NULL
  * with px_last_error() set.  Parameter names follow the PyTorch models users
@@ -16,10 +17,16 @@
  * Image models take x: (N, C, H, W) f32 and return logits (N, classes).
  * The GPT takes x: (N, T) i32 token ids (T <= context) and returns logits
  * (N, T, vocab_size). */
-#ifndef PX_APP_ZOO_H
-#define PX_APP_ZOO_H
+#ifndef PLEXUS_ZOO_H
+#define PLEXUS_ZOO_H
 
-#include <plexus/plexus.h>
+#include "plexus/base.h"
+#include "plexus/nn.h"
+
+#pragma GCC visibility push(default)
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Flatten, then `depth` hidden layers of `hidden` units with ReLU, then a
  * linear layer to `classes`. */
@@ -52,6 +59,7 @@ typedef struct px_gpt_config {
   float dropout;     /* embedding, attention-probability and residual dropout */
 } px_gpt_config;
 
+/* The GPT of cfg (names, layouts and initialisation: above). */
 px_module *px_zoo_gpt(const px_gpt_config *cfg);
 
 /* Activation checkpointing (nn.h, docs/RECOMPUTE.md) on a tree built by
@@ -74,5 +82,10 @@ px_status px_zoo_resnet_recompute(px_module *resnet, px_recompute r);
  * be in the file.  All or nothing: on an error (naming the tensor and the
  * file) the model is unchanged. */
 px_status px_zoo_gpt_load_hf(px_model *model, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#pragma GCC visibility pop
 
 #endif
