@@ -411,7 +411,7 @@ static int train_rank(px_comm *comm, void *arg) {
     rc = rank_fail(comm, "");
     goto done;
   }
-  if (px_logger_create(&log, &lo) != PX_OK) {
+  if (px_logger_create(&log, &lo) != PX_OK || px_log_hparams(log, job->config_json, NULL) != PX_OK) {
     rc = rank_fail(comm, "logging");
     goto done;
   }

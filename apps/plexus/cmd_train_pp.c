@@ -314,6 +314,7 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
                    .tp = mesh->tp > 1 ? mesh->tp_comm : NULL, .zero_stage = A > 1 ? (int)c->zero : 0};
   if (st == PX_OK) { what = "pipeline"; st = px_pp_create(&r.pp, mesh->pp_comm, sched, &po); }
   if (st == PX_OK) { what = "logging"; st = px_logger_create(&log, log_opts); }
+  if (st == PX_OK && o->config_json) st = px_log_hparams(log, o->config_json, NULL);  // TensorBoard's HParams
   r.log = log;
   r.val = val.set;
   px_pp_stats ps = {0};
