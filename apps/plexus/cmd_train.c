@@ -55,24 +55,6 @@ static int rank_fail(px_comm *comm, const char *what) {
   return 1;
 }
 
-// mkdir -p for the run directory.
-static px_status make_dirs(const char *path) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(buf, 0777);
-    *p = '/';
-  }
-  if (mkdir(buf, 0777) != 0) {
-    struct stat sb;
-    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
-      return px_error(PX_ERR_IO, "cannot create the directory %s", path);
-  }
-  return PX_OK;
-}
-
 static px_train_opts train_opts(const train_job *job) {
   const px_config *c = &job->cfg;
   px_train_opts o = PX_TRAIN_DEFAULTS;
@@ -527,7 +509,7 @@ int px_cmd_train(int argc, char **argv) {
   }
   // --out DIR: the run's files in one place, unless named one by one.
   if (*c->out) {
-    if (make_dirs(c->out) != PX_OK) {
+    if (px_mkdir_p(c->out, "--out", false) != PX_OK) {
       rc = px_app_fail("train");
       goto out;
     }
@@ -544,7 +526,7 @@ int px_cmd_train(int argc, char **argv) {
       (*c->out || job.ckpt_dir[0])) {
     // Built by rank 0 once the run directory is claimed (claim_run).
     if (*c->out) snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", c->out);
-    else if (make_dirs(job.ckpt_dir) == PX_OK)
+    else if (px_mkdir_p(job.ckpt_dir, "--out", false) == PX_OK)
       snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", job.ckpt_dir);
     if (!job.vocab_out[0]) {
       rc = px_app_fail("train");

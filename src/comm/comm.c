@@ -4,6 +4,7 @@
 // its message lives here once.
 #define _POSIX_C_SOURCE 200809L
 #include "comm/internal.h"
+#include "base/internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -134,12 +135,6 @@ static px_status check_req(const char *what, px_request **req) {
   *req = NULL;
   return PX_OK;
 }
-
-#define TRY(x)                                                                 \
-  do {                                                                         \
-    px_status st_ = (x);                                                       \
-    if (st_ != PX_OK) return st_;                                              \
-  } while (0)
 
 /* ---- Collectives and point-to-point: check, then hand to the backend ------- */
 

@@ -50,38 +50,11 @@ px_status px_ckpt_fsync_dir(const char *dir, const char *ckpt) {
   return st;
 }
 
-// mkdir -p, each new directory made durable in its parent.
+// mkdir -p, each new directory made durable in its parent (base's one copy).
 px_status px_ckpt_make_dirs(char *dir, const char *ckpt) {
-  char why[128];
-  struct stat sb;
-  if (stat(dir, &sb) == 0) {
-    if (S_ISDIR(sb.st_mode)) return PX_OK;
-    return px_error(PX_ERR_IO, "checkpoint %s: %s exists and is not a directory", ckpt, dir);
-  }
-  for (char *p = dir + 1;; p++) {
-    if (*p != '/' && *p != '\0') continue;
-    char keep = *p;
-    *p = '\0';
-    if (mkdir(dir, 0777) == 0) {
-      char *slash = strrchr(dir, '/');
-      px_status st = PX_OK;
-      if (!slash) st = px_ckpt_fsync_dir(".", ckpt);
-      else if (slash == dir) st = px_ckpt_fsync_dir("/", ckpt);
-      else { *slash = '\0'; st = px_ckpt_fsync_dir(dir, ckpt); *slash = '/'; }
-      if (st != PX_OK) { *p = keep; return st; }
-    } else if (errno != EEXIST) {
-      int err = errno;
-      px_status st = px_error(PX_ERR_IO, "checkpoint %s: cannot create directory %s: %s", ckpt, dir,
-                              px_io_strerror(err, why, sizeof why));
-      *p = keep;
-      return st;
-    }
-    *p = keep;
-    if (keep == '\0') break;
-  }
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return px_error(PX_ERR_IO, "checkpoint %s: %s is not a directory", ckpt, dir);
-  return PX_OK;
+  char what[1100];
+  snprintf(what, sizeof what, "checkpoint %s", ckpt);
+  return px_mkdir_p(dir, what, true);
 }
 
 static int write_all(int fd, const unsigned char *p, size_t n) {
