@@ -13,6 +13,7 @@
  * sum straddles a head and the rest of its contribution. */
 enum { CHUNK = 32768, DEPTH = 2, ADD_BLOCK = 512 };
 enum { K_NATIVE, K_RS, K_AR };
+enum { P_EXCHANGE, P_GATHER, P_DONE };
 enum { TAG_SPAN = 8192 };  /* operations in flight never come near this */
 
 struct pxr_sum {
@@ -20,15 +21,16 @@ struct pxr_sum {
   px_request  *native;
   px_comm     *c;
   int          rank, size, tag;
-  int          round;      /* 1..N-1: exchange round k; N: AR's gather; done: RS N, AR N+1 */
+  int          phase;      /* P_EXCHANGE, P_GATHER (AR), P_DONE */
   float       *buf;        /* the N segments (RS: send; AR: buf) */
   float       *out;        /* the sum of segment `rank` (RS: recv; AR: its segment of buf) */
   size_t       base;       /* segment e: base + (e < rem) floats at e·base + min(e, rem) */
   size_t       rem;
   size_t       head;       /* H = min(len(rank), DEPTH·CHUNK) */
   float       *heads;      /* (N-1)·H floats: round k's head at (k-1)·H */
-  px_request **sreq, **rreq;
-  int          ns, nr, next_recv, cap;
+  px_request **sreq, **rreq;  /* (N-1)·cap: round k's chunk i at (k-1)·cap + i; the gather's from 0 */
+  int          ns, nr, cap;   /* gather's sends and receives; chunks a segment at most */
+  int         *next_recv;     /* (N-1) round k's next receive to post */
   const float **src;       /* (N) the sources of one block of the sum */
 };
 
@@ -58,6 +60,7 @@ static void sum_free(pxr_sum *s) {
   free(s->src);
   free(s->sreq);
   free(s->rreq);
+  free(s->next_recv);
   free(s);
 }
 
@@ -77,13 +80,15 @@ static pxr_sum *sum_new(pxr_ctx *x, int kind, float *buf, size_t base, size_t re
   s->rem = rem;
   const size_t len = seg_len(s, s->rank), most = base + (rem ? 1 : 0);
   s->head = len < (size_t)DEPTH * CHUNK ? len : (size_t)DEPTH * CHUNK;
-  s->cap = (int)n_chunks(most) > s->size ? (int)n_chunks(most) : s->size;
+  s->cap = most ? (int)n_chunks(most) : 1;
+  const size_t nq = (size_t)(s->size - 1) * (size_t)s->cap;
   s->src = calloc((size_t)s->size, sizeof *s->src);
-  s->sreq = calloc((size_t)s->cap, sizeof *s->sreq);
-  s->rreq = calloc((size_t)s->cap, sizeof *s->rreq);
+  s->sreq = calloc(nq, sizeof *s->sreq);
+  s->rreq = calloc(nq, sizeof *s->rreq);
+  s->next_recv = calloc((size_t)s->size, sizeof *s->next_recv);
   const size_t nh = (size_t)(s->size - 1) * s->head;
   s->heads = nh ? malloc(nh * sizeof(float)) : NULL;
-  if (!s->src || !s->sreq || !s->rreq || (nh && !s->heads)) { sum_free(s); return NULL; }
+  if (!s->src || !s->sreq || !s->rreq || !s->next_recv || (nh && !s->heads)) { sum_free(s); return NULL; }
   return s;
 }
 
@@ -119,54 +124,64 @@ static px_status req_done(px_request **q, bool block, bool *ok) {
  * round k's head (e < H) or at e - H in segment r+k, this rank's own
  * contribution to which has then been sent: the receive of chunk i >= DEPTH
  * waits for the send of chunk i - DEPTH, whose place it takes.  Segment r
- * itself is never sent or written until the sum. */
+ * itself is never sent or written until the sum.  The rounds touch
+ * disjoint memory and run at once.  No deadlock: a rank waits for a send
+ * of (round k, chunk i) only to post a receive, after posting every
+ * receive of the rounds before k, and the peer that must receive it in
+ * turn waits for a send of an earlier round or of an earlier chunk. */
 
 static const float *contribution(const pxr_sum *s, int k, size_t e) {
   const int to = (s->rank + k) % s->size;
   return e < s->head ? s->heads + (size_t)(k - 1) * s->head + e : s->buf + seg_off(s, to) + (e - s->head);
 }
 
-static px_status round_start(pxr_sum *s, int k) {
-  const int to = (s->rank + k) % s->size;
-  const size_t S = seg_len(s, to), off = seg_off(s, to);
-  s->round = k;
-  s->ns = (int)n_chunks(S);
-  s->nr = (int)n_chunks(seg_len(s, s->rank));
-  s->next_recv = 0;
-  for (int i = 0; i < s->ns; i++) {
-    size_t e0 = (size_t)i * CHUNK, n = S - e0 < CHUNK ? S - e0 : CHUNK;
-    px_status st = px_comm_isend(s->c, s->buf + off + e0, n, PX_F32, to, s->tag, &s->sreq[i]);
-    if (st != PX_OK) return st;
+static px_status rounds_start(pxr_sum *s) {
+  s->phase = P_EXCHANGE;
+  for (int k = 1; k < s->size; k++) {
+    const int to = (s->rank + k) % s->size;
+    const size_t S = seg_len(s, to), off = seg_off(s, to);
+    s->next_recv[k - 1] = 0;
+    for (size_t e0 = 0; e0 < S; e0 += CHUNK) {
+      const size_t n = S - e0 < CHUNK ? S - e0 : CHUNK;
+      px_status st = px_comm_isend(s->c, s->buf + off + e0, n, PX_F32, to, s->tag,
+                                   &s->sreq[(size_t)(k - 1) * s->cap + e0 / CHUNK]);
+      if (st != PX_OK) return st;
+    }
   }
   return PX_OK;
 }
 
-/* Posts the round's receives as far as its sends allow, then completes
+/* Posts each round's receives as far as its sends allow, then completes
  * them all (block: waits; else returns with *finished false at the first
  * request still in flight). */
-static px_status round_progress(pxr_sum *s, bool block, bool *finished) {
-  const int k = s->round, from = (s->rank - k + s->size) % s->size;
+static px_status rounds_progress(pxr_sum *s, bool block, bool *finished) {
+  const int N = s->size;
   const size_t L = seg_len(s, s->rank);
+  const int nr = (int)n_chunks(L);
   *finished = false;
-  bool ok;
+  bool ok, all_posted = true;
   px_status st;
-  while (s->next_recv < s->nr) {
-    const int i = s->next_recv;
-    const size_t e0 = (size_t)i * CHUNK, n = L - e0 < CHUNK ? L - e0 : CHUNK;
-    if (e0 >= s->head) {  // H = DEPTH·CHUNK here: chunk i takes send chunk i - DEPTH's place
-      if ((st = req_done(&s->sreq[i - DEPTH], block, &ok)) != PX_OK) return st;
-      if (!ok) return PX_OK;
+  for (int k = 1; k < N; k++) {
+    const int from = (s->rank - k + N) % N;
+    px_request **sreq = s->sreq + (size_t)(k - 1) * s->cap, **rreq = s->rreq + (size_t)(k - 1) * s->cap;
+    while (s->next_recv[k - 1] < nr) {
+      const int i = s->next_recv[k - 1];
+      const size_t e0 = (size_t)i * CHUNK, n = L - e0 < CHUNK ? L - e0 : CHUNK;
+      if (e0 >= s->head) {  // H = DEPTH·CHUNK here: chunk i takes send chunk i - DEPTH's place
+        if ((st = req_done(&sreq[i - DEPTH], block, &ok)) != PX_OK) return st;
+        if (!ok) break;
+      }
+      st = px_comm_irecv(s->c, (float *)contribution(s, k, e0), n, PX_F32, from, s->tag, &rreq[i]);
+      if (st != PX_OK) return st;
+      s->next_recv[k - 1]++;
     }
-    st = px_comm_irecv(s->c, (float *)contribution(s, k, e0), n, PX_F32, from, s->tag, &s->rreq[i]);
-    if (st != PX_OK) return st;
-    s->next_recv++;
+    if (s->next_recv[k - 1] < nr) all_posted = false;
   }
-  for (int i = 0; i < s->ns; i++) {
-    if ((st = req_done(&s->sreq[i], block, &ok)) != PX_OK) return st;
+  if (!all_posted) return PX_OK;
+  for (size_t q = 0; q < (size_t)(N - 1) * s->cap; q++) {
+    if ((st = req_done(&s->sreq[q], block, &ok)) != PX_OK) return st;
     if (!ok) return PX_OK;
-  }
-  for (int i = 0; i < s->nr; i++) {
-    if ((st = req_done(&s->rreq[i], block, &ok)) != PX_OK) return st;
+    if ((st = req_done(&s->rreq[q], block, &ok)) != PX_OK) return st;
     if (!ok) return PX_OK;
   }
   *finished = true;
@@ -190,7 +205,7 @@ static void sum_segment(pxr_sum *s) {
 static px_status gather_start(pxr_sum *s) {
   const int r = s->rank, N = s->size;
   px_status st = PX_OK;
-  s->round = N;
+  s->phase = P_GATHER;
   s->ns = s->nr = 0;
   for (int j = 0; j < N && st == PX_OK; j++) {
     if (j == r) continue;
@@ -222,21 +237,18 @@ static px_status gather_progress(pxr_sum *s, bool block, bool *finished) {
 
 /* Moves the operation on (block: to its end).  *done: it completed. */
 static px_status advance(pxr_sum *s, bool block, bool *done) {
-  const int N = s->size, last = s->kind == K_RS ? N : N + 1;
   *done = false;
-  while (s->round < last) {
+  while (s->phase != P_DONE) {
     bool fin;
-    px_status st = s->round < N ? round_progress(s, block, &fin) : gather_progress(s, block, &fin);
+    px_status st = s->phase == P_EXCHANGE ? rounds_progress(s, block, &fin) : gather_progress(s, block, &fin);
     if (st != PX_OK) return st;
     if (!fin) return PX_OK;
-    if (s->round + 1 < N) {
-      st = round_start(s, s->round + 1);
-    } else if (s->round + 1 == N) {
+    if (s->phase == P_EXCHANGE) {
       sum_segment(s);
       if (s->kind == K_AR) st = gather_start(s);
-      else s->round = N;
+      else s->phase = P_DONE;
     } else {
-      s->round = last;
+      s->phase = P_DONE;
     }
     if (st != PX_OK) return st;
   }
@@ -246,7 +258,7 @@ static px_status advance(pxr_sum *s, bool block, bool *done) {
 
 static px_status start(pxr_sum *s) {
   bool done;
-  px_status st = round_start(s, 1);
+  px_status st = rounds_start(s);
   if (st == PX_OK) st = advance(s, false, &done);
   return st;
 }
