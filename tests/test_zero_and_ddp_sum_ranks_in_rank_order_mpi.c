@@ -7,8 +7,8 @@
  * reversed rank order differs from the rank-order sum in many elements
  * (checked, so the test can tell orders apart from 3 ranks on).  Buckets of
  * 64 B to 64 KiB, and a layer whose size is no multiple of N: 4099
- * gradients (pieces shorter than one message of rank_sum.c), and 300007
- * (pieces of 75-150 K floats: many messages, whose receives reuse the
+ * gradients (pieces shorter than one message of rank_sum.c), and 1200007
+ * (pieces of 300-600 K floats: several messages, whose receives reuse the
  * storage of sends still in flight).  If it fails, DDP and ZeRO no longer
  * sum alike (Open MPI's ring and its reduce-scatter do not), or a piece or
  * a message lands in the wrong place. */
@@ -111,7 +111,7 @@ static int run_all(px_comm *c, void *arg) {
   (void)arg;
   px_comm_set_timeout(c, 120);
   run_one(c, 4099);
-  run_one(c, 300007);
+  run_one(c, 1200007);
   return px_test_failures ? 1 : 0;
 }
 

@@ -11,7 +11,7 @@
  * their own: (N-1)·DEPTH·CHUNK floats an operation at most, whatever the
  * buffer's length.  CHUNK is a multiple of ADD_BLOCK, so no block of the
  * sum straddles a head and the rest of its contribution. */
-enum { CHUNK = 32768, DEPTH = 2, ADD_BLOCK = 512 };
+enum { CHUNK = 131072, DEPTH = 2, ADD_BLOCK = 512 };
 enum { K_NATIVE, K_RS, K_AR };
 enum { P_EXCHANGE, P_GATHER, P_DONE };
 enum { TAG_SPAN = 8192 };  /* operations in flight never come near this */

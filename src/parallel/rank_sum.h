@@ -13,13 +13,14 @@
 //   reduce-scatter (send = N segments; rank r gets the sum of segment r):
 //     N-1 rounds, all in flight at once; in round k rank r sends segment
 //     r+k to rank r+k and receives rank r-k's contribution to segment r,
-//     in messages of 32768 floats (128 KiB).  The receive of a round's
+//     in messages of 131072 floats (512 KiB).  The receive of a round's
 //     chunk i >= 2 lands where the round's send of chunk i-2 came from,
 //     once that send completed, the first 2 chunks in a head of their own;
 //     then out = x_0 + x_1 + ... from where each contribution lies.  The
 //     same bytes on the wire as the ring; besides the buffer, at most
-//     (N-1)·256 KiB of heads (no spare piece: a piece of a 27 MiB group is
-//     6.75 MiB at N = 4).
+//     (N-1)·1 MiB of heads (no spare piece: a piece of a 27 MiB group is
+//     6.75 MiB at N = 4).  Smaller messages (128 KiB) measured slower
+//     with 4 ranks on 2 busy cores: every wait for a send is a handshake.
 //   all-reduce (count): the same over N segments of count/N floats (the
 //     first count%N one more: a contribution always fits where it lands),
 //     then every rank sends its summed segment to every other.
