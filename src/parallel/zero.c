@@ -21,6 +21,7 @@
 // exactly as DDP sums and then scales, so with the same summation order the
 // gradients are DDP's to the bit.
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "parallel/zero_internal.h"
 #include "plexus/optim.h"
 
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 /* ---- Small helpers ---------------------------------------------------------- */
@@ -40,18 +42,33 @@ static float *alloc_floats(size_t n) {
   return p;
 }
 
+/* Pool buffers (buckets, units) are mapped from the kernel and unmapped
+ * when the pool gives them back, so the process shrinks with the pool:
+ * from malloc, a freed buffer of up to 32 MiB raises glibc's mmap threshold
+ * and the next ones come from the heap, which keeps freed space resident
+ * (stage 2 under mpirun: a 20 MiB heap beside 33 MiB of buckets).  Fresh
+ * pages are zero. */
+static float *pool_map(size_t n) {
+  void *q = mmap(NULL, (n ? n : 1) * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return q == MAP_FAILED ? NULL : q;
+}
+static void pool_unmap(float *q, size_t n) { munmap(q, (n ? n : 1) * sizeof(float)); }
+
 float *pxz_pool_get(zpool *p, size_t n) {
-  // The smallest free buffer that fits, else a new one of exactly n; free
-  // buffers too small for it are given back first, so the pool holds no
-  // more at once than the buffers in use (groups differ in size: a tied
-  // embedding's bucket, a block, the root unit).
+  // The smallest free buffer that fits without wasting more than half of
+  // it, else a new one of exactly n; free buffers too small for it are
+  // given back first, so the pool holds little more at once than the
+  // buffers in use (groups differ in size: a tied embedding's bucket, a
+  // block, the root unit; a 2 MiB bucket taking a free 9 MiB buffer would
+  // make the next 9 MiB bucket allocate another).
   int best = -1;
   for (int i = 0; i < p->n; i++)
-    if (!p->b[i].busy && p->b[i].cap >= n && (best < 0 || p->b[i].cap < p->b[best].cap)) best = i;
+    if (!p->b[i].busy && p->b[i].cap >= n && p->b[i].cap <= 2 * n && (best < 0 || p->b[i].cap < p->b[best].cap))
+      best = i;
   if (best < 0) {
     for (int i = 0; i < p->n;) {
-      if (p->b[i].busy) { i++; continue; }
-      free(p->b[i].data);
+      if (p->b[i].busy || p->b[i].cap >= n) { i++; continue; }
+      pool_unmap(p->b[i].data, p->b[i].cap);
       p->held -= p->b[i].cap * sizeof(float);
       p->b[i] = p->b[--p->n];
     }
@@ -62,8 +79,8 @@ float *pxz_pool_get(zpool *p, size_t n) {
       p->b = b;
       p->cap = cap;
     }
-    float *data = alloc_floats(n);
-    if (!data) { px_error(PX_ERR_NOMEM, "ZeRO: cannot allocate %zu floats for a bucket or unit", n); return NULL; }
+    float *data = pool_map(n);
+    if (!data) { px_error(PX_ERR_NOMEM, "ZeRO: cannot map %zu floats for a bucket or unit", n); return NULL; }
     p->b[p->n] = (zbuf){.data = data, .cap = n, .busy = false};
     p->held += n * sizeof(float);
     if (p->held > p->bytes) p->bytes = p->held;
@@ -79,7 +96,7 @@ void pxz_pool_put(zpool *p, float *data) {
 }
 
 static void pool_free(zpool *p) {
-  for (int i = 0; i < p->n; i++) free(p->b[i].data);
+  for (int i = 0; i < p->n; i++) pool_unmap(p->b[i].data, p->b[i].cap);
   free(p->b);
   *p = (zpool){0};
 }
@@ -328,7 +345,12 @@ static void on_grads_ready(void *user, px_module *m) {
 
 /* Stages 1-2: DDP's buckets.  Walk parameters from the last to the first;
  * close a bucket when the next parameter would overflow it (a bucket holds
- * at least one).  Each bucket is one flat range. */
+ * at least one).  Stage 2 also closes one at least half full where the
+ * next parameter belongs to another module: its storage then never waits
+ * for the next module's backward, beside that module's own buckets (a GPT
+ * block's c_attn weight, 6.75 MiB, would otherwise share a bucket with
+ * the previous block's MLP bias and live on while the previous block's
+ * 9 MiB MLP weight is written).  Each bucket is one flat range. */
 static px_status build_buckets(px_zero *z) {
   px_model *md = z->model;
   z->groups = calloc((size_t)md->n_params + 1, sizeof *z->groups);
@@ -337,7 +359,8 @@ static px_status build_buckets(px_zero *z) {
   int b = -1;
   for (int i = md->n_params - 1; i >= 0; i--) {
     size_t bytes = md->params[i]->numel * sizeof(float);
-    if (b < 0 || (used > 0 && used + bytes > cap)) {
+    const bool new_module = i + 1 < md->n_params && md->params[i]->owner != md->params[i + 1]->owner;
+    if (b < 0 || (used > 0 && used + bytes > cap) || (z->stage == 2 && new_module && 2 * used >= cap)) {
       if (b >= 0) cap = z->opts.bucket_bytes;
       b++;
       used = 0;

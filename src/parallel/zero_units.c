@@ -165,9 +165,7 @@ void pxz_start_gather(px_zero *z, int g) {
   if (G->pbuf || G->count == 0 || z->error != PX_OK) return;
   // Every gathered buffer has the largest unit's size: the root unit and
   // the blocks take turns in the same buffers instead of the pool giving
-  // back the smaller one and allocating anew (freed and reallocated, such
-  // buffers leave the process larger than the pool: glibc raises its mmap
-  // threshold after the first free and serves the next from the heap).
+  // back the smaller one and mapping anew each time.
   size_t most = 0;
   for (int k = 0; k < z->n_groups; k++)
     if (z->groups[k].piece > most) most = z->groups[k].piece;
