@@ -1,6 +1,7 @@
 """Claim: `plexus train --zero 1`, `--zero 2` and `--zero 3` on 2 ranks (the
 threads backend, and mpiexec -n 2 when plexus has MPI) end with the same
-parameters and Adam state as `--zero 0` (DDP) within 1e-6 (largest
+parameters and Adam state as `--zero 0` (DDP) within 1e-6 (2e-6 for stages
+2-3, which add a step's micro-batches in another order; largest
 difference relative to each tensor's largest value), through everything that
 reads all parameters: the global gradient-norm clipping, accumulation over 2
 micro-batches (no_sync), a cosine schedule with warm-up, dropout, evaluation
@@ -66,8 +67,15 @@ def case(tmp, label, extra, mpi_ranks):
         # in another order than DDP (float rounding, ~1e-7 per step), and a
         # moment whose gradient element is a small difference of large
         # terms (the first convolution's) carries that rounding at up to
-        # ~1e-4 of the tensor's largest value after 10 steps.
-        for what, a, b, tol in (("parameters", ref[0], model, 1e-6), ("optimizer state", ref[1], optim, 1e-3)):
+        # ~1e-4 of the tensor's largest value after 10 steps.  The same
+        # order reaches the parameters at ~1e-6: 1.18e-6 in the portable
+        # build (no fused multiply-adds in the backward pass), below 1e-6
+        # with -march=native; without --accum-steps every stage is within
+        # 1e-6 in both.  So stages 2 and 3 are held to 2e-6 here, stage 1
+        # (DDP's order) to 1e-6; tests/test_zero_equals_ddp.c holds the
+        # library to 1e-6 on its own models.
+        ptol = 1e-6 if stage == 1 else 2e-6
+        for what, a, b, tol in (("parameters", ref[0], model, ptol), ("optimizer state", ref[1], optim, 1e-3)):
             d = zu.max_rel_diff(a, b)
             cu.check(d is not None and d <= tol, "%s --zero %d: %s differ from DDP's by %s (relative; tolerance %g)" %
                      (label, stage, what, d, tol))

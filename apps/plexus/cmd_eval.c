@@ -48,9 +48,9 @@ static int eval_rank(px_comm *comm, void *arg) {
     rc = 1;
   } else if (rank == 0) {
     const bool lm = m.accuracy != m.accuracy;
-    printf("plexus eval: %s (step %lld), %s split: %lld %s, loss %.4f", job->ckpt, (long long)job->step, c->split,
+    printf("plexus eval: %s (step %lld), %s split: %lld %s, loss %.6f", job->ckpt, (long long)job->step, c->split,
            (long long)m.samples, lm ? "tokens" : "samples", m.loss);
-    if (!lm) printf(", accuracy %.4f", m.accuracy);
+    if (!lm) printf(", accuracy %.6f", m.accuracy);
     if (m.perplexity == m.perplexity) printf(", perplexity %.2f", m.perplexity);
     printf("\n");
     fflush(stdout);
