@@ -23,6 +23,7 @@
 // kernel row, summed over q and over the samples of the block.  Every sum
 // has a fixed order that depends on the shapes only, never on threads.
 #include "nn/conv2d_3x3.h"
+#include "tensor/internal.h"
 
 #include <string.h>
 
@@ -122,7 +123,9 @@ void px_c3_weights_dx(const float *Wt, int O, int C, float *wr) {
 // accumulators a[OB][NV] must have constant bounds to live in registers.
 #define NV 2
 #define CONV_NAME conv_nv2
-__attribute__((optimize("fp-contract=fast")))
+// PX_KERNEL: the portable build compiles it for x86-64-v4, -v3 (AVX2 + FMA)
+// and baseline and picks one from cpuid (tensor/internal.h).
+__attribute__((optimize("fp-contract=fast"))) PX_KERNEL
 static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
                       const float *bias, float *out, float *tile) {
   const size_t CHUNK = (size_t)NV * VL;
@@ -169,7 +172,9 @@ static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *
 #undef CONV_NAME
 #define NV 3
 #define CONV_NAME conv_nv3
-__attribute__((optimize("fp-contract=fast")))
+// PX_KERNEL: the portable build compiles it for x86-64-v4, -v3 (AVX2 + FMA)
+// and baseline and picks one from cpuid (tensor/internal.h).
+__attribute__((optimize("fp-contract=fast"))) PX_KERNEL
 static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
                       const float *bias, float *out, float *tile) {
   const size_t CHUNK = (size_t)NV * VL;
@@ -221,7 +226,7 @@ void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, in
   else conv_nv3(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
 }
 
-__attribute__((optimize("fp-contract=fast")))
+__attribute__((optimize("fp-contract=fast"))) PX_KERNEL
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
               float *dW) {
   const ptrdiff_t Wp = g->Wp;
