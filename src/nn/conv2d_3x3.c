@@ -226,9 +226,11 @@ void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, in
   else conv_nv3(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
 }
 
+// Cloned as a static function: a cloned extern one gets an ifunc symbol
+// that -fvisibility=hidden does not hide (the exported-symbols test).
 __attribute__((optimize("fp-contract=fast"))) PX_KERNEL
-void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
-              float *dW) {
+static void dw_kernel(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
+                      float *dW) {
   const ptrdiff_t Wp = g->Wp;
   const int o0 = blk * OB;
   const size_t xs = (size_t)C * g->PS, ys = (size_t)O * g->PS, Q8 = round_up(g->Q, VL);
@@ -263,4 +265,9 @@ void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O,
           dW[((size_t)(o0 + r) * C + c) * 9 + i * 3 + j] += s;
         }
     }
+}
+
+void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
+              float *dW) {
+  dw_kernel(g, x_p, C, dy_p, O, blk, n_samples, dW);
 }
