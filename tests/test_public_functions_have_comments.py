@@ -13,20 +13,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
+
+import cli_util as cu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL:", msg, flush=True)
-        failures += 1
-    return cond
+check = cu.check
 
 
 def decls(path):
@@ -133,10 +126,8 @@ def main():
             print("doxygen not installed: the reference build is not checked (apt-get install doxygen)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("test_public_functions_have_comments: %d check(s) failed" % failures)
-        sys.exit(1)
-    print("test_public_functions_have_comments: ok (%d public functions)" % total)
+    print("%d public functions" % total)
+    cu.finish("test_public_functions_have_comments")
 
 
 if __name__ == "__main__":

@@ -13,41 +13,20 @@ import glob
 import os
 import re
 import shutil
-import struct
 import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
 
+import cli_util as cu
+import tb_util
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("PX_BUILD_DIR", "")
 TOOL = os.path.join(BUILD, "tests", "px_tb_write")
 PROTO_DIR = os.path.join(HERE, "data")
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL:", msg)
-        failures += 1
-
-
-def crc32c(data):
-    # Bitwise, reflected Castagnoli polynomial: no table shared with the C code.
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked(data):
-    c = crc32c(data)
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+check = cu.check
 
 
 def f32(x):
@@ -67,7 +46,7 @@ def parse_text(txt):
 
 
 def main():
-    check(crc32c(b"123456789") == 0xE3069283, "python crc32c check value")
+    check(tb_util.crc32c(b"123456789") == 0xE3069283, "python crc32c check value")
     tmp = tempfile.mkdtemp(prefix="px_tb_")
     try:
         logdir = os.path.join(tmp, "runs", "x")
@@ -81,21 +60,7 @@ def main():
         check(re.match(r"events\.out\.tfevents\.\d+\..+\.\d+$", name) is not None, "file name %s" % name)
         blob = open(files[0], "rb").read()
 
-        records = []
-        pos = 0
-        while pos < len(blob):
-            check(pos + 12 <= len(blob), "truncated header at %d" % pos)
-            hdr = blob[pos:pos + 8]
-            (n,) = struct.unpack("<Q", hdr)
-            (hcrc,) = struct.unpack("<I", blob[pos + 8:pos + 12])
-            check(hcrc == masked(hdr), "length CRC at %d" % pos)
-            data = blob[pos + 12:pos + 12 + n]
-            check(len(data) == n, "truncated data at %d" % pos)
-            (dcrc,) = struct.unpack("<I", blob[pos + 12 + n:pos + 16 + n])
-            check(dcrc == masked(data), "data CRC at %d" % pos)
-            records.append(data)
-            pos += 16 + n
-        check(pos == len(blob), "trailing bytes")
+        records = tb_util.records(blob, check)
         # file_version + 3 steps + 1 eval + 1 scalar
         check(len(records) == 6, "expected 6 records, got %d" % len(records))
 
@@ -136,8 +101,7 @@ def main():
             check(len(evs) == 6, "EventFileLoader read %d events" % len(evs))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("test_tensorboard_events_decode_with_protoc: %s" % ("FAILED" if failures else "ok"))
-    sys.exit(1 if failures else 0)
+    cu.finish("test_tensorboard_events_decode_with_protoc")
 
 
 if __name__ == "__main__":

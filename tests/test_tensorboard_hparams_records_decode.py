@@ -17,35 +17,15 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 
+import cli_util as cu
+import tb_util
+
 BUILD = os.environ.get("PX_BUILD_DIR", "")
 TOOL = os.path.join(BUILD, "tests", "px_tb_write")
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL:", msg, flush=True)
-        failures += 1
-    return cond
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked(data):
-    c = crc32c(data)
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+check = cu.check
 
 
 def varint(b, i):
@@ -114,14 +94,7 @@ def main():
         if not check(len(files) == 1, "one event file: %s" % files):
             return
         blob = open(files[0], "rb").read()
-        records, pos = [], 0
-        while pos < len(blob):
-            (n,) = struct.unpack("<Q", blob[pos:pos + 8])
-            check(struct.unpack("<I", blob[pos + 8:pos + 12])[0] == masked(blob[pos:pos + 8]), "length CRC")
-            data = blob[pos + 12:pos + 12 + n]
-            check(struct.unpack("<I", blob[pos + 12 + n:pos + 16 + n])[0] == masked(data), "data CRC")
-            records.append(data)
-            pos += 16 + n
+        records = tb_util.records(blob, check)
         # file_version, then the hparams record; the refused array wrote nothing.
         if not check(len(records) == 2, "2 records (file_version, hparams), got %d" % len(records)):
             return
@@ -161,7 +134,5 @@ def main():
 
 if __name__ == "__main__":
     main()
-    if failures:
-        print("test_tensorboard_hparams_records_decode: %d check(s) failed" % failures)
-        sys.exit(1)
+    cu.finish("test_tensorboard_hparams_records_decode")
     print("test_tensorboard_hparams_records_decode: ok")
