@@ -123,100 +123,12 @@ void px_c3_weights_dx(const float *Wt, int O, int C, float *wr) {
 // accumulators a[OB][NV] must have constant bounds to live in registers.
 #define NV 2
 #define CONV_NAME conv_nv2
-// PX_KERNEL: the portable build compiles it for x86-64-v4, -v3 (AVX2 + FMA)
-// and baseline and picks one from cpuid (tensor/internal.h).
-__attribute__((optimize("fp-contract=fast"))) PX_KERNEL
-static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
-                      const float *bias, float *out, float *tile) {
-  const size_t CHUNK = (size_t)NV * VL;
-  const ptrdiff_t Wp = g->Wp;
-  const ptrdiff_t off[9] = {0, 1, 2, Wp, Wp + 1, Wp + 2, 2 * Wp, 2 * Wp + 1, 2 * Wp + 2};
-  const float *wb = wr + (size_t)blk * in_c * 9 * OB;
-  const int o0 = blk * OB;
-  float b[OB];
-  for (int r = 0; r < OB; r++) b[r] = bias && o0 + r < out_c ? bias[o0 + r] : 0.0f;
-  for (size_t q0 = 0; q0 < g->Qr; q0 += CHUNK)
-    for (int c0 = 0; c0 < in_c; c0 += CB) {
-    const int c1 = c0 + CB < in_c ? c0 + CB : in_c;
-    v8 a[OB][NV];
-    for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) a[r][v] = splat(c0 == 0 ? b[r] : 0.0f);
-    for (int c = c0; c < c1; c++) {
-      const float *x = in_p + (size_t)c * g->PS + q0;
-      const float *w = wb + (size_t)c * 9 * OB;
-      for (int t = 0; t < 9; t++) {
-        const float *xt = x + off[t];
-        v8 xv[NV];
-        for (int v = 0; v < NV; v++) xv[v] = ld(xt + v * VL);
-        for (int r = 0; r < OB; r++) {
-          const v8 wv = splat(w[t * OB + r]);
-          for (int v = 0; v < NV; v++) a[r][v] += wv * xv[v];
-        }
-      }
-    }
-    for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) {
-        float *t = tile + (size_t)r * g->Qr + q0 + v * VL;
-        st(t, c0 == 0 ? a[r][v] : ld(t) + a[r][v]);
-      }
-    }
-  const int H = g->H, W = g->W;
-  for (int r = 0; r < OB && o0 + r < out_c; r++) {
-    float *y = out + (size_t)(o0 + r) * H * W;
-    const float *s = tile + (size_t)r * g->Qr;
-    for (int h = 0; h < H; h++) memcpy(y + (size_t)h * W, s + (size_t)h * Wp, (size_t)W * sizeof *y);
-  }
-}
-
+#include "nn/conv2d_3x3_kernel.inc"
 #undef NV
 #undef CONV_NAME
 #define NV 3
 #define CONV_NAME conv_nv3
-// PX_KERNEL: the portable build compiles it for x86-64-v4, -v3 (AVX2 + FMA)
-// and baseline and picks one from cpuid (tensor/internal.h).
-__attribute__((optimize("fp-contract=fast"))) PX_KERNEL
-static void CONV_NAME(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
-                      const float *bias, float *out, float *tile) {
-  const size_t CHUNK = (size_t)NV * VL;
-  const ptrdiff_t Wp = g->Wp;
-  const ptrdiff_t off[9] = {0, 1, 2, Wp, Wp + 1, Wp + 2, 2 * Wp, 2 * Wp + 1, 2 * Wp + 2};
-  const float *wb = wr + (size_t)blk * in_c * 9 * OB;
-  const int o0 = blk * OB;
-  float b[OB];
-  for (int r = 0; r < OB; r++) b[r] = bias && o0 + r < out_c ? bias[o0 + r] : 0.0f;
-  for (size_t q0 = 0; q0 < g->Qr; q0 += CHUNK)
-    for (int c0 = 0; c0 < in_c; c0 += CB) {
-    const int c1 = c0 + CB < in_c ? c0 + CB : in_c;
-    v8 a[OB][NV];
-    for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) a[r][v] = splat(c0 == 0 ? b[r] : 0.0f);
-    for (int c = c0; c < c1; c++) {
-      const float *x = in_p + (size_t)c * g->PS + q0;
-      const float *w = wb + (size_t)c * 9 * OB;
-      for (int t = 0; t < 9; t++) {
-        const float *xt = x + off[t];
-        v8 xv[NV];
-        for (int v = 0; v < NV; v++) xv[v] = ld(xt + v * VL);
-        for (int r = 0; r < OB; r++) {
-          const v8 wv = splat(w[t * OB + r]);
-          for (int v = 0; v < NV; v++) a[r][v] += wv * xv[v];
-        }
-      }
-    }
-    for (int r = 0; r < OB; r++)
-      for (int v = 0; v < NV; v++) {
-        float *t = tile + (size_t)r * g->Qr + q0 + v * VL;
-        st(t, c0 == 0 ? a[r][v] : ld(t) + a[r][v]);
-      }
-    }
-  const int H = g->H, W = g->W;
-  for (int r = 0; r < OB && o0 + r < out_c; r++) {
-    float *y = out + (size_t)(o0 + r) * H * W;
-    const float *s = tile + (size_t)r * g->Qr;
-    for (int h = 0; h < H; h++) memcpy(y + (size_t)h * W, s + (size_t)h * Wp, (size_t)W * sizeof *y);
-  }
-}
-
+#include "nn/conv2d_3x3_kernel.inc"
 #undef NV
 #undef CONV_NAME
 
