@@ -266,6 +266,20 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   return PX_OK;
 }
 
+// dx of channel c with batch statistics (plain and synchronized):
+// dx = γ·istd·(dy - mean_dy - (x - μ)·proj), mean_dy = Σdy/n and
+// proj = istd²·Σ(dy·(x - μ))/n over the batch (over every rank when synced).
+static void dx_channel(const float *X, const float *DY, float *DX, int c, int C, int64_t N, int64_t S, float mu,
+                       float mean_dy, float proj, float scale) {
+  for (int64_t i = 0; i < N; i++) {
+    const size_t off = ((size_t)i * C + c) * S;
+    const float *xr = X + off, *gr = DY + off;
+    float *out = DX + off;
+    #pragma omp simd
+    for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
+  }
+}
+
 // Backward of a synchronized batch norm in training: this rank's Σdy and
 // Σdy·(x - μ) for dγ, dβ; their sums over the ranks for dx.
 static px_status sync_backward(batchnorm *b, px_ctx *ctx, const float *DY, float *DX) {
@@ -296,13 +310,7 @@ static px_status sync_backward(batchnorm *b, px_ctx *ctx, const float *DY, float
     const float mean_dy = (float)(sums[c] / n);
     const float proj = (float)(sums[C + c] * istd * istd / n);
     const float scale = gamma[c] * istd;
-    for (int64_t i = 0; i < N; i++) {
-      const size_t off = ((size_t)i * C + c) * S;
-      const float *xr = X + off, *gr = DY + off;
-      float *out = DX + off;
-      #pragma omp simd
-      for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
-    }
+    dx_channel(X, DY, DX, c, C, N, S, mu, mean_dy, proj, scale);
   }
   return PX_OK;
 }
@@ -336,13 +344,7 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
       const float mean_dy = (float)(sum_dy / (double)n);
       const float proj = (float)(dot * istd * istd / (double)n);
       const float scale = gamma[c] * istd;
-      for (int64_t i = 0; i < N; i++) {
-        const size_t off = ((size_t)i * C + c) * S;
-        const float *xr = X + off, *gr = DY + off;
-        float *out = DX + off;
-        #pragma omp simd
-        for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
-      }
+      dx_channel(X, DY, DX, c, C, N, S, mu, mean_dy, proj, scale);
     } else {
       const float scale = gamma[c] * istd;
       for (int64_t i = 0; i < N; i++) {
