@@ -128,10 +128,20 @@ static px_status holder_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
 }
 static const px_module_ops holder_ops = {.type = "TiedWeight", .forward = holder_forward};
 
+/* The tensor-parallel form (px_tp_vocab_tied_head away from its embedding,
+ * g set): the holder is a px_tp_vocab_embedding of the same group, sizes,
+ * name and stream (so it takes its box of the single process's table, as
+ * the embedding does) that never runs; the head reads its rows E_r:
+ *   logits_r = x · E_rᵀ (R, rows)     dE_r += dyᵀ · x
+ *   dx = Σ_r dy_r · E_r               one all-reduce over tp backward
+ * exactly px_tp_vocab_tied_head's product without sequence parallelism.
+ * Without tensor parallelism (g NULL) rows is the vocabulary and there is
+ * no all-reduce: px_tied_head's product. */
 typedef struct pp_head {
-  px_module base;
-  int       vocab, dim;
-  px_tensor x;
+  px_module    base;
+  px_tp_group *g;          /* NULL: not tensor parallel */
+  int          rows, dim;  /* E's (or E_r's) shape */
+  px_tensor    x;
 } pp_head;
 
 static px_status pp_head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -139,16 +149,16 @@ static px_status pp_head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, 
   const px_param *E = m->foreign[0];
   if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != h->dim) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "TiedHead(%d -> %d, copy of \"%s\"): input %s must end in %d features", h->dim,
-                    h->vocab, E->name, px_shape_str(x->ndim, x->shape, s, sizeof s), h->dim);
+    return px_error(PX_ERR_SHAPE, "%s(%d -> %d, copy of \"%s\"): input %s must end in %d features", m->ops->type,
+                    h->dim, h->rows, E->name, px_shape_str(x->ndim, x->shape, s, sizeof s), h->dim);
   }
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
-  shape[x->ndim - 1] = h->vocab;
+  shape[x->ndim - 1] = h->rows;
   px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
   if (st != PX_OK) return st;
   const int R = (int)(px_tensor_numel(x) / h->dim);
-  px_sgemm(false, true, R, h->vocab, h->dim, 1.0f, px_f32(x), h->dim, E->data, h->dim, 0.0f, px_f32(y), h->vocab);
+  px_sgemm(false, true, R, h->rows, h->dim, 1.0f, px_f32(x), h->dim, E->data, h->dim, 0.0f, px_f32(y), h->rows);
   h->x = *x;
   return PX_OK;
 }
@@ -156,63 +166,18 @@ static px_status pp_head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, 
 static px_status pp_head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   pp_head *h = (pp_head *)m;
   const px_param *E = m->foreign[0];
-  const int R = (int)(px_tensor_numel(&h->x) / h->dim);
-  px_sgemm(true, false, h->vocab, h->dim, R, 1.0f, px_f32(dy), h->vocab, px_f32(&h->x), h->dim, 1.0f, E->grad, h->dim);
-  if (!dx) return PX_OK;
-  px_status st = px_ctx_tensor_like(ctx, dx, &h->x);
-  if (st != PX_OK) return st;
-  px_sgemm(false, false, R, h->dim, h->vocab, 1.0f, px_f32(dy), h->vocab, E->data, h->dim, 0.0f, px_f32(dx), h->dim);
-  return PX_OK;
-}
-static const px_module_ops pp_head_ops = {.type = "TiedHead", .forward = pp_head_forward,
-                                          .backward = pp_head_backward};
-
-/* The tensor-parallel form (px_tp_vocab_tied_head away from its embedding):
- * the holder is a px_tp_vocab_embedding of the same group, sizes, name and
- * stream (so it takes its box of the single process's table, as the
- * embedding does) that never runs; the head reads its rows E_r (count, C):
- *   logits_r = x · E_rᵀ (R, count)     dE_r += dyᵀ · x
- *   dx = Σ_r dy_r · E_r                one all-reduce over tp backward
- * exactly px_tp_vocab_tied_head's product without sequence parallelism. */
-typedef struct pp_tp_head {
-  px_module    base;
-  px_tp_group *g;
-  int          count, dim;
-  px_tensor    x;
-} pp_tp_head;
-
-static px_status pp_tp_head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
-  pp_tp_head *h = (pp_tp_head *)m;
-  const px_param *E = m->foreign[0];
-  if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != h->dim) {
-    char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "VocabParallelTiedHead(%d -> %d rows, copy of \"%s\"): input %s must end in %d "
-                    "features", h->dim, h->count, E->name, px_shape_str(x->ndim, x->shape, s, sizeof s), h->dim);
-  }
-  int64_t shape[PX_MAX_DIMS];
-  for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
-  shape[x->ndim - 1] = h->count;
-  px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
-  if (st != PX_OK) return st;
-  const int R = (int)(px_tensor_numel(x) / h->dim);
-  px_sgemm(false, true, R, h->count, h->dim, 1.0f, px_f32(x), h->dim, E->data, h->dim, 0.0f, px_f32(y), h->count);
-  h->x = *x;
-  return PX_OK;
-}
-
-static px_status pp_tp_head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
-  pp_tp_head *h = (pp_tp_head *)m;
-  const px_param *E = m->foreign[0];
-  const int R = (int)(px_tensor_numel(&h->x) / h->dim), C = h->dim, n = h->count;
+  const int R = (int)(px_tensor_numel(&h->x) / h->dim), C = h->dim, n = h->rows;
   px_sgemm(true, false, n, C, R, 1.0f, px_f32(dy), n, px_f32(&h->x), C, 1.0f, E->grad, C);
   if (!dx) return PX_OK;
   px_status st = px_ctx_tensor_like(ctx, dx, &h->x);
   if (st != PX_OK) return st;
   px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, px_f32(dx), C);
-  return px_tp_allreduce(h->g, px_f32(dx), (size_t)R * (size_t)C, PX_SUM, true);
+  return h->g ? px_tp_allreduce(h->g, px_f32(dx), (size_t)R * (size_t)C, PX_SUM, true) : PX_OK;
 }
-static const px_module_ops pp_tp_head_ops = {.type = "VocabParallelTiedHead", .forward = pp_tp_head_forward,
-                                             .backward = pp_tp_head_backward};
+static const px_module_ops pp_head_ops = {.type = "TiedHead", .forward = pp_head_forward,
+                                          .backward = pp_head_backward};
+static const px_module_ops pp_tp_head_ops = {.type = "VocabParallelTiedHead", .forward = pp_head_forward,
+                                             .backward = pp_head_backward};
 
 // The stage root: a chain that skips its weight holder (NULL: none).
 typedef struct stage_root {
@@ -479,21 +444,12 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
   for (int i = plan->first[stage]; st == PX_OK && i < plan->first[stage + 1]; i++) {
     px_module *m = u.mod[i], *parent = m->parent;
     if (tied && i == plan->tied_head_unit) {  // replaced: the original stays in the tree and is freed with it
-      px_module *hm;
-      if (tpg) {
-        pp_tp_head *h = (pp_tp_head *)px_module_alloc(sizeof *h, &pp_tp_head_ops);
-        if (!h) { st = PX_ERR_NOMEM; break; }
-        h->g = tpg;
-        h->count = (int)holder->params[0].shape[0];
-        h->dim = (int)holder->params[0].shape[1];
-        hm = &h->base;
-      } else {
-        pp_head *h = (pp_head *)px_module_alloc(sizeof *h, &pp_head_ops);
-        if (!h) { st = PX_ERR_NOMEM; break; }
-        h->vocab = (int)holder->params[0].shape[0];
-        h->dim = (int)holder->params[0].shape[1];
-        hm = &h->base;
-      }
+      pp_head *h = (pp_head *)px_module_alloc(sizeof *h, tpg ? &pp_tp_head_ops : &pp_head_ops);
+      if (!h) { st = PX_ERR_NOMEM; break; }
+      h->g = tpg;
+      h->rows = (int)holder->params[0].shape[0];
+      h->dim = (int)holder->params[0].shape[1];
+      px_module *hm = &h->base;
       hm->stream = m->stream;
       st = px_module_add_foreign_param(hm, &holder->params[0]);
       if (st == PX_OK) st = px_module_add_child(sroot, u.path[i], hm);
