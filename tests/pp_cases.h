@@ -32,6 +32,16 @@ typedef struct ppc_mlp {
   float dropout;  // > 0: a Dropout unit after every ReLU (3·depth + 2 units)
 } ppc_mlp;
 
+// Whether chunk c's parameter p is the tied head's copy (checkpoints do not save
+// it: the embedding's stage writes the weight).
+static inline bool ppc_is_tied_copy(px_pp *pp, int c, const px_param *p) {
+  const px_pp_plan *plan = px_pp_plan_of(pp);
+  if (plan->tied_head_unit < 0 || strcmp(p->name, plan->tied_param) != 0) return false;
+  const int head = px_pp_plan_stage_of(plan, plan->tied_head_unit);
+  const int emb = px_pp_plan_stage_of(plan, plan->tied_emb_unit);
+  return head != emb && px_pp_chunk_stage(pp, c) == head;
+}
+
 static px_module *ppc_build(void *arg) {
   const ppc_mlp *a = arg;
   if (a->dropout <= 0) return px_zoo_mlp(PPC_IN, PPC_HIDDEN, a->depth, PPC_CLASSES);

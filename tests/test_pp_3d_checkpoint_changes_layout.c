@@ -42,15 +42,6 @@ static float *T_param, *T_slot[K_SLOTS];
 static int64_t T_step;
 static char root[256], save_dir[320], path[512];
 
-// Whether chunk c's parameter p is the tied head's copy (not saved).
-static bool is_tied_copy(px_pp *pp, int c, const px_param *p) {
-  const px_pp_plan *plan = px_pp_plan_of(pp);
-  if (plan->tied_head_unit < 0 || strcmp(p->name, plan->tied_param) != 0) return false;
-  const int head = px_pp_plan_stage_of(plan, plan->tied_head_unit);
-  const int emb = px_pp_plan_stage_of(plan, plan->tied_emb_unit);
-  return head != emb && px_pp_chunk_stage(pp, c) == head;
-}
-
 // idx[i]: the global flat index of p's local element i (its box taken from
 // an iota: the tensors are small enough for floats to count exactly).
 static size_t *global_index(const px_param *p, const px_param *q) {
@@ -105,7 +96,7 @@ static void gather_truth(px_pp *pp, px_mesh *mesh) {
       T_step = o->step;
     for (int i = 0; i < md->n_params; i++) {
       const px_param *p = md->params[i];
-      if (is_tied_copy(pp, c, p)) continue;
+      if (ppc_is_tied_copy(pp, c, p)) continue;
       const px_param *q = px_model_find(REF, p->name);
       CHECK(q != NULL, "no \"%s\" in the zoo GPT", p->name);
       if (!q) continue;

@@ -49,15 +49,6 @@ static px_optim_opts optim_opts(void) {
   return oo;
 }
 
-// Whether chunk c's parameter p is the tied head's copy (not saved).
-static bool is_tied_copy(px_pp *pp, int c, const px_param *p) {
-  const px_pp_plan *plan = px_pp_plan_of(pp);
-  if (plan->tied_head_unit < 0 || strcmp(p->name, plan->tied_param) != 0) return false;
-  const int head = px_pp_plan_stage_of(plan, plan->tied_head_unit);
-  const int emb = px_pp_plan_stage_of(plan, plan->tied_emb_unit);
-  return head != emb && px_pp_chunk_stage(pp, c) == head;
-}
-
 // copy: this rank's chunks into T (the tied copy left out); else compare
 // them with T bitwise.  Returns the parameters compared.
 static int visit(px_pp *pp, bool copy, const char *what) {
@@ -75,7 +66,7 @@ static int visit(px_pp *pp, bool copy, const char *what) {
       px_param *q = px_model_find(T.md, p->name);
       CHECK(q && q->numel == p->numel, "%s: no \"%s\" in the whole model", what, p->name);
       if (!q) continue;
-      if (copy && is_tied_copy(pp, c, p)) continue;
+      if (copy && ppc_is_tied_copy(pp, c, p)) continue;
       for (int k = -1; k < o->n_state; k++) {  // -1: the parameter, else slot k
         const char *slot = "parameter";
         float *mine = k < 0 ? md->param_data + p->offset : px_optim_state_slot(o, k, &slot) + p->offset;
