@@ -95,12 +95,6 @@ static px_status loss_of(const px_trainer *t, const px_tensor *logits, const px_
   return px_cross_entropy_loss(logits, (const int32_t *)b->y.data, ce, loss, dlogits);
 }
 
-static double global_mean(px_comm *comm, double sum, double count) {
-  double v[2] = {sum, count};
-  if (px_comm_allreduce(comm, v, 2, PX_F64, PX_SUM) != PX_OK) return NAN;
-  return v[1] > 0 ? v[0] / v[1] : NAN;
-}
-
 static px_status run_eval(px_trainer *t) {
   if (!t->val || t->last_eval_step == t->step) return PX_OK;
   px_eval_metrics m;
@@ -216,7 +210,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
   const px_ce_opts ce = {.ignore_index = -100, .label_smoothing = t->o.label_smoothing};
   const int accum = t->o.accum_steps;
   double t_start = px_time_now(), t_log = t_start;
-  double loss_sum = 0, loss_n = 0;      // this rank's micro-batch losses since the last log
+  double loss_sum = 0, loss_n = 0;      // every rank's micro-batch losses since the last log (the agreements')
   int64_t samples_log = 0;              // this rank's samples since the last log
   int64_t samples_run = 0;
   double step_loss = 0, step_n = 0;     // this step's finite micro-batch losses and micro-batches
@@ -264,8 +258,6 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       px_tensor dy = logits;
       dy.data = dlogits;
       TRY(px_model_backward(md, &dy, NULL));
-      loss_sum += isfinite(loss) ? loss : 0.0;
-      loss_n += 1;
       step_n += 1;
       samples_log += (int64_t)b->n;
       samples_run += (int64_t)b->n;
@@ -284,6 +276,8 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
                          t->o.stop_flag && *t->o.stop_flag != 0 ? 1.0 : 0.0};
       TRY(px_comm_allreduce(t->comm, agree, 4, PX_F64, PX_SUM));
       const double step_mean = agree[1] > 0 ? agree[0] / agree[1] : NAN;
+      loss_sum += agree[0];  // the logged mean needs no collective of its own
+      loss_n += agree[1];
       if (agree[2] > 0)
         return px_error(PX_ERR_INVALID, "train: the loss is not finite at step %lld (epoch %llu, batch %zu) on %.0f "
                         "of %d rank%s (this rank's: %g); every rank stops here, before the update: lower the learning "
@@ -313,7 +307,7 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       if (t->step == t->start_step + 1) TRY(report_memory(t, res));
       if (log_now) {
         double now = px_time_now();
-        double mean = global_mean(t->comm, loss_sum, loss_n);
+        double mean = loss_n > 0 ? loss_sum / loss_n : NAN;
         double samples = (double)samples_log * t->dp;  // the tp ranks of a group share their samples
         double per_s = now > t_log ? samples / (now - t_log) : NAN;
         double eta = (double)(t->total_steps - t->step) * (now - t_start) / (double)(t->step - t->start_step);
