@@ -94,6 +94,13 @@ struct px_ctx {
    * changes state besides what it saves for backward (batch norm's running
    * statistics) must not change it again while this is set. */
   int             recomputing;
+  /* Where the step runs (the model's device): px_ctx_tensor's tensors and
+   * the arena are there.  compute_dtype PX_F32, or PX_BF16 on PX_CUDA: the
+   * GEMMs (Linear, Conv1D, the tied head, convolutions) cast their operands
+   * to bf16 and accumulate in f32; activations, parameters, gradients and
+   * optimizer state stay f32 (docs/GPU.md). */
+  px_device       device;
+  px_dtype        compute_dtype;
 };
 
 /* Allocate an output tensor from the arena. */
@@ -323,6 +330,13 @@ typedef struct px_model {
   uint64_t    seed;
   px_arena   *arena;
   px_ctx      ctx;
+  /* PX_CPU, or PX_CUDA after px_model_to_device: then param_data,
+   * grad_data and buffer_data are device memory, and host_param_data /
+   * host_buffer_data mirror them on the host (px_model_pull, px_model_push)
+   * for what reads or writes parameters as bytes: checkpoints, state dicts. */
+  px_device   device;
+  float      *host_param_data;
+  float      *host_buffer_data;
   px_hooks    hooks[PX_MAX_HOOKS];
   int         hook_handle[PX_MAX_HOOKS]; /* > 0: the handle of the listener in that slot; 0: free */
   int         next_hook_handle;

@@ -104,6 +104,7 @@ px_status px_module_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
 
 px_status px_ctx_tensor(px_ctx *ctx, px_tensor *out, int ndim, const int64_t *shape) {
   *out = px_tensor_view(NULL, PX_F32, ndim, shape);
+  out->device = ctx->device;
   out->data = px_arena_alloc(ctx->arena, px_tensor_nbytes(out));
   return out->data ? PX_OK : PX_ERR_NOMEM;
 }
