@@ -107,7 +107,7 @@ skipped_row() {  # side mode precision
 
 run_plexus() {  # precision
   local prec=$1 metrics=$SCRATCH/plexus-$1.jsonl rlog=$SCRATCH/plexus-$1.log rc
-  local cmd=("$PLEXUS" train --model gpt --n-layer 12 --n-head 12 --n-embd 768 --context $T --vocab-size 50257
+  local cmd=("$PLEXUS" train --model gpt --n-layer 12 --n-head 12 --n-embd 768 --context "$T" --vocab-size 50257
              --dropout 0 --data tokens --data-path "$SHARD" --batch-size "$B" --steps "$STEPS"
              --optim adamw --lr 6e-4 --beta1 0.9 --beta2 0.95 --weight-decay 0.1 --seed 1
              --log-every "$LOG_EVERY" --progress lines --jsonl "$metrics"
@@ -122,13 +122,13 @@ run_plexus() {  # precision
   rc=$?
   cat "$rlog" >>"$LOG"
   echo "## plexus $prec: exit $rc after $((SECONDS - t0)) s" | tee -a "$LOG"
-  "$PYTHON" "$HERE/summarize.py" plexus "$metrics" --precision "$prec" --batch "$B" --context $T \
+  "$PYTHON" "$HERE/summarize.py" plexus "$metrics" --precision "$prec" --batch "$B" --context "$T" \
     --warmup "$WARMUP" --rc $rc --log "$rlog" >>"$ROWS_FILE"
 }
 
 run_torch() {  # mode precision
   local mode=$1 prec=$2 rc t line rlog=$SCRATCH/torch-$1-$2.log
-  local cmd=("$PYTHON" "$HERE/gpt2_torch.py" --data "$SHARD" --precision "$prec" --batch "$B" --context $T
+  local cmd=("$PYTHON" "$HERE/gpt2_torch.py" --data "$SHARD" --precision "$prec" --batch "$B" --context "$T"
              --warmup "$WARMUP" --steps $((STEPS - WARMUP)))
   if [[ $mode == compile ]]; then
     cmd+=(--compile)

@@ -7,7 +7,8 @@
       first record at or past step W, from the records' wall-clock "time"
       (the rate of the warm-up steps is left out).
   summarize.py table ROWS.jsonl [--gpu NAME]
-      the table: tokens/s, ms per step, MFU, and plexus / PyTorch ratios.
+      the table: tokens/s, ms per step (PyTorch: the median step; plexus: the mean
+      of the timed steps), MFU, and plexus / PyTorch ratios.
 
 MFU counts nanoGPT's (PaLM's) training FLOPs per token,
     6·N + 12·L·C·T        N = parameters less the position embedding,
@@ -62,7 +63,7 @@ def plexus_row(a):
         steps = s1["step"] - s0["step"]
         dt = s1["time"] - s0["time"]
         if steps > 0 and dt > 0:
-            row.update(tokens_per_s=steps * a.batch * a.context / dt, median_step_ms=1e3 * dt / steps,
+            row.update(tokens_per_s=steps * a.batch * a.context / dt, mean_step_ms=1e3 * dt / steps,
                        timed_steps=steps, first_loss=recs[0].get("loss"), last_loss=s1.get("loss"))
     elif "error" not in row:
         row["error"] = f"{len(recs)} step records, {len(past)} at or past step {a.warmup}: too few to time"
@@ -112,7 +113,7 @@ def table(a):
         for mode in ("eager", "compile"):
             ref = find("pytorch", mode, r["precision"])
             ratios.append(f"{tps / ref['tokens_per_s']:.2f}x" if ref and ref is not r else "")
-        out.append(f"| {name} | {r['precision']} | {tps:,.0f} | {r.get('median_step_ms', math.nan):.1f} | "
+        out.append(f"| {name} | {r['precision']} | {tps:,.0f} | {r.get('median_step_ms', r.get('mean_step_ms', math.nan)):.1f} | "
                    f"{mfu:.1f}% | {ratios[0]} | {ratios[1]} |")
     out.append("")
     out.append("llm.c (published, not run here): GPT-2 124M on 8x A100 80GB SXM, 10B tokens in ~90 min at up to "
