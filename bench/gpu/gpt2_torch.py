@@ -11,8 +11,8 @@ AdamW (betas 0.9/0.95, weight decay 0.1, fused), f32 master weights.
 
   --precision bf16   torch.autocast(bfloat16): bf16 GEMM operands and
                      activations where autocast casts, f32 weights
-  --precision f32    full f32: TF32 off (torch.backends...allow_tf32 = False,
-                     float32_matmul_precision 'highest'), as plexus's f32 path
+  --precision f32    full f32: TF32 off (fp32_precision 'ieee'; allow_tf32 =
+                     False before torch 2.9), as plexus's f32 path
   --compile          torch.compile(model) (the default inductor backend)
 
 A step is zero_grad, forward, cross-entropy over the vocabulary, backward,
@@ -80,6 +80,19 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
+def no_tf32():
+    """f32 matrix products in full f32 (IEEE), never TF32: the API of torch
+    2.9+ where it exists (mixing it with the old flags is refused there),
+    else the old flags."""
+    if hasattr(torch.backends, "fp32_precision"):
+        torch.backends.fp32_precision = "ieee"
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def read_shard(path):
     header = np.fromfile(path, dtype="<i4", count=256)
     if header[0] == 20240520:
@@ -110,9 +123,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    no_tf32()
     torch.manual_seed(a.seed)
     dev = torch.device("cuda")
     B, T = a.batch, a.context

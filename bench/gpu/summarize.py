@@ -94,18 +94,21 @@ def table(a):
         return next((r for r in rows if r["side"] == side and r["mode"] == mode and r["precision"] == prec
                      and r.get("tokens_per_s")), None)
 
+    def loss(v):
+        return f"{v:.3f}" if isinstance(v, (int, float)) else "?"
+
     out = []
     out.append(f"GPT-2 124M training (L 12, C 768, H 12, T {T}, V 50257, AdamW), batch "
                f"{rows[0]['batch'] if rows else '?'} x {T} tokens, one GPU: {gpu or 'unknown'}")
     out.append(f"MFU: {fpt / 1e6:.1f} MFLOP/token (6N + 12LCT) over the dense peak: bf16 {pk['bf16'] / 1e12:.1f}, "
                f"f32 (no TF32) {pk['f32'] / 1e12:.1f} TFLOP/s{note}")
     out.append("")
-    out.append("| run | precision | tokens/s | ms/step | MFU | vs PyTorch eager | vs torch.compile |")
-    out.append("|---|---|---:|---:|---:|---:|---:|")
+    out.append("| run | precision | tokens/s | ms/step | MFU | vs PyTorch eager | vs torch.compile | loss first → last |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         name = "plexus (cuda)" if r["side"] == "plexus" else f"PyTorch {r['mode']}"
         if not r.get("tokens_per_s"):
-            out.append(f"| {name} | {r['precision']} | failed | | | | {r.get('error', '')[:200]} |")
+            out.append(f"| {name} | {r['precision']} | failed | | | | | {r.get('error', '')[:200]} |")
             continue
         tps = r["tokens_per_s"]
         mfu = 100 * tps * fpt / pk[r["precision"]]
@@ -114,11 +117,13 @@ def table(a):
             ref = find("pytorch", mode, r["precision"])
             ratios.append(f"{tps / ref['tokens_per_s']:.2f}x" if ref and ref is not r else "")
         out.append(f"| {name} | {r['precision']} | {tps:,.0f} | {r.get('median_step_ms', r.get('mean_step_ms', math.nan)):.1f} | "
-                   f"{mfu:.1f}% | {ratios[0]} | {ratios[1]} |")
+                   f"{mfu:.1f}% | {ratios[0]} | {ratios[1]} | {loss(r.get('first_loss'))} → {loss(r.get('last_loss'))} |")
     out.append("")
     out.append("llm.c (published, not run here): GPT-2 124M on 8x A100 80GB SXM, 10B tokens in ~90 min at up to "
                "~60% MFU (karpathy/llm.c discussion #481) = ~0.23M tokens/s per A100; on 8x H100 the same run took "
                "45 min (modded-nanogpt README) = ~0.46M tokens/s per H100.")
+    out.append("(random tokens: a loss near ln 50257 = 10.82 that falls slowly is what both sides should show; "
+               "plexus's first loss is the mean of its first logged steps)")
     print("\n".join(out))
 
 
