@@ -191,6 +191,7 @@ px_status px_trainer_pull(px_model *model, px_optim *opt) {
 #ifdef PX_HAVE_CUDA
   if (model->device == PX_CUDA) {
     TRY(px_model_pull(model));
+    PX_PENDING(px_optim_pull);
     if (opt) TRY(px_optim_pull(opt));
   }
 #endif
@@ -203,6 +204,7 @@ px_status px_trainer_push(px_model *model, px_optim *opt) {
 #ifdef PX_HAVE_CUDA
   if (model->device == PX_CUDA) {
     TRY(px_model_push(model));
+    PX_PENDING(px_optim_push);
     if (opt) TRY(px_optim_push(opt));
   }
 #endif
@@ -241,6 +243,7 @@ px_status px_trainer_device_setup(px_trainer *t) {
                       "takes one GPU per rank; start at most as many ranks per node as it has GPUs", local,
                       local > n ? "this" : "a", n, n == 1 ? "" : "s");
     px_trainer_label(t, "NCCL communicator");
+    PX_PENDING(px_comm_nccl_create);
     px_status st = px_comm_nccl_create(t->comm, &t->nccl);
     if (st != PX_OK) return px_error_wrap(st, "--device cuda: NCCL for data parallel over %d ranks", t->dp);
     t->dp_comm = t->nccl;
@@ -256,6 +259,7 @@ px_status px_trainer_device_setup(px_trainer *t) {
 px_status px_trainer_optim_to_device(px_trainer *t) {
 #ifdef PX_HAVE_CUDA
   if (t->model->device == PX_CUDA && t->opt) {
+    PX_PENDING(px_optim_to_device);
     px_status st = px_optim_to_device(t->opt);
     if (st != PX_OK) return px_error_wrap(st, "--device cuda: the optimizer's state onto the GPU");
   }
