@@ -210,7 +210,8 @@ size_t px_train_peak_rss(void);
  * directory, or a directory of checkpoints (the newest good one is used);
  * resolved (may be NULL) receives the checkpoint's path.  A ZeRO stage-3
  * checkpoint has no model.safetensors: the model is assembled from the
- * ranks' model.rank*.safetensors pieces. */
+ * ranks' model.rank*.safetensors pieces.  A model on a GPU is loaded into
+ * its host mirrors, then pushed to the device. */
 px_status px_train_load_weights(px_model *model, const char *path, char *resolved, size_t cap);
 
 /* ---- Checkpoints of a pipeline-parallel run (src/train/state_pp.c) ----------

@@ -692,6 +692,8 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
     if (st == PX_ERR_NOT_FOUND) st = px_error(st, "%s; nor does it hold model.rank*.safetensors", why);
   }
   px_state_dict_free(&sd);
+  // A model on a GPU: the state dict's views were its host mirrors.
+  if (st == PX_OK) st = px_trainer_push(model, NULL);
   if (st == PX_OK && resolved) snprintf(resolved, cap, "%s", ck);
   return st;
 }
