@@ -52,9 +52,23 @@ const char *px_comm_backend_name(px_comm_backend b) {
   case PX_COMM_SELF: return "self";
   case PX_COMM_THREADS: return "threads";
   case PX_COMM_MPI: return "mpi";
+  case PX_COMM_NCCL: return "nccl";
   }
   return "unknown";
 }
+
+/* ---- NCCL in a build without CUDA -------------------------------------------
+ * The backend itself is src/comm/nccl.c, compiled only with CUDA. */
+#ifndef PX_HAVE_CUDA
+px_status px_comm_nccl_create(px_comm *bootstrap, px_comm **out) {
+  (void)bootstrap;
+  if (out) *out = NULL;
+  return px_error(PX_ERR_UNSUPPORTED, "px_comm_nccl_create: plexus was built without CUDA/NCCL; rebuild with the "
+                  "CUDA toolkit and NCCL installed to use the GPUs' communicator");
+}
+
+bool px_comm_nccl_available(void) { return false; }
+#endif
 
 /* ---- Who am I --------------------------------------------------------------
  * A NULL communicator reads as a world of one, so logging code that runs

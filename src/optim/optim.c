@@ -373,8 +373,7 @@ px_status px_optim_to_device(px_optim *o) {
   if (o->n_state > 0) {
     const size_t bytes = state_bytes(o);
     o->dev_state = px_cuda_malloc(bytes ? bytes : 256);
-    if (!o->dev_state) return px_error(PX_ERR_NOMEM, "%s: cannot allocate %zu bytes of optimizer state on the GPU: %s",
-                                       name, bytes, px_last_error());
+    if (!o->dev_state) return PX_ERR_NOMEM;  /* px_cuda_malloc's message says how many bytes */
     if (bytes && (st = px_cuda_to_device(o->dev_state, o->state, bytes)) != PX_OK) {
       px_cuda_free(o->dev_state);
       o->dev_state = NULL;
