@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The model's move to the GPU (nn.h, issue 15). */
-px_status px_model_to_device(px_model *m);
+/* The model's move to the GPU (nn.h, issue 15; declared here until it lands). */
+px_status px_model_to_device(px_model *m, px_device device, int gpu);
 
 enum { NB = 4 /* samples per rank */ };
 
@@ -229,7 +229,7 @@ static void case_ddp(px_comm *c, px_comm *bootstrap) {
   px_status st = px_ddp_wrap(&d, md, c, NULL);  // still on the CPU
   CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "NCCL"), "CPU model with an NCCL comm: %s: %s",
         px_status_name(st), px_last_error());
-  CHECK_OK(px_model_to_device(md));
+  CHECK_OK(px_model_to_device(md, PX_CUDA, px_cuda_current_device()));
   st = px_ddp_wrap(&d, md, bootstrap, NULL);
   CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "NCCL"), "device model with the %s comm: %s: %s",
         px_comm_backend_name(px_comm_backend_of(bootstrap)), px_status_name(st), px_last_error());
@@ -258,7 +258,7 @@ static void case_ddp(px_comm *c, px_comm *bootstrap) {
   if (N == 1) {  // the same device model without DDP: the same bits
     px_model *plain;
     CHECK_OK(px_model_create(&plain, mlp(), 100));
-    CHECK_OK(px_model_to_device(plain));
+    CHECK_OK(px_model_to_device(plain, PX_CUDA, px_cuda_current_device()));
     CHECK_OK(px_cuda_zero(plain->grad_data, np * sizeof(float)));
     grads_of(plain, 0, NB);
     float *pg = malloc(np * sizeof *pg);
