@@ -145,7 +145,7 @@ static px_status start_device(px_comm *c, op_kind k, const void *send, void *rec
   *out = NULL;
   nccl_impl *im = impl_of(c);
   cudaStream_t compute = px_cuda_compute_stream(), comm = px_cuda_comm_stream();
-  nccl_req *r;
+  nccl_req *r = NULL;
   TRY(req_new(c, k, count, &r));
   px_status st = cuda_st(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreate");
   if (st == PX_OK) st = cuda_st(cudaEventRecord(im->ready, compute), "cudaEventRecord on the compute stream");
@@ -347,7 +347,7 @@ static px_status n_reduce_scatter(px_comm *c, const void *send, void *recv, size
 static px_status n_barrier(px_comm *c) {
   TRY(check_usable(c, "barrier"));
   nccl_impl *im = impl_of(c);
-  nccl_req *r;
+  nccl_req *r = NULL;
   TRY(start_device(c, OP_BARRIER, im->scratch, im->scratch, 1, PX_I32, PX_SUM, 0, &r));
   TRY(finish(r));
   return cuda_st(cudaStreamSynchronize(px_cuda_comm_stream()), "cudaStreamSynchronize (comm stream)");
@@ -478,7 +478,7 @@ static px_status n_split(px_comm *c, int color, int key, px_comm **out) {
   ncclComm_t nc = NULL;
   TRY(nccl_st(ncclCommSplit(im->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, NULL), "ncclCommSplit"));
   if (color < 0 || !nc) return PX_OK;
-  px_comm *s;
+  px_comm *s = NULL;
   TRY(make_comm(nc, im->bootstrap, im->device, &s));
   s->timeout = c->timeout;
   px_status st = set_local(s);
@@ -571,7 +571,7 @@ px_status px_comm_nccl_create(px_comm *bootstrap, px_comm **out) {
   char what[96];
   snprintf(what, sizeof what, "ncclCommInitRank (rank %d of %d, device %d)", bootstrap->rank, bootstrap->size, device);
   TRY(nccl_st(ncclCommInitRank(&nc, bootstrap->size, hello.id, bootstrap->rank), what));
-  px_comm *c;
+  px_comm *c = NULL;
   TRY(make_comm(nc, bootstrap, device, &c));
   c->local_rank = bootstrap->local_rank;
   c->local_size = bootstrap->local_size;
