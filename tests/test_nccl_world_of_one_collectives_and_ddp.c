@@ -8,8 +8,8 @@
  * model on the GPU and several buckets, gives exactly the gradients of the
  * same model without DDP, and those of the CPU to 1e-5 (nccl_cases.h).
  * Exits 77 (skipped) without a GPU.  The watchdog has its own test
- * (test_nccl_watchdog_aborts_a_stalled_collective).  If it fails, the GPUs' data-parallel path does not
- * compute what the CPU's does. */
+ * (test_nccl_watchdog_aborts_a_stalled_collective).  If it fails, the
+ * GPUs' data-parallel path does not compute what the CPU's does. */
 #include "nccl_cases.h"
 
 int main(void) {
