@@ -79,6 +79,34 @@ static void case_collectives(px_comm *c) {
     px_cuda_free(di); px_cuda_free(dd);
   }
 
+  // allreduce SUM of bf16 (mixed precision's optional bf16 reduction): the
+  // values and their sums have at most 8 significant bits, so exact in bf16
+  {
+    uint16_t *hb = malloc(n * sizeof *hb);
+    uint16_t *db = dmalloc(n * sizeof *db);
+    for (size_t i = 0; i < n; i++) {
+      float v = val(rank, i);
+      uint32_t u;
+      memcpy(&u, &v, 4);
+      hb[i] = (uint16_t)(u >> 16);
+    }
+    CHECK_OK(px_cuda_to_device(db, hb, n * sizeof *hb));
+    CHECK_OK(px_comm_allreduce(c, db, n, PX_BF16, PX_SUM));
+    CHECK_OK(px_cuda_to_host(hb, db, n * sizeof *hb));
+    size_t badb = 0;
+    for (size_t i = 0; i < n; i++) {
+      float s = 0;
+      for (int r = 0; r < N; r++) s += val(r, i);
+      uint32_t u = (uint32_t)hb[i] << 16;
+      float got;
+      memcpy(&got, &u, 4);
+      badb += got != s;
+    }
+    CHECK(badb == 0, "rank %d: allreduce BF16 SUM: %zu wrong", rank, badb);
+    free(hb);
+    px_cuda_free(db);
+  }
+
   // broadcast from the last rank
   for (size_t i = 0; i < n; i++) h[i] = val(rank, i);
   CHECK_OK(px_cuda_to_device(d, h, n * sizeof *h));

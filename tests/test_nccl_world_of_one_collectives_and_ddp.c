@@ -1,6 +1,6 @@
 /* Claim: on one GPU, an NCCL communicator made over the self backend
  * (px_comm_nccl_create) has rank 0 of 1 and backend "nccl"; allreduce (SUM,
- * AVG, MIN, MAX; f32, f64, i64), broadcast, allgather and reduce_scatter on
+ * AVG, MIN, MAX; f32, f64, i64, bf16), broadcast, allgather and reduce_scatter on
  * device buffers give the values computed on the host; a collective started
  * right after a kernel on the compute stream sees that kernel's output, and
  * a kernel after the wait sees the collective's; host buffers work (staged);

@@ -90,8 +90,8 @@ void px_comm_finalize_mpi(void);                 /* MPI_Finalize if we initialis
  * stream wait for the collective, and blocks the host until the collective
  * has finished, under the watchdog: past the timeout the NCCL communicator
  * is aborted and the wait returns PX_ERR_TIMEOUT naming the collective, its
- * element count and the label.  Reductions: F32, F64, I32, I64 (PX_AVG is
- * ncclAvg); broadcast and allgather move any dtype.  Point-to-point
+ * element count and the label.  Reductions: F32, F64, I32, I64 and BF16
+ * (PX_AVG is ncclAvg); broadcast and allgather move any dtype.  Point-to-point
  * (send/recv) is not supported (PX_ERR_UNSUPPORTED).  A thread must use a
  * communicator only with its own device current.
  *   Without CUDA/NCCL in the build, or without a GPU: PX_ERR_UNSUPPORTED
