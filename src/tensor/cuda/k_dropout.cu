@@ -60,3 +60,8 @@ extern "C" px_status px_cuda_dropout_part(const float *in, float *out, int64_t N
   dropout_part_kernel<<<grid_for(n, 256), 256, 0, s>>>(in, out, N, Tl, inner, part, parts, p, scale, seed, hi);
   return px_cuda_check_launch("dropout (sequence part)");
 }
+
+extern "C" void px_cuda_philox_port_check(uint64_t seed, uint64_t hi, uint64_t e, uint32_t *word, float *unit) {
+  *word = px_philox_word_dev(seed, hi, e);
+  *unit = px_u32_to_unit_dev(*word);
+}

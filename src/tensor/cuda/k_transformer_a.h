@@ -65,6 +65,10 @@ px_status px_cuda_dropout(const float *in, float *out, size_t n, float p, uint64
 px_status px_cuda_dropout_part(const float *in, float *out, int64_t N, int64_t Tl, size_t inner, int part,
                                int parts, float p, uint64_t seed, uint64_t hi);
 
+/* Host-side run of rng.cuh's device Philox (the same __host__ __device__
+ * code the kernels use): the word and unit float of flat element e. */
+void px_cuda_philox_port_check(uint64_t seed, uint64_t hi, uint64_t e, uint32_t *word, float *unit);
+
 #ifdef __cplusplus
 }
 #endif
