@@ -85,9 +85,9 @@ static inline double cc_compare(const char *what, const float *gpu, const float 
     if (e > emax || e != e) { emax = e; worst = i; }
   }
   const double rel = amax > 0 ? emax / amax : emax;
-  CHECK(nonfinite == 0 && rel <= tol, "%s: %zu floats, max |gpu - cpu| / max |cpu| = %.3g > %.1g (worst [%zu]: gpu %.9g, "
-        "cpu %.9g), %d not finite", what, n, rel, tol, worst, n ? (double)gpu[worst] : 0.0,
-        n ? (double)cpu[worst] : 0.0, nonfinite);
+  CHECK(nonfinite == 0 && rel <= tol,
+        "%s: %zu floats, max |gpu - cpu| / max |cpu| = %.3g > %.1g (worst [%zu]: gpu %.9g, cpu %.9g), %d not finite",
+        what, n, rel, tol, worst, n ? (double)gpu[worst] : 0.0, n ? (double)cpu[worst] : 0.0, nonfinite);
   return rel;
 }
 

@@ -10,13 +10,17 @@
  * resid_dropout are Dropout(0)), so x is qkv itself and y is the merged
  * heads' output: the test checks the attention kernels, not Conv1D's.
  * The backward recomputes the probabilities from the saved log-sum-exp, so
- * a wrong lse fails the gradient checks.
+ * a wrong lse fails the gradient checks.  Both kernel families run: the
+ * tiled default and PX_CUDA_ATTENTION=rowwise (the reference kernels).
  *
  * Tolerances (max |gpu - cpu| / max |cpu| per tensor): 1e-5 for the output;
  * 1e-4 for the gradients, whose T-term sums run in another order than the
  * CPU's sgemm and whose dS = P (dP - D) cancels. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "cuda_compare.h"
 #include "nn/internal.h"
+
+#include <stdlib.h>
 
 typedef struct att_case {
   int N, T, H, d;
@@ -58,37 +62,44 @@ static void run_case(att_case c, int idx) {
   CHECK_OK(px_module_backward(m, &cpu, &DY, &dx));
   memcpy(dx_cpu, dx.data, nx * sizeof(float));
 
-  // GPU: the same module, the same seed and step.
+  // GPU: the same module, the same seed and step; tiled, then rowwise kernels.
   px_ctx gpu = cc_ctx(PX_CUDA, true, seed, step);
   px_tensor Xd = cc_device_tensor(&X), DYd = cc_device_tensor(&DY);
-  px_tensor yd, dxd;
-  CHECK_OK(px_module_forward(m, &gpu, &Xd, &yd));
-  CHECK(yd.device == PX_CUDA && yd.ndim == 3 && yd.shape[2] == C, "%s: output not a device (N, T, C) tensor", label);
-  CHECK_OK(px_module_backward(m, &gpu, &DYd, &dxd));
-  CHECK_OK(px_cuda_sync());
-  float *y_gpu = cc_to_host(&yd), *dx_gpu = cc_to_host(&dxd);
-  char what[200];
-  snprintf(what, sizeof what, "%s: output", label);
-  const double ey = cc_compare(what, y_gpu, y_cpu, ny, 1e-5);
-  // dq, dk, dv separately: a wrong dk would hide behind a large dq.
-  double eg[3];
-  const char *names[3] = {"dq", "dk", "dv"};
-  for (int part = 0; part < 3; part++) {
-    const size_t n = (size_t)c.N * c.T * C;
-    float *g = malloc(n * sizeof *g), *h = malloc(n * sizeof *h);
-    if (!g || !h) exit(1);
-    for (size_t r = 0; r < (size_t)c.N * c.T; r++) {
-      memcpy(g + r * C, dx_gpu + r * 3 * C + (size_t)part * C, C * sizeof(float));
-      memcpy(h + r * C, dx_cpu + r * 3 * C + (size_t)part * C, C * sizeof(float));
+  for (int variant = 0; variant < 2; variant++) {
+    if (variant == 0) unsetenv("PX_CUDA_ATTENTION");
+    else setenv("PX_CUDA_ATTENTION", "rowwise", 1);
+    const char *vname = variant == 0 ? "tiled" : "rowwise";
+    px_arena_reset(gpu.arena);
+    px_tensor yd, dxd;
+    CHECK_OK(px_module_forward(m, &gpu, &Xd, &yd));
+    CHECK(yd.device == PX_CUDA && yd.ndim == 3 && yd.shape[2] == C, "%s: output not a device (N, T, C) tensor", label);
+    CHECK_OK(px_module_backward(m, &gpu, &DYd, &dxd));
+    CHECK_OK(px_cuda_sync());
+    float *y_gpu = cc_to_host(&yd), *dx_gpu = cc_to_host(&dxd);
+    char what[200];
+    snprintf(what, sizeof what, "%s, %s: output", label, vname);
+    const double ey = cc_compare(what, y_gpu, y_cpu, ny, 1e-5);
+    // dq, dk, dv separately: a wrong dk would hide behind a large dq.
+    double eg[3];
+    const char *names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; part++) {
+      const size_t n = (size_t)c.N * c.T * C;
+      float *g = malloc(n * sizeof *g), *h = malloc(n * sizeof *h);
+      if (!g || !h) exit(1);
+      for (size_t r = 0; r < (size_t)c.N * c.T; r++) {
+        memcpy(g + r * C, dx_gpu + r * 3 * C + (size_t)part * C, C * sizeof(float));
+        memcpy(h + r * C, dx_cpu + r * 3 * C + (size_t)part * C, C * sizeof(float));
+      }
+      snprintf(what, sizeof what, "%s, %s: %s", label, vname, names[part]);
+      eg[part] = cc_compare(what, g, h, n, 1e-4);
+      free(g);
+      free(h);
     }
-    snprintf(what, sizeof what, "%s: %s", label, names[part]);
-    eg[part] = cc_compare(what, g, h, n, 1e-4);
-    free(g);
-    free(h);
+    printf("%s, %s: output %.2g, dq %.2g, dk %.2g, dv %.2g\n", label, vname, ey, eg[0], eg[1], eg[2]);
+    free(y_gpu);
+    free(dx_gpu);
   }
-  printf("%s: output %.2g, dq %.2g, dk %.2g, dv %.2g\n", label, ey, eg[0], eg[1], eg[2]);
-  free(y_gpu);
-  free(dx_gpu);
+  unsetenv("PX_CUDA_ATTENTION");
   px_cuda_free(Xd.data);
   px_cuda_free(DYd.data);
   px_arena_free(cpu.arena);
@@ -107,6 +118,7 @@ int main(void) {
     {2, 33, 3, 64, 0.0f, 0, 0},   {2, 33, 3, 64, 0.3f, 0, 0},   {1, 67, 2, 24, 0.1f, 0, 0},
     {1, 130, 1, 128, 0.0f, 0, 0}, {1, 130, 2, 128, 0.2f, 0, 0}, {2, 64, 2, 64, 0.5f, 0, 0},
     {1, 45, 2, 16, 0.25f, 1, 4},  {3, 129, 2, 64, 0.1f, 0, 0},
+    {1, 1024, 2, 64, 0.1f, 0, 0},  // GPT-2's context: 32 chunks of keys
   };
   const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
   for (int i = 0; i < nfixed; i++) run_case(fixed[i], i);

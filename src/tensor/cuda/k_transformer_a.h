@@ -35,7 +35,9 @@ typedef struct px_cuda_att_drop {
 
 /* Causal attention forward.  qkv (N, T, 3C) packed [q | k | v], H heads of
  * width d = C/H <= 128; writes o (N, T, C) (heads merged) and lse (N, H, T)
- * = log Σ_{j<=i} e^{S_ij}, S = q·kᵀ/√d (before dropout). */
+ * = log Σ_{j<=i} e^{S_ij}, S = q·kᵀ/√d (before dropout).  Tiled kernels by
+ * default; PX_CUDA_ATTENTION=rowwise in the environment selects the simpler
+ * per-row kernels (each warp reads its keys itself) for both passes. */
 px_status px_cuda_attention_forward(const float *qkv, float *o, float *lse, int N, int T, int C, int H,
                                     const px_cuda_att_drop *drop);
 /* Backward from qkv, o, lse and dout (N, T, C): writes dqkv (N, T, 3C)

@@ -39,6 +39,8 @@ __host__ __device__ __forceinline__ uint32_t px_philox_word_dev(uint64_t seed, u
   return k == 0 ? w[0] : k == 1 ? w[1] : k == 2 ? w[2] : w[3];
 }
 
-__host__ __device__ __forceinline__ float px_u32_to_unit_dev(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+__host__ __device__ __forceinline__ float px_u32_to_unit_dev(uint32_t x) {
+  return (float)(x >> 8) * (1.0f / 16777216.0f);
+}
 
 #endif
