@@ -479,6 +479,7 @@ bool use_rowwise() {
 
 extern "C" px_status px_cuda_attention_forward(const float *qkv, float *o, float *lse, int N, int T, int C, int H,
                                                const px_cuda_att_drop *drop) {
+  if (N == 0 || T == 0) return PX_OK;  // nothing to attend (the CPU path loops zero times)
   px_status st = check_geometry("attention forward", N, T, C, H);
   if (st != PX_OK) return st;
   cudaStream_t s = (cudaStream_t)px_cuda_compute_stream();
@@ -492,6 +493,7 @@ extern "C" px_status px_cuda_attention_forward(const float *qkv, float *o, float
 extern "C" px_status px_cuda_attention_backward(const float *qkv, const float *o, const float *lse,
                                                 const float *dout, float *dqkv, float *scratch, int N, int T,
                                                 int C, int H, const px_cuda_att_drop *drop) {
+  if (N == 0 || T == 0) return PX_OK;  // nothing to attend (the CPU path loops zero times)
   px_status st = check_geometry("attention backward", N, T, C, H);
   if (st != PX_OK) return st;
   cudaStream_t s = (cudaStream_t)px_cuda_compute_stream();
