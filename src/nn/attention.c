@@ -286,7 +286,7 @@ static px_status attn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 #ifdef PX_HAVE_CUDA
   if (a->qkv.device == PX_CUDA) {
     // The row terms D_i = dO_i·O_i, (N, H, T), between the two kernels.
-    float *Dterm = px_arena_alloc(ctx->arena, (size_t)(N * H * T) * sizeof(float));
+    float *Dterm = px_arena_alloc(ctx->arena, (size_t)(N * H * T + 1) * sizeof(float));
     if (!Dterm) return PX_ERR_NOMEM;
     const px_cuda_att_drop drop = cuda_drop_of(a);
     if ((st = px_cuda_attention_backward(px_f32(&a->qkv), px_f32(&a->o), a->lse, px_f32(&dout), px_f32(&dqkv),
