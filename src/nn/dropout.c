@@ -103,6 +103,8 @@ static px_status dropout_forward(px_module *m, px_ctx *ctx, const px_tensor *x, 
   }
   px_status st = px_ctx_tensor_like(ctx, y, x);
   if (st != PX_OK) return st;
+  if (y->device != x->device)
+    return px_error(PX_ERR_INVALID, "Dropout(p=%g): input and step context on different devices", (double)d->p);
   d->seed = ctx->seed;
   d->step = ctx->step;
   return mask(d, px_f32(x), px_f32(y), x);
@@ -118,6 +120,8 @@ static px_status dropout_backward(px_module *m, px_ctx *ctx, const px_tensor *dy
   }
   px_status st = px_ctx_tensor_like(ctx, dx, &d->x);
   if (st != PX_OK) return st;
+  if (dx->device != dy->device)
+    return px_error(PX_ERR_INVALID, "Dropout(p=%g): gradient and step context on different devices", (double)d->p);
   return mask(d, px_f32(dy), px_f32(dx), dy);
 }
 
