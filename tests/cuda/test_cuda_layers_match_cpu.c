@@ -10,7 +10,10 @@
  *   f32:   |gpu - cpu| <= 1e-5 · max(|gpu|, |cpu|, floor), floor = 1% of the
  *          largest |cpu| of that tensor (10% after a GEMM: cuBLAS and
  *          OpenBLAS sum K products in different orders, so entries near zero
- *          differ by ~K·ulp of the large ones).  The embeddings' gather and
+ *          differ by ~K·ulp of the large ones; 10% too for Tanh, Sigmoid
+ *          and the GELUs: their backward from the saved y (1 - y², y(1 - y))
+ *          cancels where y is near ±1, and CUDA's expf and erff are within
+ *          2 ulp of libm's, not equal).  The embeddings' gather and
  *          scatter-add and the position embedding are the CPU's additions in
  *          the CPU's order: bit-identical, required.
  *   bf16:  operands already bf16 values: the f32 bound (the casts are exact);
@@ -288,10 +291,10 @@ int main(void) {
     {"PosEmbedding(64, 24)", K_POS, {64, 24}, 3, {3, 40, 24}, 0, true, F32(0, 0), true, 1.0f},
     {"PosEmbedding part 2 of 3", K_POS_PART, {40, 24, 2, 3}, 3, {3, 13, 24}, 0, true, F32(0, 0), true, 1.0f},
     {"ReLU", K_ACT, {0}, 2, {7, 333}, 0, true, F32(1e-5, 1e-2), false, 3.0f},
-    {"Tanh", K_ACT, {1}, 2, {7, 333}, 0, true, F32(1e-5, 1e-2), false, 3.0f},
-    {"Sigmoid", K_ACT, {2}, 2, {7, 333}, 0, true, F32(1e-5, 1e-2), false, 3.0f},
-    {"GELU (erf)", K_ACT, {3}, 2, {7, 333}, 0, true, F32(1e-5, 1e-2), false, 3.0f},
-    {"GELU (tanh)", K_ACT, {4}, 3, {2, 9, 211}, 0, true, F32(1e-5, 1e-2), false, 3.0f},
+    {"Tanh", K_ACT, {1}, 2, {7, 333}, 0, true, F32(1e-5, 1e-1), false, 3.0f},
+    {"Sigmoid", K_ACT, {2}, 2, {7, 333}, 0, true, F32(1e-5, 1e-1), false, 3.0f},
+    {"GELU (erf)", K_ACT, {3}, 2, {7, 333}, 0, true, F32(1e-5, 1e-1), false, 3.0f},
+    {"GELU (tanh)", K_ACT, {4}, 3, {2, 9, 211}, 0, true, F32(1e-5, 1e-1), false, 3.0f},
     {"Residual(Linear, GELU)", K_RESIDUAL, {24}, 3, {3, 5, 24}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     {"Residual with shortcut", K_RESIDUAL_SHORTCUT, {24, 16}, 2, {6, 24}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     {"Linear(37 -> 53)", K_LINEAR, {37, 53, 1}, 3, {4, 9, 37}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
