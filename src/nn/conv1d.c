@@ -28,15 +28,16 @@ static px_status conv1d_forward_cuda(conv1d *l, px_ctx *ctx, const px_tensor *x,
   const int R = (int)(px_tensor_numel(x) / l->in), out = l->out;
   float *Y = px_f32(y);
   float beta = 0.0f;
+  px_nn_operand X, W;
   px_status st = px_nn_cuda_ctx(ctx, m);
   if (st == PX_OK && l->has_bias) {
     st = px_k_rows_set(Y, m->params[1].data, R, out);
     beta = 1.0f;
   }
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(x), (size_t)R * l->in, &X);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->in * out, &W);
   // y (+)= x · W      (R, in)·(in, out)
-  if (st == PX_OK)
-    st = px_nn_cuda_gemm(ctx, false, false, R, out, l->in, px_f32(x), l->in, (size_t)R * l->in, m->params[0].data,
-                         out, (size_t)l->in * out, beta, Y, out);
+  if (st == PX_OK) st = px_nn_cuda_gemm(false, false, R, out, l->in, &X, l->in, &W, out, beta, Y, out);
   if (st == PX_OK) l->x = *x;
   return st;
 }
@@ -44,21 +45,21 @@ static px_status conv1d_forward_cuda(conv1d *l, px_ctx *ctx, const px_tensor *x,
 static px_status conv1d_backward_cuda(conv1d *l, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   px_module *m = &l->base;
   const int R = (int)(px_tensor_numel(&l->x) / l->in), out = l->out;
-  const float *DY = px_f32(dy);
+  px_nn_operand DY, X, W;
   px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(dy), (size_t)R * out, &DY);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&l->x), (size_t)R * l->in, &X);
   // dW += xᵀ · dy
-  if (st == PX_OK)
-    st = px_nn_cuda_gemm(ctx, true, false, l->in, out, R, px_f32(&l->x), l->in, (size_t)R * l->in, DY, out,
-                         (size_t)R * out, 1.0f, m->params[0].grad, out);
+  if (st == PX_OK) st = px_nn_cuda_gemm(true, false, l->in, out, R, &X, l->in, &DY, out, 1.0f, m->params[0].grad, out);
   if (st == PX_OK && l->has_bias) {
     void *partials = px_arena_alloc(ctx->arena, px_k_colsum_partials_bytes(R, out));
-    st = partials ? px_k_colsum_add(m->params[1].grad, DY, partials, R, out) : PX_ERR_NOMEM;
+    st = partials ? px_k_colsum_add(m->params[1].grad, px_f32(dy), partials, R, out) : PX_ERR_NOMEM;
   }
   if (st != PX_OK || !dx) return st;
   // dx = dy · Wᵀ
   if ((st = px_ctx_tensor_like(ctx, dx, &l->x)) != PX_OK) return st;
-  return px_nn_cuda_gemm(ctx, false, true, R, l->in, out, DY, out, (size_t)R * out, m->params[0].data, out,
-                         (size_t)l->in * out, 0.0f, px_f32(dx), l->in);
+  if ((st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->in * out, &W)) != PX_OK) return st;
+  return px_nn_cuda_gemm(false, true, R, l->in, out, &DY, out, &W, out, 0.0f, px_f32(dx), l->in);
 }
 #endif
 

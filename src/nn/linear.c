@@ -23,15 +23,16 @@ static px_status linear_forward_cuda(linear *l, px_ctx *ctx, const px_tensor *x,
   const int R = (int)(px_tensor_numel(x) / l->in);
   float *Y = px_f32(y);
   float beta = 0.0f;
+  px_nn_operand X, W;
   px_status st = px_nn_cuda_ctx(ctx, m);
   if (st == PX_OK && l->has_bias) {
     st = px_k_rows_set(Y, m->params[1].data, R, l->out);
     beta = 1.0f;
   }
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(x), (size_t)R * l->in, &X);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->out * l->in, &W);
   // y (+)= x · Wᵀ
-  if (st == PX_OK)
-    st = px_nn_cuda_gemm(ctx, false, true, R, l->out, l->in, px_f32(x), l->in, (size_t)R * l->in, m->params[0].data,
-                         l->in, (size_t)l->out * l->in, beta, Y, l->out);
+  if (st == PX_OK) st = px_nn_cuda_gemm(false, true, R, l->out, l->in, &X, l->in, &W, l->in, beta, Y, l->out);
   if (st == PX_OK) l->x = *x;
   return st;
 }
@@ -39,21 +40,22 @@ static px_status linear_forward_cuda(linear *l, px_ctx *ctx, const px_tensor *x,
 static px_status linear_backward_cuda(linear *l, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   px_module *m = &l->base;
   const int R = (int)(px_tensor_numel(&l->x) / l->in);
-  const float *DY = px_f32(dy);
+  px_nn_operand DY, X, W;
   px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(dy), (size_t)R * l->out, &DY);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&l->x), (size_t)R * l->in, &X);
   // dW += dyᵀ · x
-  if (st == PX_OK)
-    st = px_nn_cuda_gemm(ctx, true, false, l->out, l->in, R, DY, l->out, (size_t)R * l->out, px_f32(&l->x), l->in,
-                         (size_t)R * l->in, 1.0f, m->params[0].grad, l->in);
+  if (st == PX_OK) st = px_nn_cuda_gemm(true, false, l->out, l->in, R, &DY, l->out, &X, l->in, 1.0f,
+                                        m->params[0].grad, l->in);
   if (st == PX_OK && l->has_bias) {
     void *partials = px_arena_alloc(ctx->arena, px_k_colsum_partials_bytes(R, l->out));
-    st = partials ? px_k_colsum_add(m->params[1].grad, DY, partials, R, l->out) : PX_ERR_NOMEM;
+    st = partials ? px_k_colsum_add(m->params[1].grad, px_f32(dy), partials, R, l->out) : PX_ERR_NOMEM;
   }
   if (st != PX_OK || !dx) return st;
   // dx = dy · W
   if ((st = px_ctx_tensor_like(ctx, dx, &l->x)) != PX_OK) return st;
-  return px_nn_cuda_gemm(ctx, false, false, R, l->in, l->out, DY, l->out, (size_t)R * l->out, m->params[0].data,
-                         l->in, (size_t)l->out * l->in, 0.0f, px_f32(dx), l->in);
+  if ((st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->out * l->in, &W)) != PX_OK) return st;
+  return px_nn_cuda_gemm(false, false, R, l->in, l->out, &DY, l->out, &W, l->in, 0.0f, px_f32(dx), l->in);
 }
 #endif
 

@@ -68,9 +68,11 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
 #ifdef PX_HAVE_CUDA
   if (x->device == PX_CUDA) {
     // logits = x · Eᵀ
+    px_nn_operand X, W;
     if ((st = px_nn_cuda_ctx(ctx, m)) != PX_OK) return st;
-    st = px_nn_cuda_gemm(ctx, false, true, R, h->vocab, h->dim, px_f32(x), h->dim, (size_t)R * h->dim, E->data, h->dim,
-                         (size_t)h->vocab * h->dim, 0.0f, px_f32(y), h->vocab);
+    if ((st = px_nn_cuda_operand(ctx, px_f32(x), (size_t)R * h->dim, &X)) != PX_OK) return st;
+    if ((st = px_nn_cuda_operand(ctx, E->data, (size_t)h->vocab * h->dim, &W)) != PX_OK) return st;
+    st = px_nn_cuda_gemm(false, true, R, h->vocab, h->dim, &X, h->dim, &W, h->dim, 0.0f, px_f32(y), h->vocab);
     if (st == PX_OK) h->x = *x;
     return st;
   }
@@ -93,14 +95,16 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 #ifdef PX_HAVE_CUDA
   if (dy->device == PX_CUDA) {
     // dE += dyᵀ · x, then dx = dy · E
+    px_nn_operand D, X, W;
     px_status st = px_nn_cuda_ctx(ctx, m);
-    if (st == PX_OK)
-      st = px_nn_cuda_gemm(ctx, true, false, h->vocab, h->dim, R, DY, h->vocab, (size_t)R * h->vocab, px_f32(&h->x),
-                           h->dim, (size_t)R * h->dim, 1.0f, E->grad, h->dim);
+    if (st == PX_OK) st = px_nn_cuda_operand(ctx, DY, (size_t)R * h->vocab, &D);
+    if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&h->x), (size_t)R * h->dim, &X);
+    if (st == PX_OK) st = px_nn_cuda_gemm(true, false, h->vocab, h->dim, R, &D, h->vocab, &X, h->dim, 1.0f, E->grad,
+                                          h->dim);
     if (st != PX_OK || !dx) return st;
     if ((st = px_ctx_tensor_like(ctx, dx, &h->x)) != PX_OK) return st;
-    return px_nn_cuda_gemm(ctx, false, false, R, h->dim, h->vocab, DY, h->vocab, (size_t)R * h->vocab, E->data, h->dim,
-                           (size_t)h->vocab * h->dim, 0.0f, px_f32(dx), h->dim);
+    if ((st = px_nn_cuda_operand(ctx, E->data, (size_t)h->vocab * h->dim, &W)) != PX_OK) return st;
+    return px_nn_cuda_gemm(false, false, R, h->dim, h->vocab, &D, h->vocab, &W, h->dim, 0.0f, px_f32(dx), h->dim);
   }
 #endif
   // dE += dyᵀ · x      dy: (R, V)  x: (R, C)  dE: (V, C)
