@@ -165,6 +165,9 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   }
 #ifdef PX_HAVE_CUDA
   if (x->device == PX_CUDA) return emb_forward_cuda(m, ctx, x, y);
+  if (ctx->device == PX_CUDA)
+    return px_error(PX_ERR_INVALID, "Embedding(%d, %d) \"%s\": the model is on the GPU but the token ids are on "
+                    "the host; copy them to the device first", e->vocab, e->dim, m->params[0].name);
 #endif
   const int32_t *ids = (const int32_t *)x->data;
   const int64_t R = px_tensor_numel(x);
