@@ -1,6 +1,7 @@
 /* The device path of LayerNorm, Embedding, PosEmbedding (and its part form),
  * the activations (ReLU, Tanh, Sigmoid, GELU erf and tanh), Residual (plain
- * and with a shortcut), Linear, Conv1D, Flatten and the tied head computes
+ * and with a shortcut), Linear, Conv1D, Flatten and the tied head, and a
+ * checkpointed unit and pair (Conv1D rebinding to a recomputed input), compute
  * what the CPU path computes: one model built twice from the same seed, the
  * same random parameters, inputs, upstream gradients and starting gradients
  * (so += accumulation is checked), one on the host and one with its
@@ -31,7 +32,7 @@
 
 enum {
   K_LAYERNORM, K_EMBEDDING, K_POS, K_POS_PART, K_ACT, K_RESIDUAL, K_RESIDUAL_SHORTCUT, K_LINEAR, K_CONV1D,
-  K_FLATTEN_LINEAR, K_TIED
+  K_FLATTEN_LINEAR, K_TIED, K_PAIR, K_CHECKPOINT
 };
 
 typedef struct spec {
@@ -71,6 +72,10 @@ static px_module *build(const spec *s) {
   case K_LINEAR: return px_linear(a[0], a[1], a[2] != 0);
   case K_CONV1D: return px_conv1d(a[0], a[1], a[2] != 0);
   case K_FLATTEN_LINEAR: return px_chain_of(2, px_flatten(), px_linear(a[0], a[1], true));
+  // The GPT MLP's selective recompute: Conv1D rebinds to the recomputed GELU output.
+  case K_PAIR: return px_checkpoint_pair("act", px_gelu(true), "c_proj", px_conv1d(a[0], a[1], true));
+  case K_CHECKPOINT:
+    return px_checkpoint(px_chain_of(3, px_linear(a[0], a[1], true), px_gelu(true), px_linear(a[1], a[0], true)));
   default: {
     px_module *e = px_embedding(a[0], a[1]);
     return px_chain_of(2, e, e ? px_tied_head(e) : NULL);
@@ -303,6 +308,9 @@ int main(void) {
     {"Conv1D(48 -> 80)", K_CONV1D, {48, 80, 1}, 3, {2, 7, 48}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     {"Conv1D(40 -> 120) 300 rows", K_CONV1D, {40, 120, 1}, 3, {3, 100, 40}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     {"Flatten then Linear(60 -> 7)", K_FLATTEN_LINEAR, {60, 7}, 4, {5, 3, 4, 5}, 0, true, F32(1e-5, 1e-1), false,
+     1.0f},
+    {"checkpoint_pair(GELU, Conv1D)", K_PAIR, {40, 24}, 3, {3, 7, 40}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
+    {"checkpoint(Linear, GELU, Linear)", K_CHECKPOINT, {24, 40}, 3, {3, 7, 24}, 0, true, F32(1e-5, 1e-1), false,
      1.0f},
     {"Embedding(97, 32) + TiedHead", K_TIED, {97, 32}, 2, {3, 11}, 97, false, F32(1e-5, 1e-1), false, 1.0f},
     // bf16 GEMMs, operands already bf16 values: only the summation order differs.
