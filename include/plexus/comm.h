@@ -4,9 +4,11 @@
  * backend is chosen at start-up:
  *   self     a world of one (no communication at all);
  *   threads  N ranks as threads of one process over shared memory, no MPI;
- *   mpi      MPI-3 (Open MPI, MPICH) under mpirun / mpiexec / srun.
+ *   mpi      MPI-3 (Open MPI, MPICH) under mpirun / mpiexec / srun;
+ *   nccl     NCCL over the GPUs (built with CUDA): made from any of the
+ *            above with px_comm_nccl_create; its buffers are DEVICE memory.
  *
- * All buffers are host memory.  Collectives are called by every rank of the
+ * All buffers are host memory (nccl: device memory; see below).  Collectives are called by every rank of the
  * communicator in the same order (as in MPI).  In-place: allreduce and
  * broadcast work on `buf`.  Counts are elements, not bytes.
  *
@@ -34,7 +36,7 @@ typedef struct px_comm px_comm;
 typedef struct px_request px_request;
 
 typedef enum px_reduce_op { PX_SUM = 0, PX_AVG, PX_MIN, PX_MAX } px_reduce_op;
-typedef enum px_comm_backend { PX_COMM_SELF = 0, PX_COMM_THREADS, PX_COMM_MPI } px_comm_backend;
+typedef enum px_comm_backend { PX_COMM_SELF = 0, PX_COMM_THREADS, PX_COMM_MPI, PX_COMM_NCCL } px_comm_backend;
 
 /* ---- Start-up ---------------------------------------------------------------
  * px_comm_run is the usual entry point:
@@ -71,6 +73,32 @@ px_status px_comm_init_self(px_comm **out);
  * below MULTIPLE, blocking collectives use plexus's polling wait instead. */
 px_status px_comm_init_mpi(px_comm **out);
 void px_comm_finalize_mpi(void);                 /* MPI_Finalize if we initialised it */
+
+/* ---- NCCL: the GPUs' communicator ----------------------------------------
+ * Collective over `bootstrap` (self, threads or MPI: one process per GPU, or
+ * one thread per GPU under threads as FluxDistributed.jl does): rank 0 makes
+ * an NCCL unique id and broadcasts it over bootstrap, every rank joins with
+ * the calling thread's current device (px_cuda_init(local rank) must have
+ * run on this thread; under threads each thread needs its own GPU).  Same
+ * rank, size, local rank, timeout and label as the bootstrap, which must
+ * outlive the new communicator (px_comm_abort on it aborts the bootstrap
+ * too, so the job ends as the bootstrap's backend ends it).
+ *   Buffers are DEVICE pointers (host pointers also work: they are staged
+ * through device memory, blocking).  Every operation runs on the calling
+ * thread's communication stream after the work already queued on its
+ * compute stream; completing a request (px_request_wait) makes the compute
+ * stream wait for the collective, and blocks the host until the collective
+ * has finished, under the watchdog: past the timeout the NCCL communicator
+ * is aborted and the wait returns PX_ERR_TIMEOUT naming the collective, its
+ * element count and the label.  Reductions: F32, F64, I32, I64 and BF16
+ * (PX_AVG is ncclAvg); broadcast and allgather move any dtype.  Point-to-point
+ * (send/recv) is not supported (PX_ERR_UNSUPPORTED).  A thread must use a
+ * communicator only with its own device current.
+ *   Without CUDA/NCCL in the build, or without a GPU: PX_ERR_UNSUPPORTED
+ * with a message saying so. */
+px_status px_comm_nccl_create(px_comm *bootstrap, px_comm **out);
+/* True when plexus was built with CUDA and NCCL and this process sees a GPU. */
+bool px_comm_nccl_available(void);
 
 /* Free a communicator (NULL, and those px_comm_run owns, are left alone). */
 void px_comm_free(px_comm *c);

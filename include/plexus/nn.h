@@ -254,6 +254,11 @@ px_module *px_gelu(bool tanh_approx);
 px_module *px_tanh(void);
 px_module *px_sigmoid(void);
 px_module *px_softmax(void);
+/* Dropout: in training y = x ⊙ mask / (1 - p), mask_i = [u_i >= p] with u_i
+ * from Philox(seed, (stream << 40) ^ step, i / 4); in eval (or p = 0) a
+ * view of x.  Softmax and Dropout run on the GPU when their input is a
+ * CUDA tensor (the step context on the device too); the GPU's dropout mask
+ * is the CPU's bit for bit. */
 px_module *px_dropout(float p);
 /* Dropout on part `part` of `parts` equal pieces of axis 1 (sequence
  * parallelism): the input (N, T, …) is positions [part·T, (part+1)·T) of
@@ -299,7 +304,10 @@ px_module *px_conv1d(int in_features, int out_features, bool bias);
 /* Causal multi-head self-attention with children c_attn (Conv1D dim -> 3·dim,
  * fused q, k, v), c_proj (Conv1D dim -> dim) and resid_dropout; dropout
  * attn_dropout on the attention probabilities.  Keeps q, k, v and one
- * log-sum-exp per row, never the (N, heads, T, T) scores. */
+ * log-sum-exp per row, never the (N, heads, T, T) scores.  With the input
+ * on a CUDA device (and the step context there) it runs fused CUDA kernels
+ * that keep the same (q, k, v and the log-sum-exp; the attention-dropout
+ * mask is the CPU's); head width dim / n_head at most 128 there. */
 px_module *px_causal_self_attention(int dim, int n_head, float attn_dropout, float resid_dropout);
 /* Output projection tied to `embedding` (a px_embedding in the same model):
  * logits = x · weightᵀ, its gradient added into the embedding's.  The
@@ -404,6 +412,7 @@ px_status px_model_set_compute_dtype(px_model *m, px_dtype dt);
 /* ---- Losses --------------------------------------------------------------
  * Each returns the mean loss and, if the gradient pointer is not NULL,
  * writes ∂loss/∂input (same shape as the input) there. */
+/* MSE runs on the CPU only: device tensors are PX_ERR_UNSUPPORTED. */
 px_status px_mse_loss(const px_tensor *pred, const px_tensor *target,
                       float *loss, float *dpred);
 
@@ -414,7 +423,12 @@ typedef struct px_ce_opts {
 #define PX_CE_DEFAULTS ((px_ce_opts){ .ignore_index = -100, .label_smoothing = 0.0f })
 
 /* logits (N, C) (or (..., C), flattened to rows), targets (N,) class ids.
- * Mean over the non-ignored rows; 0 if every row is ignored. */
+ * Mean over the non-ignored rows; 0 if every row is ignored.
+ * On the GPU (logits->device == PX_CUDA): targets and dlogits are DEVICE
+ * memory (dlogits may be the logits' own), *loss a host float; the call
+ * waits for the compute stream once to return the mean.  A target outside
+ * [0, C) that is not ignore_index is PX_ERR_INVALID as on the CPU (found on
+ * the device; dlogits is then unspecified). */
 px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
                                 const px_ce_opts *opts, float *loss, float *dlogits);
 

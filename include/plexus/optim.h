@@ -6,7 +6,17 @@
  * allocation.  A ZeRO shard is just a smaller (params, grads, n), or a
  * list of segments (px_optim_create_segments) when its pieces lie in place
  * inside the whole buffers.  The update rules are PyTorch's (torch.optim,
- * single parameter group). */
+ * single parameter group).
+ *
+ * On the GPU (plexus built with CUDA): create the optimizer over DEVICE
+ * params/grads pointers (the model's flat buffers after px_model_to_device,
+ * or segments of them), then px_optim_to_device moves its state to the
+ * device; px_optim_step then runs CUDA kernels on the calling thread's
+ * compute stream, with the CPU's formulas and order of operations (every
+ * element gets the CPU's bits).  The host `state` stays as a mirror for
+ * checkpoints: px_optim_pull copies the device state into it,
+ * px_optim_push copies it back (after loading a checkpoint into the
+ * slots). */
 #ifndef PLEXUS_OPTIM_H
 #define PLEXUS_OPTIM_H
 
@@ -58,6 +68,11 @@ typedef struct px_optim {
   int64_t  step;     /* updates taken so far */
   px_optim_segment *seg; /* (n_seg,) owned: what px_optim_step updates */
   int      n_seg;
+  /* PX_CPU, or PX_CUDA after px_optim_to_device: params/grads (and the
+   * segments') are device pointers, dev_state the (n_state, n) state on the
+   * device, and `state` its host mirror (px_optim_pull, px_optim_push). */
+  px_device device;
+  float   *dev_state;
 } px_optim;
 
 /* An optimizer updating the n floats at params from the n at grads with opts's rule (state
@@ -77,8 +92,24 @@ void px_optim_free(px_optim *o);
 px_status px_optim_step(px_optim *o);
 void px_optim_set_lr(px_optim *o, float lr);
 /* State slot k as a flat (n,) array, and its PyTorch name
- * ("momentum_buffer", "exp_avg", "exp_avg_sq"); NULL if k is out of range. */
+ * ("momentum_buffer", "exp_avg", "exp_avg_sq"); NULL if k is out of range.
+ * On a device optimizer this is the HOST mirror: px_optim_pull first to
+ * read the current state, px_optim_push after writing it. */
 float *px_optim_state_slot(px_optim *o, int k, const char **name);
+
+/* ---- The optimizer on the GPU ---------------------------------------------
+ * px_optim_to_device: after px_optim_create(_segments) over device pointers
+ * (every params/grads must be device memory of the calling thread's device,
+ * px_cuda_init done): allocates the state on the device, copies the host
+ * state there (zeros, or what was loaded into the slots) and sets
+ * device = PX_CUDA.  Calling it on a device optimizer is a no-op.
+ * PX_ERR_UNSUPPORTED in a build without CUDA; PX_ERR_INVALID when a buffer
+ * is host memory.
+ * px_optim_pull: device state -> host mirror (waits).  px_optim_push: host
+ * mirror -> device state.  Both are no-ops (PX_OK) on a CPU optimizer. */
+px_status px_optim_to_device(px_optim *o);
+px_status px_optim_pull(px_optim *o);
+px_status px_optim_push(px_optim *o);
 
 /* ---- Schedules: lr as a function of the optimizer step ------------------ */
 typedef enum px_lr_kind { PX_LR_CONSTANT = 0, PX_LR_STEP, PX_LR_COSINE } px_lr_kind;
@@ -106,6 +137,15 @@ float px_lr_at(const px_lr_schedule *s, int64_t step);
  * px_clip_grad_scale with the global norm. */
 float px_clip_grad_norm(float *grads, size_t n, float max_norm);
 void px_clip_grad_scale(float *grads, size_t n, float norm, float max_norm);
+/* The same on either device: grads is host memory (PX_CPU) or device memory
+ * (PX_CUDA: Σ g² through px_cuda_sumsq in double, the scale on the compute
+ * stream; the norm comes back to the host, so px_clip_grad_norm_on waits
+ * for the stream).  *norm (may be NULL) receives the norm before clipping.
+ * PX_ERR_UNSUPPORTED for PX_CUDA in a build without CUDA. */
+px_status px_clip_grad_norm_on(px_device dev, float *grads, size_t n, float max_norm, float *norm);
+px_status px_clip_grad_scale_on(px_device dev, float *grads, size_t n, float norm, float max_norm);
+/* Σ g² in double on either device (sharded callers all-reduce it). */
+px_status px_sumsq_on(px_device dev, const float *grads, size_t n, double *out);
 
 #pragma GCC visibility pop
 

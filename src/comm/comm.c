@@ -52,9 +52,23 @@ const char *px_comm_backend_name(px_comm_backend b) {
   case PX_COMM_SELF: return "self";
   case PX_COMM_THREADS: return "threads";
   case PX_COMM_MPI: return "mpi";
+  case PX_COMM_NCCL: return "nccl";
   }
   return "unknown";
 }
+
+/* ---- NCCL in a build without CUDA -------------------------------------------
+ * The backend itself is src/comm/nccl.c, compiled only with CUDA. */
+#ifndef PX_HAVE_CUDA
+px_status px_comm_nccl_create(px_comm *bootstrap, px_comm **out) {
+  (void)bootstrap;
+  if (out) *out = NULL;
+  return px_error(PX_ERR_UNSUPPORTED, "px_comm_nccl_create: plexus was built without CUDA/NCCL; rebuild with the "
+                  "CUDA toolkit and NCCL installed to use the GPUs' communicator");
+}
+
+bool px_comm_nccl_available(void) { return false; }
+#endif
 
 /* ---- Who am I --------------------------------------------------------------
  * A NULL communicator reads as a world of one, so logging code that runs
@@ -105,10 +119,12 @@ static px_status check_dtype(const char *what, px_dtype dtype) {
   return PX_OK;
 }
 
-static px_status check_reduction(const char *what, px_dtype dtype, px_reduce_op op) {
+/* NCCL also reduces bf16 (mixed precision's optional bf16 gradient
+ * reduction); the host backends reduce F32, F64, I32 and I64. */
+static px_status check_reduction(const px_comm *c, const char *what, px_dtype dtype, px_reduce_op op) {
   px_status st = check_dtype(what, dtype);
   if (st) return st;
-  if (!px_comm_reducible(dtype))
+  if (!px_comm_reducible(dtype) && !(dtype == PX_BF16 && c->backend == PX_COMM_NCCL))
     return px_error(PX_ERR_UNSUPPORTED,
                     "%s: dtype %s is not supported for reductions (F32, F64, I32 and I64 are); "
                     "convert the buffer first", what, px_dtype_name(dtype));
@@ -140,7 +156,7 @@ static px_status check_req(const char *what, px_request **req) {
 
 px_status px_comm_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
   TRY(check_comm(c, "allreduce"));
-  TRY(check_reduction("allreduce", dtype, op));
+  TRY(check_reduction(c, "allreduce", dtype, op));
   TRY(check_buf("allreduce", "buf", buf, count));
   return c->ops->allreduce(c, buf, count, dtype, op);
 }
@@ -164,7 +180,7 @@ px_status px_comm_allgather(px_comm *c, const void *send, void *recv, size_t cou
 px_status px_comm_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
                                  px_reduce_op op) {
   TRY(check_comm(c, "reduce_scatter"));
-  TRY(check_reduction("reduce_scatter", dtype, op));
+  TRY(check_reduction(c, "reduce_scatter", dtype, op));
   TRY(check_buf("reduce_scatter", "send", send, count));
   TRY(check_buf("reduce_scatter", "recv", recv, count));
   return c->ops->reduce_scatter(c, send, recv, count, dtype, op);
@@ -197,7 +213,7 @@ px_status px_comm_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype
                              px_request **req) {
   TRY(check_req("iallreduce", req));
   TRY(check_comm(c, "iallreduce"));
-  TRY(check_reduction("iallreduce", dtype, op));
+  TRY(check_reduction(c, "iallreduce", dtype, op));
   TRY(check_buf("iallreduce", "buf", buf, count));
   return c->ops->iallreduce(c, buf, count, dtype, op, req);
 }
@@ -226,7 +242,7 @@ px_status px_comm_ireduce_scatter(px_comm *c, const void *send, void *recv, size
                                   px_dtype dtype, px_reduce_op op, px_request **req) {
   TRY(check_req("ireduce_scatter", req));
   TRY(check_comm(c, "ireduce_scatter"));
-  TRY(check_reduction("ireduce_scatter", dtype, op));
+  TRY(check_reduction(c, "ireduce_scatter", dtype, op));
   TRY(check_buf("ireduce_scatter", "send", send, count));
   TRY(check_buf("ireduce_scatter", "recv", recv, count));
   return c->ops->ireduce_scatter(c, send, recv, count, dtype, op, req);

@@ -5,7 +5,11 @@
 //   gelu:    y = x Φ(x)                    dx = dy · (Φ(x) + x φ(x))
 //   gelu≈:   y = ½x(1 + tanh(u)), u = √(2/π)(x + 0.044715 x³)
 //            dx = dy · (½(1 + t) + ½x(1 - t²) u'),  u' = √(2/π)(1 + 3·0.044715 x²)
+//
+// On the GPU (input with device PX_CUDA): src/tensor/cuda/k_activation.cu,
+// the same formulas.
 #include "plexus/nn.h"
+#include "nn/device.h"
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -22,8 +26,35 @@ typedef struct act {
 #define GELU_C 0.044715f
 #define INV_SQRT_2 0.7071067811865476f
 
+#ifdef PX_HAVE_CUDA
+// act_kind and the kernels' kinds are one list.
+_Static_assert((int)ACT_RELU == (int)PX_K_RELU && (int)ACT_TANH == (int)PX_K_TANH &&
+               (int)ACT_SIGMOID == (int)PX_K_SIGMOID && (int)ACT_GELU == (int)PX_K_GELU &&
+               (int)ACT_GELU_TANH == (int)PX_K_GELU_TANH, "activation kinds");
+
+static px_status act_forward_cuda(act *a, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  px_status st = px_nn_cuda_ctx(ctx, &a->base);
+  if (st == PX_OK) st = px_ctx_tensor_like(ctx, y, x);
+  if (st == PX_OK) st = px_k_activation_forward((int)a->kind, px_f32(x), px_f32(y), (size_t)px_tensor_numel(x));
+  if (st != PX_OK) return st;
+  a->saved = (a->kind == ACT_TANH || a->kind == ACT_SIGMOID) ? *y : *x;
+  return PX_OK;
+}
+
+static px_status act_backward_cuda(act *a, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  px_status st = px_nn_cuda_ctx(ctx, &a->base);
+  if (st == PX_OK) st = px_ctx_tensor_like(ctx, dx, dy);
+  if (st != PX_OK) return st;
+  return px_k_activation_backward((int)a->kind, px_f32(&a->saved), px_f32(dy), px_f32(dx),
+                                  (size_t)px_tensor_numel(dy));
+}
+#endif
+
 PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   act *a = (act *)m;
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) return act_forward_cuda(a, ctx, x, y);
+#endif
   px_status st = px_ctx_tensor_like(ctx, y, x);
   if (st != PX_OK) return st;
   const size_t n = (size_t)px_tensor_numel(x);
@@ -65,6 +96,9 @@ PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tenso
 PX_KERNEL static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   act *a = (act *)m;
   if (!dx) return PX_OK;
+#ifdef PX_HAVE_CUDA
+  if (dy->device == PX_CUDA) return act_backward_cuda(a, ctx, dy, dx);
+#endif
   px_status st = px_ctx_tensor_like(ctx, dx, dy);
   if (st != PX_OK) return st;
   const size_t n = (size_t)px_tensor_numel(dy);

@@ -42,6 +42,11 @@
 #include <math.h>
 #include <omp.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_transformer_a.h"
+#include "tensor/cuda/px_cuda.h"
+#endif
+
 // Query rows per tile: the scores of a tile are ATT_QB × T floats.
 #define ATT_QB 64
 // Open an OpenMP region only above this many multiply-adds (N·H·T·T·d).
@@ -181,6 +186,46 @@ PX_KERNEL static void head_backward(const attention *a, head_view hv, const floa
   }
 }
 
+#ifdef PX_HAVE_CUDA
+// The device path (tensor/cuda/k_attention.cu): the same children, the same
+// saved state (qkv, o, lse, now device memory from the ctx's device arena)
+// and the same dropout mask bits (rng.cuh's Philox).
+static px_cuda_att_drop cuda_drop_of(const attention *a) {
+  return (px_cuda_att_drop){.drop = a->drop, .p = a->attn_p, .seed = a->seed,
+                            .hi = ((uint64_t)a->base.stream << 40) ^ a->step, .head0 = a->head0,
+                            .heads_total = a->heads_total};
+}
+
+static px_status attn_forward_cuda(attention *a, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  px_module *m = &a->base;
+  if (ctx->device != PX_CUDA)
+    return px_error(PX_ERR_INVALID, "CausalSelfAttention: input on the GPU but the step context on the CPU");
+  const int H = a->n_head, C = a->dim;
+  if (C / H > PX_CUDA_ATT_MAX_D)
+    return px_error(PX_ERR_UNSUPPORTED, "CausalSelfAttention(%d, heads=%d) on CUDA: head width %d, at most %d",
+                    a->in_dim, a->heads_total, C / H, PX_CUDA_ATT_MAX_D);
+  px_status st = px_module_forward(m->children[0], ctx, x, &a->qkv);  // c_attn
+  if (st != PX_OK) return st;
+  const int64_t N = a->qkv.shape[0], T = a->qkv.shape[1];
+  const int64_t oshape[3] = {N, T, C};
+  if ((st = px_ctx_tensor(ctx, &a->o, 3, oshape)) != PX_OK) return st;
+  a->lse = px_arena_alloc(ctx->arena, (size_t)(N * H * T + 1) * sizeof(float));
+  if (!a->lse) return PX_ERR_NOMEM;
+  a->n = N;
+  a->t = T;
+  a->drop = m->training && a->attn_p > 0.0f;
+  a->seed = ctx->seed;
+  a->step = ctx->step;
+  const px_cuda_att_drop drop = cuda_drop_of(a);
+  if ((st = px_cuda_attention_forward(px_f32(&a->qkv), px_f32(&a->o), a->lse, (int)N, (int)T, C, H, &drop)) !=
+      PX_OK)
+    return st;
+  px_tensor proj;
+  if ((st = px_module_forward(m->children[1], ctx, &a->o, &proj)) != PX_OK) return st;  // c_proj
+  return px_module_forward(m->children[2], ctx, &proj, y);                              // resid_dropout
+}
+#endif
+
 static px_status attn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   attention *a = (attention *)m;
   if (x->dtype != PX_F32 || x->ndim != 3 || x->shape[2] != a->in_dim) {
@@ -188,6 +233,13 @@ static px_status attn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
     return px_error(PX_ERR_SHAPE, "CausalSelfAttention(%d, heads=%d) \"%s\": input must be f32 (N, T, %d), got %s %s",
                     a->in_dim, a->heads_total, m->children[0]->params[0].name, a->in_dim, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
+  }
+  if (x->device == PX_CUDA) {
+#ifdef PX_HAVE_CUDA
+    return attn_forward_cuda(a, ctx, x, y);
+#else
+    return px_error(PX_ERR_UNSUPPORTED, "CausalSelfAttention: input on the GPU, but plexus was built without CUDA");
+#endif
   }
   const int H = a->n_head, C = a->dim;
   px_status st = px_module_forward(m->children[0], ctx, x, &a->qkv);  // c_attn
@@ -231,6 +283,18 @@ static px_status attn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   if (st == PX_OK) st = px_module_backward(m->children[1], ctx, &dproj, &dout);
   if (st == PX_OK) st = px_ctx_tensor_like(ctx, &dqkv, &a->qkv);
   if (st != PX_OK) return st;
+#ifdef PX_HAVE_CUDA
+  if (a->qkv.device == PX_CUDA) {
+    // The row terms D_i = dO_i·O_i, (N, H, T), between the two kernels.
+    float *Dterm = px_arena_alloc(ctx->arena, (size_t)(N * H * T + 1) * sizeof(float));
+    if (!Dterm) return PX_ERR_NOMEM;
+    const px_cuda_att_drop drop = cuda_drop_of(a);
+    if ((st = px_cuda_attention_backward(px_f32(&a->qkv), px_f32(&a->o), a->lse, px_f32(&dout), px_f32(&dqkv),
+                                         Dterm, (int)N, (int)T, C, H, &drop)) != PX_OK)
+      return st;
+    return px_module_backward(m->children[0], ctx, &dqkv, dx);  // c_attn
+  }
+#endif
   const int nthr = omp_get_max_threads();
   float *scratch = px_arena_alloc(ctx->arena, (size_t)nthr * 3 * ATT_QB * (size_t)T * sizeof(float) + 64);
   if (!scratch) return PX_ERR_NOMEM;

@@ -6,7 +6,13 @@
 //   db += Σ_r dy[r, :]
 //   dx  = dy · Wᵀ       (R, out)·(out, in)
 // R is the product of all leading dimensions of x.
+//
+// On the GPU (input with device PX_CUDA) the GEMMs go through cuBLAS
+// (px_cuda_sgemm; with ctx->compute_dtype PX_BF16 the operands are cast to
+// bf16 in the arena and px_cuda_gemm_bf16 accumulates in f32), the bias
+// gradient through a fixed-order column sum (k_norm.cu).
 #include "plexus/nn.h"
+#include "nn/device.h"
 #include "tensor/internal.h"
 
 typedef struct conv1d {
@@ -15,6 +21,47 @@ typedef struct conv1d {
   bool      has_bias;
   px_tensor x;  /* saved input (R, in) */
 } conv1d;
+
+#ifdef PX_HAVE_CUDA
+static px_status conv1d_forward_cuda(conv1d *l, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  px_module *m = &l->base;
+  const int R = (int)(px_tensor_numel(x) / l->in), out = l->out;
+  float *Y = px_f32(y);
+  float beta = 0.0f;
+  px_nn_operand X, W;
+  px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st == PX_OK && l->has_bias) {
+    st = px_k_rows_set(Y, m->params[1].data, R, out);
+    beta = 1.0f;
+  }
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(x), (size_t)R * l->in, &X);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->in * out, &W);
+  // y (+)= x · W      (R, in)·(in, out)
+  if (st == PX_OK) st = px_nn_cuda_gemm(false, false, R, out, l->in, &X, l->in, &W, out, beta, Y, out);
+  if (st == PX_OK) l->x = *x;
+  return st;
+}
+
+static px_status conv1d_backward_cuda(conv1d *l, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  px_module *m = &l->base;
+  const int R = (int)(px_tensor_numel(&l->x) / l->in), out = l->out;
+  px_nn_operand DY, X, W;
+  px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(dy), (size_t)R * out, &DY);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&l->x), (size_t)R * l->in, &X);
+  // dW += xᵀ · dy
+  if (st == PX_OK) st = px_nn_cuda_gemm(true, false, l->in, out, R, &X, l->in, &DY, out, 1.0f, m->params[0].grad, out);
+  if (st == PX_OK && l->has_bias) {
+    void *partials = px_arena_alloc(ctx->arena, px_k_colsum_partials_bytes(R, out));
+    st = partials ? px_k_colsum_add(m->params[1].grad, px_f32(dy), partials, R, out) : PX_ERR_NOMEM;
+  }
+  if (st != PX_OK || !dx) return st;
+  // dx = dy · Wᵀ
+  if ((st = px_ctx_tensor_like(ctx, dx, &l->x)) != PX_OK) return st;
+  if ((st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->in * out, &W)) != PX_OK) return st;
+  return px_nn_cuda_gemm(false, true, R, l->in, out, &DY, out, &W, out, 0.0f, px_f32(dx), l->in);
+}
+#endif
 
 static px_status conv1d_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   conv1d *l = (conv1d *)m;
@@ -29,6 +76,9 @@ static px_status conv1d_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   shape[x->ndim - 1] = l->out;
   px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
   if (st != PX_OK) return st;
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) return conv1d_forward_cuda(l, ctx, x, y);
+#endif
   const int R = (int)(px_tensor_numel(x) / l->in), out = l->out;
   float *Y = px_f32(y);
   float beta = 0.0f;
@@ -51,6 +101,9 @@ static px_status conv1d_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
 
 static px_status conv1d_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   conv1d *l = (conv1d *)m;
+#ifdef PX_HAVE_CUDA
+  if (dy->device == PX_CUDA) return conv1d_backward_cuda(l, ctx, dy, dx);
+#endif
   const int R = (int)(px_tensor_numel(&l->x) / l->in), out = l->out;
   const float *DY = px_f32(dy);
   // dW += xᵀ · dy      x: (R, in)  dy: (R, out)  dW: (in, out)

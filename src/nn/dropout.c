@@ -11,6 +11,10 @@
 
 #include <stdio.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_transformer_a.h"
+#endif
+
 typedef struct dropout {
   px_module base;
   float     p;
@@ -58,11 +62,29 @@ static void apply_mask_part(const dropout *d, const float *in, float *out, int64
   }
 }
 
-static void mask(const dropout *d, const float *in, float *out, const px_tensor *shape_of) {
+// On the GPU (shape_of->device == PX_CUDA, in and out device memory): the
+// same mask from rng.cuh's Philox, bit for bit (tensor/cuda/k_dropout.cu).
+static px_status mask(const dropout *d, const float *in, float *out, const px_tensor *shape_of) {
   const size_t n = (size_t)px_tensor_numel(shape_of);
-  if (d->parts == 1) { apply_mask(d, in, out, n); return; }
+  if (shape_of->device == PX_CUDA) {
+#ifdef PX_HAVE_CUDA
+    const uint64_t hi = ((uint64_t)d->base.stream << 40) ^ d->step;
+    if (d->parts == 1) return px_cuda_dropout(in, out, n, d->p, d->seed, hi);
+    const int64_t N = shape_of->shape[0], Tl = shape_of->shape[1];
+    return px_cuda_dropout_part(in, out, N, Tl, N * Tl > 0 ? n / (size_t)(N * Tl) : 0, d->part, d->parts, d->p,
+                                d->seed, hi);
+#else
+    return px_error(PX_ERR_UNSUPPORTED, "Dropout(p=%g): input on the GPU, but plexus was built without CUDA",
+                    (double)d->p);
+#endif
+  }
+  if (d->parts == 1) {
+    apply_mask(d, in, out, n);
+    return PX_OK;
+  }
   const int64_t N = shape_of->shape[0], Tl = shape_of->shape[1];
   apply_mask_part(d, in, out, N, Tl, N * Tl > 0 ? n / (size_t)(N * Tl) : 0);
+  return PX_OK;
 }
 
 static px_status dropout_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -81,10 +103,11 @@ static px_status dropout_forward(px_module *m, px_ctx *ctx, const px_tensor *x, 
   }
   px_status st = px_ctx_tensor_like(ctx, y, x);
   if (st != PX_OK) return st;
+  if (y->device != x->device)
+    return px_error(PX_ERR_INVALID, "Dropout(p=%g): input and step context on different devices", (double)d->p);
   d->seed = ctx->seed;
   d->step = ctx->step;
-  mask(d, px_f32(x), px_f32(y), x);
-  return PX_OK;
+  return mask(d, px_f32(x), px_f32(y), x);
 }
 
 static px_status dropout_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
@@ -97,8 +120,9 @@ static px_status dropout_backward(px_module *m, px_ctx *ctx, const px_tensor *dy
   }
   px_status st = px_ctx_tensor_like(ctx, dx, &d->x);
   if (st != PX_OK) return st;
-  mask(d, px_f32(dy), px_f32(dx), dy);
-  return PX_OK;
+  if (dx->device != dy->device)
+    return px_error(PX_ERR_INVALID, "Dropout(p=%g): gradient and step context on different devices", (double)d->p);
+  return mask(d, px_f32(dy), px_f32(dx), dy);
 }
 
 static const px_module_ops dropout_ops = {

@@ -14,11 +14,22 @@
 // order whatever the thread count: a thread owns a block of columns of dW
 // and walks every position in order, so no two threads touch one element
 // and each element's additions come in the same order.
+//
+// On the GPU (ids, or PosEmbedding's input, with device PX_CUDA) the same
+// math runs in src/tensor/cuda/k_embedding.cu.  The gather records the first
+// bad id's position in a device word; forward copies that word back (one
+// 8-byte copy, which waits for the stream) and fails with the CPU's message.
+// Backward copies the ids to the host, sorts the positions by (id,
+// position) (a counting sort over the vocabulary), uploads them, and one
+// thread per (id, column) adds the rows of dy in position order: the CPU's
+// additions in the CPU's order, so the same bits, and no atomics.
 #include "plexus/nn.h"
+#include "nn/device.h"
 #include "nn/internal.h"
 #include "tensor/internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 // Columns of dW one thread owns: one AVX-512 vector.
@@ -29,6 +40,10 @@ typedef struct embedding {
   int       vocab, dim;
   px_tensor ids;               /* saved input (...) i32 */
   bool      awaiting_backward; /* forward ran, its backward has not (px_embedding_pending) */
+#ifdef PX_HAVE_CUDA
+  int32_t  *host;              /* backward on the GPU: host scratch for the sort */
+  size_t    host_cap;          /* its capacity, in int32 */
+#endif
 } embedding;
 
 static const px_module_ops embedding_ops;
@@ -47,6 +62,99 @@ static char *index_str(int64_t p, int ndim, const int64_t *shape, char *buf, siz
   return buf;
 }
 
+// The error for id `id` at flat position p of the ids x.
+static px_status bad_id(const embedding *e, const px_tensor *x, int32_t id, int64_t p) {
+  char s[PX_SHAPE_STR_MAX], at[PX_SHAPE_STR_MAX];
+  return px_error(PX_ERR_INVALID, "Embedding(%d, %d) \"%s\": token id %d at position %s of the ids %s "
+                  "is outside [0, %d)", e->vocab, e->dim, e->base.params[0].name, id,
+                  index_str(p, x->ndim, x->shape, at, sizeof at), px_shape_str(x->ndim, x->shape, s, sizeof s),
+                  e->vocab);
+}
+
+#ifdef PX_HAVE_CUDA
+static px_status emb_forward_cuda(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  embedding *e = (embedding *)m;
+  px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st != PX_OK) return st;
+  const int64_t R = px_tensor_numel(x);
+  int64_t shape[PX_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+  shape[x->ndim] = e->dim;
+  if ((st = px_ctx_tensor(ctx, y, x->ndim + 1, shape)) != PX_OK) return st;
+  uint64_t *bad = px_arena_alloc(ctx->arena, sizeof(uint64_t)), first_bad = 0;
+  if (!bad) return PX_ERR_NOMEM;
+  st = px_k_embedding_forward((const int32_t *)x->data, m->params[0].data, px_f32(y), bad, R, e->vocab, e->dim);
+  if (st == PX_OK) st = px_cuda_to_host(&first_bad, bad, sizeof first_bad);
+  if (st != PX_OK) return st;
+  if (first_bad != UINT64_MAX) {
+    int32_t id = 0;
+    if ((st = px_cuda_to_host(&id, (const int32_t *)x->data + first_bad, sizeof id)) != PX_OK) return st;
+    return bad_id(e, x, id, (int64_t)first_bad);
+  }
+  e->ids = *x;
+  e->awaiting_backward = true;
+  return PX_OK;
+}
+
+// dW[ids[p], :] += dy[p, :] in position order: the ids come to the host,
+// a counting sort over the vocabulary groups the positions by id (each
+// group in increasing position), and the groups go to the device as
+// [segment ids (S) | segment starts (S + 1) | positions (R)].
+static px_status emb_backward_cuda(px_module *m, px_ctx *ctx, const px_tensor *dy) {
+  embedding *e = (embedding *)m;
+  px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st != PX_OK) return st;
+  const int64_t R = px_tensor_numel(&e->ids);
+  const int V = e->vocab;
+  if (R > INT32_MAX - 1)
+    return px_error(PX_ERR_INVALID, "Embedding \"%s\": %lld positions in one backward, more than %d",
+                    m->params[0].name, (long long)R, INT32_MAX - 1);
+  // Host scratch: ids (R), counts (V + 1), then the upload (S + S + 1 + R <= 3R + 1).
+  const size_t need = (size_t)R + (size_t)V + 1 + 3 * (size_t)R + 1;
+  if (need > e->host_cap) {
+    int32_t *h = realloc(e->host, need * sizeof(int32_t));
+    if (!h) return px_error(PX_ERR_NOMEM, "Embedding \"%s\": %zu bytes of host scratch", m->params[0].name,
+                            need * sizeof(int32_t));
+    e->host = h;
+    e->host_cap = need;
+  }
+  int32_t *ids = e->host, *count = ids + R, *up = count + V + 1;
+  if (R && (st = px_cuda_to_host(ids, e->ids.data, (size_t)R * sizeof(int32_t))) != PX_OK) return st;
+  memset(count, 0, ((size_t)V + 1) * sizeof(int32_t));
+  for (int64_t p = 0; p < R; p++) {
+    if (ids[p] < 0 || ids[p] >= V) return bad_id(e, &e->ids, ids[p], p);
+    count[ids[p]]++;
+  }
+  int32_t S = 0;
+  for (int v = 0; v < V; v++) S += count[v] > 0;
+  int32_t *seg_id = up, *seg_start = up + S, *pos = seg_start + S + 1;
+  // count[v] becomes the next free slot of id v in pos; the segments in id order.
+  int32_t at = 0, s = 0;
+  for (int v = 0; v < V; v++) {
+    const int32_t c = count[v];
+    if (!c) continue;
+    seg_id[s] = v;
+    seg_start[s++] = at;
+    count[v] = at;
+    at += c;
+  }
+  seg_start[S] = at;
+  for (int64_t p = 0; p < R; p++) pos[count[ids[p]]++] = (int32_t)p;
+  const size_t n_up = (size_t)S + (size_t)S + 1 + (size_t)R;
+  int32_t *dev = px_arena_alloc(ctx->arena, n_up * sizeof(int32_t));
+  if (!dev) return PX_ERR_NOMEM;
+  if ((st = px_cuda_to_device(dev, up, n_up * sizeof(int32_t))) != PX_OK) return st;
+  return px_k_embedding_backward(dev, dev + S, dev + S + S + 1, S, px_f32(dy), m->params[0].grad, e->dim);
+}
+
+static void emb_destroy(px_module *m) {
+  embedding *e = (embedding *)m;
+  free(e->host);
+  e->host = NULL;
+  e->host_cap = 0;
+}
+#endif
+
 static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   embedding *e = (embedding *)m;
   if (x->dtype != PX_I32 || x->ndim < 1 || x->ndim >= PX_MAX_DIMS) {
@@ -55,16 +163,16 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
                     "got %s %s", e->vocab, e->dim, m->params[0].name, PX_MAX_DIMS - 1, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) return emb_forward_cuda(m, ctx, x, y);
+  if (ctx->device == PX_CUDA)
+    return px_error(PX_ERR_INVALID, "Embedding(%d, %d) \"%s\": the model is on the GPU but the token ids are on "
+                    "the host; copy them to the device first", e->vocab, e->dim, m->params[0].name);
+#endif
   const int32_t *ids = (const int32_t *)x->data;
   const int64_t R = px_tensor_numel(x);
   for (int64_t p = 0; p < R; p++)
-    if (ids[p] < 0 || ids[p] >= e->vocab) {
-      char s[PX_SHAPE_STR_MAX], at[PX_SHAPE_STR_MAX];
-      return px_error(PX_ERR_INVALID, "Embedding(%d, %d) \"%s\": token id %d at position %s of the ids %s "
-                      "is outside [0, %d)", e->vocab, e->dim, m->params[0].name, ids[p],
-                      index_str(p, x->ndim, x->shape, at, sizeof at), px_shape_str(x->ndim, x->shape, s, sizeof s),
-                      e->vocab);
-    }
+    if (ids[p] < 0 || ids[p] >= e->vocab) return bad_id(e, x, ids[p], p);
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
   shape[x->ndim] = e->dim;
@@ -85,6 +193,13 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   if (dx)
     return px_error(PX_ERR_INVALID, "Embedding \"%s\": its input (token ids) has no gradient; "
                     "call backward with dx = NULL", m->params[0].name);
+#ifdef PX_HAVE_CUDA
+  if (dy->device == PX_CUDA) {
+    px_status st = emb_backward_cuda(m, ctx, dy);
+    if (st == PX_OK) e->awaiting_backward = false;
+    return st;
+  }
+#endif
   const int32_t *ids = (const int32_t *)e->ids.data;
   const int64_t R = px_tensor_numel(&e->ids);
   const int C = e->dim;
@@ -109,6 +224,9 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
 
 static const px_module_ops embedding_ops = {
   .type = "Embedding", .forward = emb_forward, .backward = emb_backward,
+#ifdef PX_HAVE_CUDA
+  .destroy = emb_destroy,
+#endif
 };
 
 px_module *px_embedding(int num_embeddings, int dim) {
@@ -165,6 +283,17 @@ static px_status pos_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   const int64_t N = x->shape[0], T = x->shape[1];
   const size_t C = (size_t)pe->dim;
   const int64_t off = (int64_t)pe->part * T;
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) {
+    if ((st = px_nn_cuda_ctx(ctx, m)) != PX_OK) return st;
+    st = px_k_pos_embedding_forward(px_f32(x), m->params[0].data + (size_t)off * C, px_f32(y), N, T, (int)C);
+    if (st != PX_OK) return st;
+    pe->n = N;
+    pe->t = T;
+    pe->offset = off;
+    return PX_OK;
+  }
+#endif
   const float *X = px_f32(x), *W = m->params[0].data + (size_t)off * C;
   float *Y = px_f32(y);
   #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
@@ -186,6 +315,18 @@ static px_status pos_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   const size_t C = (size_t)pe->dim;
   const float *DY = px_f32(dy);
   float *dW = m->params[0].grad + (size_t)pe->offset * C;
+#ifdef PX_HAVE_CUDA
+  if (dy->device == PX_CUDA) {
+    px_status st = px_nn_cuda_ctx(ctx, m);
+    if (st == PX_OK) st = px_k_pos_embedding_backward(DY, dW, N, T, (int)C);
+    if (st != PX_OK) return st;
+    if (dx) {
+      *dx = *dy;  // the identity, as below; dx stays on the device
+      dx->owned = false;
+    }
+    return PX_OK;
+  }
+#endif
   // dW[offset + t, :] += Σ_n dy[n, t, :], n in order: one thread per position t.
   #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
   for (int64_t t = 0; t < T; t++) {

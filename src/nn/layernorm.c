@@ -8,7 +8,12 @@
 //   dγ += Σ_r dy ⊙ x̂     dβ += Σ_r dy
 //   dx̂ = γ ⊙ dy,  dx = rstd_r·(dx̂ - mean_j(dx̂) - x̂·mean_j(dx̂ ⊙ x̂))
 // Row statistics accumulate in double.
+//
+// On the GPU (input with device PX_CUDA) the same math runs in
+// src/tensor/cuda/k_norm.cu: one block per row, dγ and dβ as fixed-order
+// column sums (no atomics: repeated runs give the same bits).
 #include "plexus/nn.h"
+#include "nn/device.h"
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -41,6 +46,16 @@ PX_KERNEL static px_status ln_forward(px_module *m, px_ctx *ctx, const px_tensor
   l->mean = px_arena_alloc(ctx->arena, (R ? R : 1) * sizeof(float));
   l->rstd = px_arena_alloc(ctx->arena, (R ? R : 1) * sizeof(float));
   if (!l->mean || !l->rstd) return PX_ERR_NOMEM;
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) {
+    // y, mean and rstd came from the step arena, which is on the device.
+    if ((st = px_nn_cuda_ctx(ctx, m)) != PX_OK) return st;
+    st = px_k_layernorm_forward(px_f32(x), m->params[0].data, m->params[1].data, px_f32(y), l->mean, l->rstd,
+                                (int64_t)R, D, l->eps);
+    if (st == PX_OK) l->x = *x;
+    return st;
+  }
+#endif
   const float *X = px_f32(x), *gamma = m->params[0].data, *beta = m->params[1].data;
   float *Y = px_f32(y);
   const double eps = l->eps;
@@ -72,6 +87,17 @@ PX_KERNEL static px_status ln_backward(px_module *m, px_ctx *ctx, const px_tenso
   const float *X = px_f32(&l->x), *DY = px_f32(dy), *gamma = m->params[0].data;
   float *dgamma = m->params[0].grad, *dbeta = m->params[1].grad;
   const float *mean = l->mean, *rstd = l->rstd;
+#ifdef PX_HAVE_CUDA
+  if (dy->device == PX_CUDA) {
+    px_status st = px_nn_cuda_ctx(ctx, m);
+    void *partials = st == PX_OK ? px_arena_alloc(ctx->arena, px_k_layernorm_partials_bytes((int64_t)R, D)) : NULL;
+    if (st != PX_OK) return st;
+    if (!partials) return PX_ERR_NOMEM;
+    if (dx && (st = px_ctx_tensor_like(ctx, dx, &l->x)) != PX_OK) return st;
+    return px_k_layernorm_backward(X, DY, gamma, mean, rstd, dgamma, dbeta, dx ? px_f32(dx) : NULL, partials,
+                                   (int64_t)R, D);
+  }
+#endif
   // dγ[j] += Σ_r dy[r, j]·x̂[r, j],  dβ[j] += Σ_r dy[r, j]: a thread owns a block of columns.
   const int blocks = (D + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
   #pragma omp parallel for schedule(static) if (PX_PAR(R * (size_t)D))

@@ -1,6 +1,12 @@
 // Linear: y = x · Wᵀ + b     x: (R, in)  W: (out, in)  b: (out,)  y: (R, out)
 // where R is the product of all leading dimensions of x.
+//
+// On the GPU (input with device PX_CUDA) the GEMMs go through cuBLAS
+// (px_cuda_sgemm; with ctx->compute_dtype PX_BF16 the operands are cast to
+// bf16 in the arena and px_cuda_gemm_bf16 accumulates in f32), the bias
+// gradient through a fixed-order column sum (k_norm.cu).
 #include "plexus/nn.h"
+#include "nn/device.h"
 
 #include <math.h>
 
@@ -10,6 +16,48 @@ typedef struct linear {
   bool      has_bias;
   px_tensor x;  /* saved input (R, in) */
 } linear;
+
+#ifdef PX_HAVE_CUDA
+static px_status linear_forward_cuda(linear *l, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  px_module *m = &l->base;
+  const int R = (int)(px_tensor_numel(x) / l->in);
+  float *Y = px_f32(y);
+  float beta = 0.0f;
+  px_nn_operand X, W;
+  px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st == PX_OK && l->has_bias) {
+    st = px_k_rows_set(Y, m->params[1].data, R, l->out);
+    beta = 1.0f;
+  }
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(x), (size_t)R * l->in, &X);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->out * l->in, &W);
+  // y (+)= x · Wᵀ
+  if (st == PX_OK) st = px_nn_cuda_gemm(false, true, R, l->out, l->in, &X, l->in, &W, l->in, beta, Y, l->out);
+  if (st == PX_OK) l->x = *x;
+  return st;
+}
+
+static px_status linear_backward_cuda(linear *l, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
+  px_module *m = &l->base;
+  const int R = (int)(px_tensor_numel(&l->x) / l->in);
+  px_nn_operand DY, X, W;
+  px_status st = px_nn_cuda_ctx(ctx, m);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(dy), (size_t)R * l->out, &DY);
+  if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&l->x), (size_t)R * l->in, &X);
+  // dW += dyᵀ · x
+  if (st == PX_OK) st = px_nn_cuda_gemm(true, false, l->out, l->in, R, &DY, l->out, &X, l->in, 1.0f,
+                                        m->params[0].grad, l->in);
+  if (st == PX_OK && l->has_bias) {
+    void *partials = px_arena_alloc(ctx->arena, px_k_colsum_partials_bytes(R, l->out));
+    st = partials ? px_k_colsum_add(m->params[1].grad, px_f32(dy), partials, R, l->out) : PX_ERR_NOMEM;
+  }
+  if (st != PX_OK || !dx) return st;
+  // dx = dy · W
+  if ((st = px_ctx_tensor_like(ctx, dx, &l->x)) != PX_OK) return st;
+  if ((st = px_nn_cuda_operand(ctx, m->params[0].data, (size_t)l->out * l->in, &W)) != PX_OK) return st;
+  return px_nn_cuda_gemm(false, false, R, l->in, l->out, &DY, l->out, &W, l->in, 0.0f, px_f32(dx), l->in);
+}
+#endif
 
 static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   linear *l = (linear *)m;
@@ -23,6 +71,9 @@ static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   shape[x->ndim - 1] = l->out;
   px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
   if (st != PX_OK) return st;
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) return linear_forward_cuda(l, ctx, x, y);
+#endif
   const int R = (int)(px_tensor_numel(x) / l->in);
   const float *W = m->params[0].data;
   float *Y = px_f32(y);
@@ -40,6 +91,9 @@ static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
 
 static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   linear *l = (linear *)m;
+#ifdef PX_HAVE_CUDA
+  if (dy->device == PX_CUDA) return linear_backward_cuda(l, ctx, dy, dx);
+#endif
   const int R = (int)(px_tensor_numel(&l->x) / l->in);
   const float *DY = px_f32(dy);
   // dW += dyᵀ · x      dy: (R, out)  x: (R, in)  dW: (out, in)

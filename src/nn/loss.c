@@ -5,6 +5,10 @@
 #include <math.h>
 #include <stdio.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_transformer_a.h"
+#endif
+
 // L = (1/n) Σ (p - t)²        ∂L/∂p = 2 (p - t) / n
 PX_KERNEL px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *loss, float *dpred) {
   if (!px_tensor_same_shape(pred, target)) {
@@ -13,6 +17,8 @@ PX_KERNEL px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, 
                     px_shape_str(pred->ndim, pred->shape, a, sizeof a),
                     px_shape_str(target->ndim, target->shape, b, sizeof b));
   }
+  if (pred->device == PX_CUDA || target->device == PX_CUDA)
+    return px_error(PX_ERR_UNSUPPORTED, "mse_loss: runs on the CPU only (copy the tensors to the host)");
   const size_t n = (size_t)px_tensor_numel(pred);
   if (n == 0) return px_error(PX_ERR_SHAPE, "mse_loss: empty input");
   const float *P = px_f32(pred), *T = px_f32(target);
@@ -83,6 +89,14 @@ px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
   if (C <= 0 || N <= 0) return px_error(PX_ERR_SHAPE, "cross_entropy: empty logits");
   if (o.label_smoothing < 0.0f || o.label_smoothing > 1.0f)
     return px_error(PX_ERR_INVALID, "cross_entropy: label_smoothing %g outside [0, 1]", (double)o.label_smoothing);
+  if (logits->device == PX_CUDA) {
+    // targets and dlogits are device memory, *loss a host float (nn.h).
+#ifdef PX_HAVE_CUDA
+    return px_cuda_cross_entropy(px_f32(logits), targets, N, C, o.ignore_index, o.label_smoothing, loss, dlogits);
+#else
+    return px_error(PX_ERR_UNSUPPORTED, "cross_entropy: logits on the GPU, but plexus was built without CUDA");
+#endif
+  }
   int64_t valid = 0;
   for (int64_t r = 0; r < N; r++) {
     if (targets[r] == o.ignore_index) continue;

@@ -9,7 +9,27 @@
 // Backward runs the shortcut first: its parameters come after the inner
 // branch's in the flat layout, so gradients become ready from the end of
 // the buffer towards its start, the order DDP's buckets fill in.
+//
+// On the GPU (h on the device) the two adds are px_cuda_add.
 #include "plexus/nn.h"
+#include "nn/device.h"
+
+// out = a + b, on the device when the tensors are.
+static px_status residual_add(px_ctx *ctx, px_module *m, px_tensor *out, const px_tensor *a, const px_tensor *b) {
+  const size_t n = (size_t)px_tensor_numel(b);
+#ifdef PX_HAVE_CUDA
+  if (b->device == PX_CUDA || a->device == PX_CUDA) {
+    if (a->device != b->device)
+      return px_error(PX_ERR_INVALID, "Residual: one branch's output is on the GPU, the other's on the host");
+    px_status st = px_nn_cuda_ctx(ctx, m);
+    return st != PX_OK ? st : px_cuda_add(px_f32(out), px_f32(a), px_f32(b), n);
+  }
+#endif
+  (void)ctx;
+  (void)m;
+  px_add(px_f32(out), px_f32(a), px_f32(b), n);
+  return PX_OK;
+}
 
 static px_status residual_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   px_tensor h, s = *x;
@@ -30,8 +50,7 @@ static px_status residual_forward(px_module *m, px_ctx *ctx, const px_tensor *x,
                     px_shape_str(s.ndim, s.shape, c, sizeof c));
   }
   if ((st = px_ctx_tensor_like(ctx, y, &h)) != PX_OK) return st;
-  px_add(px_f32(y), px_f32(&s), px_f32(&h), (size_t)px_tensor_numel(&h));
-  return PX_OK;
+  return residual_add(ctx, m, y, &s, &h);
 }
 
 static px_status residual_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
@@ -42,8 +61,7 @@ static px_status residual_backward(px_module *m, px_ctx *ctx, const px_tensor *d
   st = px_module_backward(m->children[0], ctx, dy, dx ? &dh : NULL);
   if (st != PX_OK || !dx) return st;
   if ((st = px_ctx_tensor_like(ctx, dx, &dh)) != PX_OK) return st;
-  px_add(px_f32(dx), px_f32(&ds), px_f32(&dh), (size_t)px_tensor_numel(&dh));
-  return PX_OK;
+  return residual_add(ctx, m, dx, &ds, &dh);
 }
 
 static const px_module_ops residual_ops = {

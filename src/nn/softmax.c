@@ -8,6 +8,10 @@
 
 #include <math.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_transformer_a.h"
+#endif
+
 typedef struct softmax {
   px_module base;
   px_tensor y;  /* saved output (R, D) */
@@ -23,6 +27,16 @@ PX_KERNEL static px_status softmax_forward(px_module *m, px_ctx *ctx, const px_t
   px_status st = px_ctx_tensor_like(ctx, y, x);
   if (st != PX_OK) return st;
   const size_t D = (size_t)x->shape[x->ndim - 1], R = (size_t)px_tensor_numel(x) / D;
+  if (x->device == PX_CUDA) {
+#ifdef PX_HAVE_CUDA
+    if (y->device != PX_CUDA)
+      return px_error(PX_ERR_INVALID, "Softmax: input on the GPU but the step context on the CPU");
+    sm->y = *y;
+    return px_cuda_softmax_forward(px_f32(x), px_f32(y), R, D);
+#else
+    return px_error(PX_ERR_UNSUPPORTED, "Softmax: input on the GPU, but plexus was built without CUDA");
+#endif
+  }
   const float *X = px_f32(x);
   float *Y = px_f32(y);
   #pragma omp parallel for schedule(static) if (PX_PAR(R * D))
@@ -48,6 +62,9 @@ PX_KERNEL static px_status softmax_backward(px_module *m, px_ctx *ctx, const px_
   px_status st = px_ctx_tensor_like(ctx, dx, &sm->y);
   if (st != PX_OK) return st;
   const size_t D = (size_t)sm->y.shape[sm->y.ndim - 1], R = (size_t)px_tensor_numel(&sm->y) / D;
+#ifdef PX_HAVE_CUDA
+  if (sm->y.device == PX_CUDA) return px_cuda_softmax_backward(px_f32(&sm->y), px_f32(dy), px_f32(dx), R, D);
+#endif
   const float *Y = px_f32(&sm->y), *DY = px_f32(dy);
   float *DX = px_f32(dx);
   #pragma omp parallel for schedule(static) if (PX_PAR(R * D))

@@ -23,7 +23,12 @@
 // The head declares E as a foreign parameter (px_module_add_foreign_param),
 // so a strategy that gathers parameters or materialises gradient storage
 // per module (ZeRO stages 2-3) does it for E around the head too.
+//
+// On the GPU (input with device PX_CUDA) the three GEMMs go through cuBLAS
+// (px_cuda_sgemm, or px_cuda_gemm_bf16 on bf16 casts with compute_dtype
+// PX_BF16); E and its gradient are the embedding's device slices.
 #include "plexus/nn.h"
+#include "nn/device.h"
 #include "nn/internal.h"
 
 typedef struct tied_head {
@@ -60,6 +65,18 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   px_status st = px_ctx_tensor(ctx, y, x->ndim, shape);
   if (st != PX_OK) return st;
   const int R = (int)(px_tensor_numel(x) / h->dim);
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) {
+    // logits = x · Eᵀ
+    px_nn_operand X, W;
+    if ((st = px_nn_cuda_ctx(ctx, m)) != PX_OK) return st;
+    if ((st = px_nn_cuda_operand(ctx, px_f32(x), (size_t)R * h->dim, &X)) != PX_OK) return st;
+    if ((st = px_nn_cuda_operand(ctx, E->data, (size_t)h->vocab * h->dim, &W)) != PX_OK) return st;
+    st = px_nn_cuda_gemm(false, true, R, h->vocab, h->dim, &X, h->dim, &W, h->dim, 0.0f, px_f32(y), h->vocab);
+    if (st == PX_OK) h->x = *x;
+    return st;
+  }
+#endif
   // logits = x · Eᵀ     (R, C)·(C, V)
   px_sgemm(false, true, R, h->vocab, h->dim, 1.0f, px_f32(x), h->dim, E->data, h->dim, 0.0f, px_f32(y), h->vocab);
   h->x = *x;
@@ -75,6 +92,21 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
                     "the head in forward", E->name);
   const int R = (int)(px_tensor_numel(&h->x) / h->dim);
   const float *DY = px_f32(dy);
+#ifdef PX_HAVE_CUDA
+  if (dy->device == PX_CUDA) {
+    // dE += dyᵀ · x, then dx = dy · E
+    px_nn_operand D, X, W;
+    px_status st = px_nn_cuda_ctx(ctx, m);
+    if (st == PX_OK) st = px_nn_cuda_operand(ctx, DY, (size_t)R * h->vocab, &D);
+    if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&h->x), (size_t)R * h->dim, &X);
+    if (st == PX_OK) st = px_nn_cuda_gemm(true, false, h->vocab, h->dim, R, &D, h->vocab, &X, h->dim, 1.0f, E->grad,
+                                          h->dim);
+    if (st != PX_OK || !dx) return st;
+    if ((st = px_ctx_tensor_like(ctx, dx, &h->x)) != PX_OK) return st;
+    if ((st = px_nn_cuda_operand(ctx, E->data, (size_t)h->vocab * h->dim, &W)) != PX_OK) return st;
+    return px_nn_cuda_gemm(false, false, R, h->dim, h->vocab, &D, h->vocab, &W, h->dim, 0.0f, px_f32(dx), h->dim);
+  }
+#endif
   // dE += dyᵀ · x      dy: (R, V)  x: (R, C)  dE: (V, C)
   px_sgemm(true, false, h->vocab, h->dim, R, 1.0f, DY, h->vocab, px_f32(&h->x), h->dim, 1.0f, E->grad, h->dim);
   if (!dx) return PX_OK;

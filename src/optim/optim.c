@@ -11,6 +11,10 @@
 // which ISO C, without -ffp-contract, does not).
 #include "plexus/optim.h"
 #include "tensor/internal.h"
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_optim.h"
+#include "tensor/cuda/px_cuda.h"
+#endif
 
 #include <math.h>
 #include <stdint.h>
@@ -170,6 +174,9 @@ px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
 
 void px_optim_free(px_optim *o) {
   if (!o) return;
+#ifdef PX_HAVE_CUDA
+  px_cuda_free(o->dev_state);
+#endif
   free(o->state);
   free(o->seg);
   free(o);
@@ -293,8 +300,124 @@ static void adam_step(px_optim *o) {
   }
 }
 
+// ---- On the GPU ------------------------------------------------------------
+// The same updates as the loops above, one kernel launch per segment
+// (k_optim.cu), with the scalars computed here exactly as above.
+
+#ifdef PX_HAVE_CUDA
+static px_status device_step(px_optim *o) {
+  px_status st = PX_OK;
+  const px_optim_opts *op = &o->opts;
+  if (op->kind == PX_OPTIM_SGD) {
+    const float keep = o->step == 0 ? 0.0f : op->momentum;
+    const float take = o->step == 0 ? 1.0f : (float)(1.0 - (double)op->dampening);
+    for (int k = 0; k < o->n_seg && st == PX_OK; k++) {
+      const px_optim_segment *s = &o->seg[k];
+      if (o->n_state == 0)
+        st = px_cuda_sgd_plain(s->params, s->grads, s->count, op->lr, op->weight_decay);
+      else
+        st = px_cuda_sgd_momentum(s->params, s->grads, o->dev_state + s->offset, s->count, op->lr,
+                                  op->weight_decay, op->momentum, keep, take, op->nesterov);
+    }
+    return st;
+  }
+  const bool decoupled = op->kind == PX_OPTIM_ADAMW;
+  const double t = (double)(o->step + 1);
+  const double bc1 = 1.0 - pow((double)op->beta1, t);
+  const double bc2 = 1.0 - pow((double)op->beta2, t);
+  const adam_consts c = {
+    .decay = decoupled ? (float)(1.0 - (double)op->lr * op->weight_decay) : 1.0f,
+    .l2 = decoupled ? 0.0f : op->weight_decay,
+    .b1 = op->beta1, .b2 = op->beta2, .eps = op->eps,
+    .c1 = (float)(1.0 - (double)op->beta1),
+    .c2 = (float)(1.0 - (double)op->beta2),
+    .neg_step_size = (float)(-(double)op->lr / bc1),
+    .bc2_sqrt = (float)sqrt(bc2),
+  };
+  for (int k = 0; k < o->n_seg && st == PX_OK; k++) {
+    const px_optim_segment *s = &o->seg[k];
+    st = px_cuda_adam(s->params, s->grads, o->dev_state + s->offset, o->dev_state + o->n + s->offset, s->count,
+                      c.decay, c.l2, c.b1, c.b2, c.eps, c.c1, c.c2, c.neg_step_size, c.bc2_sqrt);
+  }
+  return st;
+}
+
+static px_status check_device_buffer(const char *name, int k, const char *which, const float *p, size_t count) {
+  if (count == 0) return PX_OK;
+  bool dev = false;
+  px_status st = px_cuda_is_device_memory(p, &dev);
+  if (st == PX_OK && !dev)
+    st = px_error(PX_ERR_INVALID, "%s: px_optim_to_device: segment %d's %s (%zu floats) is host memory; create the "
+                  "optimizer over the device buffers (the model's after px_model_to_device)", name, k, which, count);
+  return st;
+}
+
+static size_t state_bytes(const px_optim *o) { return (size_t)o->n_state * o->n * sizeof(float); }
+#endif
+
+px_status px_optim_to_device(px_optim *o) {
+  if (!o) return px_error(PX_ERR_INVALID, "px_optim_to_device: the optimizer is NULL");
+  if (o->device == PX_CUDA) return PX_OK;
+#ifdef PX_HAVE_CUDA
+  const char *name = kind_name(o->opts.kind);
+  if (px_cuda_current_device() < 0)
+    return px_error(PX_ERR_INVALID, "%s: px_optim_to_device: no CUDA device is current on this thread "
+                    "(call px_cuda_init first)", name);
+  px_status st = PX_OK;
+  for (int k = 0; k < o->n_seg && st == PX_OK; k++) {
+    const px_optim_segment *s = &o->seg[k];
+    if ((st = check_device_buffer(name, k, "params", s->params, s->count)) == PX_OK)
+      st = check_device_buffer(name, k, "grads", s->grads, s->count);
+  }
+  if (st != PX_OK) return st;
+  if (o->n_state > 0) {
+    const size_t bytes = state_bytes(o);
+    o->dev_state = px_cuda_malloc(bytes ? bytes : 256);
+    if (!o->dev_state) return PX_ERR_NOMEM;  /* px_cuda_malloc's message says how many bytes */
+    if (bytes && (st = px_cuda_to_device(o->dev_state, o->state, bytes)) != PX_OK) {
+      px_cuda_free(o->dev_state);
+      o->dev_state = NULL;
+      return st;
+    }
+  }
+  o->device = PX_CUDA;
+  return PX_OK;
+#else
+  return px_error(PX_ERR_UNSUPPORTED, "%s: px_optim_to_device: plexus was built without CUDA",
+                  kind_name(o->opts.kind));
+#endif
+}
+
+px_status px_optim_pull(px_optim *o) {
+  if (!o) return px_error(PX_ERR_INVALID, "px_optim_pull: the optimizer is NULL");
+  if (o->device != PX_CUDA || o->n_state == 0 || o->n == 0) return PX_OK;
+#ifdef PX_HAVE_CUDA
+  return px_cuda_to_host(o->state, o->dev_state, state_bytes(o));
+#else
+  return PX_OK;
+#endif
+}
+
+px_status px_optim_push(px_optim *o) {
+  if (!o) return px_error(PX_ERR_INVALID, "px_optim_push: the optimizer is NULL");
+  if (o->device != PX_CUDA || o->n_state == 0 || o->n == 0) return PX_OK;
+#ifdef PX_HAVE_CUDA
+  return px_cuda_to_device(o->dev_state, o->state, state_bytes(o));
+#else
+  return PX_OK;
+#endif
+}
+
 px_status px_optim_step(px_optim *o) {
   if (!o) return px_error(PX_ERR_INVALID, "optim: step on a NULL optimizer");
+#ifdef PX_HAVE_CUDA
+  if (o->device == PX_CUDA) {
+    px_status st = device_step(o);
+    if (st != PX_OK) return st;
+    o->step++;
+    return PX_OK;
+  }
+#endif
   px_threads_init();
   if (o->opts.kind == PX_OPTIM_SGD) sgd_step(o);
   else adam_step(o);

@@ -8,9 +8,18 @@
 // b0 (the end of the buffer) fills first; its all-reduce runs while backward
 // computes the rest.  Buckets launch strictly in index order on every rank,
 // so all ranks issue the same collectives in the same order.
+//
+// On the GPU (model->device == PX_CUDA) the communicator must be an NCCL
+// one: the buckets are slices of the device gradient buffer, each
+// all-reduced on the communication stream after the backward kernels that
+// filled it (nccl.c orders them by an event), and the averaging scale runs
+// on the compute stream after every bucket's all-reduce.
 #include "plexus/parallel.h"
 #include "parallel/internal.h"
 #include "parallel/rank_sum.h"
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/px_cuda.h"
+#endif
 
 #include <stdint.h>
 #include <stdio.h>
@@ -53,6 +62,29 @@ static void fail(px_ddp *d, px_status st) {
     d->error = st;
     snprintf(d->error_msg, sizeof d->error_msg, "%s", px_last_error());
   }
+}
+
+/* grads /= divisor (as a multiplication by 1/divisor), where they live. */
+static px_status scale_grads(px_ddp *d) {
+  const float a = 1.0f / (float)d->divisor;
+#ifdef PX_HAVE_CUDA
+  if (d->model->device == PX_CUDA) return px_cuda_scale(d->model->grad_data, d->model->n_param_elems, a);
+#endif
+  px_scale(d->model->grad_data, d->model->n_param_elems, a);
+  return PX_OK;
+}
+
+/* A device model's gradients travel over NCCL, a host model's over a host backend. */
+static px_status check_device(const px_model *model, px_comm *comm) {
+  const bool nccl = px_comm_backend_of(comm) == PX_COMM_NCCL;
+  if (model->device == PX_CUDA && !nccl)
+    return px_error(PX_ERR_INVALID, "DDP: the model is on the GPU but the communicator is the %s backend's; a "
+                    "device model's DDP needs an NCCL communicator (px_comm_nccl_create over this one)",
+                    px_comm_backend_name(px_comm_backend_of(comm)));
+  if (model->device != PX_CUDA && nccl)
+    return px_error(PX_ERR_INVALID, "DDP: the communicator is NCCL's (device buffers) but the model is on the CPU; "
+                    "move the model with px_model_to_device, or wrap it with the bootstrap communicator");
+  return PX_OK;
 }
 
 static void launch_ready_buckets(px_ddp *d) {
@@ -175,7 +207,9 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
   if (o.first_bucket_bytes == 0) o.first_bucket_bytes = o.bucket_bytes;
   if (o.root < 0 || o.root >= px_comm_size(comm))
     return px_error(PX_ERR_INVALID, "DDP: root rank %d outside [0, %d)", o.root, px_comm_size(comm));
-  px_status st = px_parallel_check_layout(model, comm, "DDP");
+  px_status st = check_device(model, comm);
+  if (st != PX_OK) return st;
+  st = px_parallel_check_layout(model, comm, "DDP");
   if (st != PX_OK) return st;
   // FluxMPI's synchronize!: everyone starts from the root's parameters and
   // running statistics.
@@ -244,7 +278,7 @@ px_status px_ddp_sync(px_ddp *d) {
     return st;
   }
   if ((st = wait_all(d)) != PX_OK) return st;
-  px_scale(d->model->grad_data, d->model->n_param_elems, 1.0f / (float)d->divisor);
+  if ((st = scale_grads(d)) != PX_OK) return st;
   begin_step(d);
   return PX_OK;
 }
@@ -264,6 +298,13 @@ px_status px_ddp_shadow(px_ddp *d) {
   // contribute zeros to every bucket, in the same order as they do.
   px_status bst = px_parallel_sync_buffers(d->model, d->comm, d->opts.root, &d->buffers_dirty, true);
   if (bst != PX_OK) return bst;
+#ifdef PX_HAVE_CUDA
+  if (d->model->device == PX_CUDA) {
+    if (d->model->grad_data &&
+        (bst = px_cuda_zero(d->model->grad_data, d->model->n_param_elems * sizeof(float))) != PX_OK)
+      return bst;
+  } else
+#endif
   px_model_zero_grad(d->model);
   begin_step(d);
   bool keep = d->sync;
@@ -272,7 +313,7 @@ px_status px_ddp_shadow(px_ddp *d) {
   d->sync = keep;
   px_status st = wait_all(d);
   if (st != PX_OK) return st;
-  px_scale(d->model->grad_data, d->model->n_param_elems, 1.0f / (float)d->divisor);
+  if ((st = scale_grads(d)) != PX_OK) return st;
   begin_step(d);
   return PX_OK;
 }

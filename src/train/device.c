@@ -23,7 +23,6 @@
 
 #ifdef PX_HAVE_CUDA
 #include "tensor/cuda/px_cuda.h"
-#include "train/gpu_pending.h"
 #endif
 
 #include <math.h>
@@ -145,24 +144,15 @@ px_status px_device_scale(const px_model *model, float *x, size_t n, float a) {
 px_status px_device_grad_norm(px_model *model, float max_norm, double *norm) {
   float *g = model->grad_data;
   const size_t n = model->n_param_elems;
-#ifdef PX_HAVE_CUDA
-  if (model->device == PX_CUDA) {
-    // px_clip_grad_norm's rule (optim/clip.c): Σ g² in double, the norm in
-    // f32, coef = max_norm / (norm + 1e-6) in f32, applied when below 1.
-    double ss;
-    TRY(px_cuda_sumsq(g, n, &ss));
-    if (max_norm > 0.0f) {
-      const float nf = (float)sqrt(ss);
-      const float coef = max_norm / (nf + 1e-6f);
-      if (!(coef >= 1.0f)) TRY(px_cuda_scale(g, n, coef));
-      *norm = nf;
-    } else {
-      *norm = sqrt(ss);
-    }
+  if (max_norm > 0.0f) {  // px_clip_grad_norm's rule, on the model's device
+    float nf;
+    TRY(px_clip_grad_norm_on(model->device, g, n, max_norm, &nf));
+    *norm = nf;
     return PX_OK;
   }
-#endif
-  *norm = max_norm > 0.0f ? (double)px_clip_grad_norm(g, n, max_norm) : sqrt(px_sumsq(g, n));
+  double ss;
+  TRY(px_sumsq_on(model->device, g, n, &ss));
+  *norm = sqrt(ss);
   return PX_OK;
 }
 
@@ -191,7 +181,6 @@ px_status px_trainer_pull(px_model *model, px_optim *opt) {
 #ifdef PX_HAVE_CUDA
   if (model->device == PX_CUDA) {
     TRY(px_model_pull(model));
-    PX_PENDING(px_optim_pull);
     if (opt) TRY(px_optim_pull(opt));
   }
 #endif
@@ -204,7 +193,6 @@ px_status px_trainer_push(px_model *model, px_optim *opt) {
 #ifdef PX_HAVE_CUDA
   if (model->device == PX_CUDA) {
     TRY(px_model_push(model));
-    PX_PENDING(px_optim_push);
     if (opt) TRY(px_optim_push(opt));
   }
 #endif
@@ -243,7 +231,6 @@ px_status px_trainer_device_setup(px_trainer *t) {
                       "takes one GPU per rank; start at most as many ranks per node as it has GPUs", local,
                       local > n ? "this" : "a", n, n == 1 ? "" : "s");
     px_trainer_label(t, "NCCL communicator");
-    PX_PENDING(px_comm_nccl_create);
     px_status st = px_comm_nccl_create(t->comm, &t->nccl);
     if (st != PX_OK) return px_error_wrap(st, "--device cuda: NCCL for data parallel over %d ranks", t->dp);
     t->dp_comm = t->nccl;
@@ -259,7 +246,6 @@ px_status px_trainer_device_setup(px_trainer *t) {
 px_status px_trainer_optim_to_device(px_trainer *t) {
 #ifdef PX_HAVE_CUDA
   if (t->model->device == PX_CUDA && t->opt) {
-    PX_PENDING(px_optim_to_device);
     px_status st = px_optim_to_device(t->opt);
     if (st != PX_OK) return px_error_wrap(st, "--device cuda: the optimizer's state onto the GPU");
   }
