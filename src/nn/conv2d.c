@@ -58,6 +58,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_vision.h"
+#include "tensor/cuda/px_cuda.h"
+#endif
+
 // 16, not more: every partial is zeroed, filled and added back, so on the
 // zoo's CNN 64 one-sample blocks spent a tenth of the step zeroing and
 // summing partials (docs/PERFORMANCE.md, "Figures behind code comments");
@@ -303,6 +308,87 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   return PX_OK;
 }
 
+#ifdef PX_HAVE_CUDA
+// The device path (x on PX_CUDA; the arena and the parameters on the
+// device): per sample, im2col into one (K, P) arena buffer, then cuBLAS:
+//   forward   y_n = b, y_n += W · col_n
+//   backward  db += Σ dy (one double sum per channel), dW += dy_n · col_nᵀ,
+//             dcol = Wᵀ · dy_n, dx_n = col2im(dcol) (gather form: no atomics)
+// Samples run one after another on the compute stream, so dW's sum over
+// them has a fixed order.  compute_dtype PX_BF16: every GEMM operand cast
+// to bf16 (W once per call, col_n and dy_n per sample), f32 accumulation
+// into the f32 outputs.
+#define CUDA_TRY(call) \
+  do {                 \
+    px_status st_ = (call); \
+    if (st_ != PX_OK) return st_; \
+  } while (0)
+
+static px_status conv_forward_cuda(conv2d *c, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  const px_module *m = &c->base;
+  const int64_t N = x->shape[0];
+  const int H = (int)x->shape[2], W = (int)x->shape[3], C = c->in_c, O = c->out_c;
+  const int K = C * c->k * c->k, P = c->Ho * c->Wo;
+  const bool bf16 = ctx->compute_dtype == PX_BF16;
+  float *col = px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(float));
+  uint16_t *wb = bf16 ? px_arena_alloc(ctx->arena, (size_t)O * K * sizeof(uint16_t)) : NULL;
+  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(uint16_t)) : NULL;
+  if (!col || (bf16 && (!wb || !colb))) return PX_ERR_NOMEM;
+  const float *X = px_f32(x), *Wt = m->params[0].data, *b = c->has_bias ? m->params[1].data : NULL;
+  float *Y = px_f32(y);
+  if (bf16) CUDA_TRY(px_cuda_to_bf16(wb, Wt, (size_t)O * K));
+  CUDA_TRY(px_k_bias_fill(Y, b, N, O, P));
+  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * P;
+  for (int64_t n = 0; n < N; n++) {
+    float *yn = Y + (size_t)n * out_sample;
+    CUDA_TRY(px_k_im2col(X + (size_t)n * in_sample, col, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+    if (bf16) {
+      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * P));
+      CUDA_TRY(px_cuda_gemm_bf16(false, false, O, P, K, 1.0f, wb, K, colb, P, 1.0f, yn, P));
+    } else {
+      CUDA_TRY(px_cuda_sgemm(false, false, O, P, K, 1.0f, Wt, K, col, P, 1.0f, yn, P));
+    }
+  }
+  c->x = *x;
+  return PX_OK;
+}
+
+static px_status conv_backward_cuda(conv2d *c, px_ctx *ctx, const float *DY, float *DX, bool bf16) {
+  const px_module *m = &c->base;
+  const int64_t N = c->x.shape[0];
+  const int H = (int)c->x.shape[2], W = (int)c->x.shape[3], C = c->in_c, O = c->out_c;
+  const int K = C * c->k * c->k, P = c->Ho * c->Wo;
+  float *col = px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(float));
+  float *dcol = DX ? px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(float)) : NULL;
+  uint16_t *wb = bf16 && DX ? px_arena_alloc(ctx->arena, (size_t)O * K * sizeof(uint16_t)) : NULL;
+  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(uint16_t)) : NULL;
+  uint16_t *dyb = bf16 ? px_arena_alloc(ctx->arena, (size_t)O * P * sizeof(uint16_t)) : NULL;
+  if (!col || (DX && !dcol) || (bf16 && (!colb || !dyb || (DX && !wb)))) return PX_ERR_NOMEM;
+  const float *X = px_f32(&c->x), *Wt = m->params[0].data;
+  float *dW = m->params[0].grad;
+  if (c->has_bias) CUDA_TRY(px_k_bias_grad(DY, m->params[1].grad, N, O, P));
+  if (wb) CUDA_TRY(px_cuda_to_bf16(wb, Wt, (size_t)O * K));
+  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * P;
+  for (int64_t n = 0; n < N; n++) {
+    const float *dyn = DY + (size_t)n * out_sample;
+    CUDA_TRY(px_k_im2col(X + (size_t)n * in_sample, col, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+    if (bf16) {
+      // dW += dy_n · col_nᵀ      (O, P)·(P, K)
+      CUDA_TRY(px_cuda_to_bf16(dyb, dyn, (size_t)O * P));
+      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * P));
+      CUDA_TRY(px_cuda_gemm_bf16(false, true, O, K, P, 1.0f, dyb, P, colb, P, 1.0f, dW, K));
+      // dcol = Wᵀ · dy_n         (K, O)·(O, P)
+      if (DX) CUDA_TRY(px_cuda_gemm_bf16(true, false, K, P, O, 1.0f, wb, K, dyb, P, 0.0f, dcol, P));
+    } else {
+      CUDA_TRY(px_cuda_sgemm(false, true, O, K, P, 1.0f, dyn, P, col, P, 1.0f, dW, K));
+      if (DX) CUDA_TRY(px_cuda_sgemm(true, false, K, P, O, 1.0f, Wt, K, dyn, P, 0.0f, dcol, P));
+    }
+    if (DX) CUDA_TRY(px_k_col2im(dcol, DX + (size_t)n * in_sample, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+  }
+  return PX_OK;
+}
+#endif
+
 static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   conv2d *c = (conv2d *)m;
   char why[160];
@@ -325,6 +411,9 @@ static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   int64_t yshape[4] = {N, O, c->Ho, c->Wo};
   px_status st = px_ctx_tensor(ctx, y, 4, yshape);
   if (st != PX_OK) return st;
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) return conv_forward_cuda(c, ctx, x, y);
+#endif
   const int T = team_size();
   c->xp = NULL;
   if (use_direct(c)) {
@@ -507,6 +596,9 @@ static px_status conv_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   float *DX = dx ? px_f32(dx) : NULL;
   float *dW = m->params[0].grad;
   float *db = c->has_bias ? m->params[1].grad : NULL;
+#ifdef PX_HAVE_CUDA
+  if (c->x.device == PX_CUDA) return conv_backward_cuda(c, ctx, DY, DX, ctx->compute_dtype == PX_BF16);
+#endif
   if (use_direct(c)) return conv_backward_direct(c, ctx, DY, DX);
 
   // Blocks of consecutive samples: block bi holds samples [bi·N/B, (bi+1)·N/B).
