@@ -6,7 +6,8 @@
  * weights: the output, dx, every parameter gradient (added onto nonzero
  * gradients, so += is checked) and the running statistics, within f32
  * 1e-5 (bf16 convolution: 1e-2), and two GPU runs give the same bits.
- * Shapes are random (odd H and W, stride 2, padding).
+ * Shapes are random (odd H and W, stride 2, padding); convolutions run in
+ * one chunk of samples and in chunks of 2 (PX_CUDA_CONV_CHUNK).
  *
  * Tolerance: per tensor, max |gpu - cpu| / max |cpu| (normwise: an
  * element that cancels to near 0 is judged against the tensor's scale).
@@ -295,13 +296,17 @@ static void check_convs(px_rng *r) {
         a.O = rnd(r, 1, 9);
         a.bias = rnd(r, 0, 1);
       }
-      int64_t xs[4] = {rnd(r, 1, 4), a.C, 2 * rnd(r, 2, 7) + 1, 2 * rnd(r, 2, 7) + 1};  // odd H, W
+      int64_t xs[4] = {rnd(r, 1, 5), a.C, 2 * rnd(r, 2, 7) + 1, 2 * rnd(r, 2, 7) + 1};  // odd H, W
       if (xs[2] + 2 * a.p < a.k) xs[2] = a.k;
       if (xs[3] + 2 * a.p < a.k) xs[3] = a.k;
+      // Every other case in chunks of 2 samples (the last one short when N is odd).
+      const int chunk = i % 2 ? 2 : 0;
+      if (chunk) setenv("PX_CUDA_CONV_CHUNK", "2", 1);
+      else unsetenv("PX_CUDA_CONV_CHUNK");
       char label[160];
-      snprintf(label, sizeof label, "conv %s N=%lld C=%d O=%d %lldx%lld k=%d s=%d p=%d bias=%d",
+      snprintf(label, sizeof label, "conv %s N=%lld C=%d O=%d %lldx%lld k=%d s=%d p=%d bias=%d chunk=%d",
                dt == DT_BF16 ? "bf16" : "f32", (long long)xs[0], a.C, a.O, (long long)xs[2], (long long)xs[3], a.k,
-               a.s, a.p, a.bias);
+               a.s, a.p, a.bias, chunk);
       check_case(label, make_conv, &a, true, dt, xs, 4, false, 100 + (uint64_t)i, dt == DT_BF16 ? 1e-2 : 1e-5);
     }
   }

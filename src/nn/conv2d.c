@@ -310,44 +310,64 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
 
 #ifdef PX_HAVE_CUDA
 // The device path (x on PX_CUDA; the arena and the parameters on the
-// device): per sample, im2col into one (K, P) arena buffer, then cuBLAS:
-//   forward   y_n = b, y_n += W · col_n
-//   backward  db += Σ dy (one double sum per channel), dW += dy_n · col_nᵀ,
-//             dcol = Wᵀ · dy_n, dx_n = col2im(dcol) (gather form: no atomics)
-// Samples run one after another on the compute stream, so dW's sum over
-// them has a fixed order.  compute_dtype PX_BF16: every GEMM operand cast
-// to bf16 (W once per call, col_n and dy_n per sample), f32 accumulation
-// into the f32 outputs.
-#define CUDA_TRY(call) \
-  do {                 \
-    px_status st_ = (call); \
+// device), on chunks of nb samples, their columns side by side (K, nb·P):
+//   forward   col = im2col(x chunk);  z = W · col  (O, nb·P);  y = z + b,
+//             laid out back as (nb, O, P)
+//   backward  db += Σ dy (one double sum per channel);  dz = dy chunk as
+//             (O, nb·P);  dW += dz · colᵀ;  dcol = Wᵀ · dz;
+//             dx = col2im(dcol) (gather form: no atomics)
+// Chunks run one after another on the compute stream, so dW's sum has a
+// fixed order.  nb: as many samples as CONV_CUDA_SCRATCH floats of
+// scratch hold (at least one; PX_CUDA_CONV_CHUNK lowers it).  compute_dtype PX_BF16: every GEMM operand
+// cast to bf16 (W once per call), f32 accumulation into f32 outputs.
+#define CONV_CUDA_SCRATCH ((size_t)1 << 25)  /* floats (128 MiB) of col, dcol and z per chunk */
+#define CUDA_TRY(call)            \
+  do {                            \
+    px_status st_ = (call);       \
     if (st_ != PX_OK) return st_; \
   } while (0)
+
+static int conv_cuda_chunk(const conv2d *c, int64_t N, size_t K, size_t P) {
+  const size_t per_sample = (2 * K + (size_t)c->out_c) * P;
+  size_t nb = CONV_CUDA_SCRATCH / (per_sample ? per_sample : 1);
+  if (nb < 1) nb = 1;
+  // PX_CUDA_CONV_CHUNK=n caps it at n samples (the tests' way to reach
+  // several chunks, a short last one among them, on small inputs).
+  const char *e = getenv("PX_CUDA_CONV_CHUNK");
+  if (e && atoi(e) > 0 && (size_t)atoi(e) < nb) nb = (size_t)atoi(e);
+  if (nb > (size_t)N) nb = (size_t)N;
+  while (nb > 1 && nb * P > INT32_MAX) nb /= 2;  // a GEMM dimension (int)
+  return (int)nb;
+}
 
 static px_status conv_forward_cuda(conv2d *c, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   const px_module *m = &c->base;
   const int64_t N = x->shape[0];
   const int H = (int)x->shape[2], W = (int)x->shape[3], C = c->in_c, O = c->out_c;
   const int K = C * c->k * c->k, P = c->Ho * c->Wo;
+  const int nb = conv_cuda_chunk(c, N, (size_t)K, (size_t)P);
+  const size_t BP = (size_t)nb * P;
   const bool bf16 = ctx->compute_dtype == PX_BF16;
-  float *col = px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(float));
+  float *col = px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(float));
+  float *z = px_arena_alloc(ctx->arena, (size_t)O * BP * sizeof(float));
   uint16_t *wb = bf16 ? px_arena_alloc(ctx->arena, (size_t)O * K * sizeof(uint16_t)) : NULL;
-  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(uint16_t)) : NULL;
-  if (!col || (bf16 && (!wb || !colb))) return PX_ERR_NOMEM;
+  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(uint16_t)) : NULL;
+  if (!col || !z || (bf16 && (!wb || !colb))) return PX_ERR_NOMEM;
   const float *X = px_f32(x), *Wt = m->params[0].data, *b = c->has_bias ? m->params[1].data : NULL;
   float *Y = px_f32(y);
   if (bf16) CUDA_TRY(px_cuda_to_bf16(wb, Wt, (size_t)O * K));
-  CUDA_TRY(px_k_bias_fill(Y, b, N, O, P));
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * P;
-  for (int64_t n = 0; n < N; n++) {
-    float *yn = Y + (size_t)n * out_sample;
-    CUDA_TRY(px_k_im2col(X + (size_t)n * in_sample, col, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int cb = N - n0 < nb ? (int)(N - n0) : nb, cbp = cb * P;
+    CUDA_TRY(px_k_im2col(X + (size_t)n0 * in_sample, col, cb, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+    // z = W · col      (O, K)·(K, cb·P)
     if (bf16) {
-      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * P));
-      CUDA_TRY(px_cuda_gemm_bf16(false, false, O, P, K, 1.0f, wb, K, colb, P, 1.0f, yn, P));
+      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * cbp));
+      CUDA_TRY(px_cuda_gemm_bf16(false, false, O, cbp, K, 1.0f, wb, K, colb, cbp, 0.0f, z, cbp));
     } else {
-      CUDA_TRY(px_cuda_sgemm(false, false, O, P, K, 1.0f, Wt, K, col, P, 1.0f, yn, P));
+      CUDA_TRY(px_cuda_sgemm(false, false, O, cbp, K, 1.0f, Wt, K, col, cbp, 0.0f, z, cbp));
     }
+    CUDA_TRY(px_k_conv_unpack(z, b, Y + (size_t)n0 * out_sample, cb, O, P));
   }
   c->x = *x;
   return PX_OK;
@@ -358,32 +378,37 @@ static px_status conv_backward_cuda(conv2d *c, px_ctx *ctx, const float *DY, flo
   const int64_t N = c->x.shape[0];
   const int H = (int)c->x.shape[2], W = (int)c->x.shape[3], C = c->in_c, O = c->out_c;
   const int K = C * c->k * c->k, P = c->Ho * c->Wo;
-  float *col = px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(float));
-  float *dcol = DX ? px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(float)) : NULL;
+  const int nb = conv_cuda_chunk(c, N, (size_t)K, (size_t)P);
+  const size_t BP = (size_t)nb * P;
+  float *col = px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(float));
+  float *dz = px_arena_alloc(ctx->arena, (size_t)O * BP * sizeof(float));
+  float *dcol = DX ? px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(float)) : NULL;
   uint16_t *wb = bf16 && DX ? px_arena_alloc(ctx->arena, (size_t)O * K * sizeof(uint16_t)) : NULL;
-  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * P * sizeof(uint16_t)) : NULL;
-  uint16_t *dyb = bf16 ? px_arena_alloc(ctx->arena, (size_t)O * P * sizeof(uint16_t)) : NULL;
-  if (!col || (DX && !dcol) || (bf16 && (!colb || !dyb || (DX && !wb)))) return PX_ERR_NOMEM;
+  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(uint16_t)) : NULL;
+  uint16_t *dzb = bf16 ? px_arena_alloc(ctx->arena, (size_t)O * BP * sizeof(uint16_t)) : NULL;
+  if (!col || !dz || (DX && !dcol) || (bf16 && (!colb || !dzb || (DX && !wb)))) return PX_ERR_NOMEM;
   const float *X = px_f32(&c->x), *Wt = m->params[0].data;
   float *dW = m->params[0].grad;
   if (c->has_bias) CUDA_TRY(px_k_bias_grad(DY, m->params[1].grad, N, O, P));
   if (wb) CUDA_TRY(px_cuda_to_bf16(wb, Wt, (size_t)O * K));
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * P;
-  for (int64_t n = 0; n < N; n++) {
-    const float *dyn = DY + (size_t)n * out_sample;
-    CUDA_TRY(px_k_im2col(X + (size_t)n * in_sample, col, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int cb = N - n0 < nb ? (int)(N - n0) : nb, cbp = cb * P;
+    CUDA_TRY(px_k_im2col(X + (size_t)n0 * in_sample, col, cb, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+    CUDA_TRY(px_k_conv_pack(DY + (size_t)n0 * out_sample, dz, cb, O, P));
     if (bf16) {
-      // dW += dy_n · col_nᵀ      (O, P)·(P, K)
-      CUDA_TRY(px_cuda_to_bf16(dyb, dyn, (size_t)O * P));
-      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * P));
-      CUDA_TRY(px_cuda_gemm_bf16(false, true, O, K, P, 1.0f, dyb, P, colb, P, 1.0f, dW, K));
-      // dcol = Wᵀ · dy_n         (K, O)·(O, P)
-      if (DX) CUDA_TRY(px_cuda_gemm_bf16(true, false, K, P, O, 1.0f, wb, K, dyb, P, 0.0f, dcol, P));
+      // dW += dz · colᵀ      (O, cb·P)·(cb·P, K)
+      CUDA_TRY(px_cuda_to_bf16(dzb, dz, (size_t)O * cbp));
+      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * cbp));
+      CUDA_TRY(px_cuda_gemm_bf16(false, true, O, K, cbp, 1.0f, dzb, cbp, colb, cbp, 1.0f, dW, K));
+      // dcol = Wᵀ · dz       (K, O)·(O, cb·P)
+      if (DX) CUDA_TRY(px_cuda_gemm_bf16(true, false, K, cbp, O, 1.0f, wb, K, dzb, cbp, 0.0f, dcol, cbp));
     } else {
-      CUDA_TRY(px_cuda_sgemm(false, true, O, K, P, 1.0f, dyn, P, col, P, 1.0f, dW, K));
-      if (DX) CUDA_TRY(px_cuda_sgemm(true, false, K, P, O, 1.0f, Wt, K, dyn, P, 0.0f, dcol, P));
+      CUDA_TRY(px_cuda_sgemm(false, true, O, K, cbp, 1.0f, dz, cbp, col, cbp, 1.0f, dW, K));
+      if (DX) CUDA_TRY(px_cuda_sgemm(true, false, K, cbp, O, 1.0f, Wt, K, dz, cbp, 0.0f, dcol, cbp));
     }
-    if (DX) CUDA_TRY(px_k_col2im(dcol, DX + (size_t)n * in_sample, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+    if (DX)
+      CUDA_TRY(px_k_col2im(dcol, DX + (size_t)n0 * in_sample, cb, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
   }
   return PX_OK;
 }

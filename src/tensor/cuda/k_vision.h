@@ -23,15 +23,19 @@
 extern "C" {
 #endif
 
-/* ---- Convolution (k_conv.cu), one sample at a time ----------------------
- * x (C, H, W) -> col (K, P), K = C·k·k, P = Ho·Wo:
- *   col[(c·k + i)·k + j, oh·Wo + ow] = x[c, oh·s - p + i, ow·s - p + j] (0 outside) */
-px_status px_k_im2col(const float *x, float *col, int C, int H, int W, int k, int s, int p, int Ho, int Wo);
-/* dx (C, H, W) = col2im(dcol (K, P)): every input pixel sums the taps that
- * read it, in the order (i, j) ascending; written, not added. */
-px_status px_k_col2im(const float *dcol, float *dx, int C, int H, int W, int k, int s, int p, int Ho, int Wo);
-/* y (N, O, P): y[n, o, q] = b[o], or 0 when b is NULL. */
-px_status px_k_bias_fill(float *y, const float *b, int64_t N, int O, int64_t P);
+/* ---- Convolution (k_conv.cu), a chunk of nb samples at a time ----------
+ * x (nb, C, H, W) -> col (K, nb·P), K = C·k·k, P = Ho·Wo, sample b's
+ * columns at b·P:
+ *   col[(c·k + i)·k + j, b·P + oh·Wo + ow] = x[b, c, oh·s - p + i, ow·s - p + j] (0 outside) */
+px_status px_k_im2col(const float *x, float *col, int nb, int C, int H, int W, int k, int s, int p, int Ho, int Wo);
+/* dx (nb, C, H, W) = col2im(dcol (K, nb·P)): every input pixel sums the taps
+ * that read it, in the order (i, j) ascending; written, not added. */
+px_status px_k_col2im(const float *dcol, float *dx, int nb, int C, int H, int W, int k, int s, int p, int Ho,
+                      int Wo);
+/* y (nb, O, P) from z (O, nb·P): y[b, o, q] = z[o, b·P + q] + bias[o] (bias NULL: + 0). */
+px_status px_k_conv_unpack(const float *z, const float *bias, float *y, int nb, int O, int64_t P);
+/* zp (O, nb·P) from dy (nb, O, P): zp[o, b·P + q] = dy[b, o, q]. */
+px_status px_k_conv_pack(const float *dy, float *zp, int nb, int O, int64_t P);
 /* db[o] += (float) Σ_n Σ_q dy[n, o, q] (double sum). */
 px_status px_k_bias_grad(const float *dy, float *db, int64_t N, int O, int64_t P);
 
