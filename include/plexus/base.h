@@ -62,6 +62,21 @@ typedef struct px_arena px_arena;
 /* An arena with a first chunk of initial_bytes; NULL (px_last_error set) when out of memory.  px_arena_free frees it and all it gave out. */
 px_arena *px_arena_create(size_t initial_bytes);
 void px_arena_free(px_arena *a);
+/* Where an arena's chunks live: the functions that allocate a chunk (64-byte
+ * aligned at least; NULL with px_last_error set when out of memory), free
+ * it, zero bytes in it (px_arena_calloc) and move bytes within or between
+ * chunks, the ranges possibly overlapping (px_arena_rewind_keep).  The CUDA
+ * path gives device memory (px_cuda_arena_create); the arena itself never
+ * touches the bytes. */
+typedef struct px_arena_mem {
+  void *(*alloc)(size_t bytes);
+  void (*free)(void *p);
+  void (*zero)(void *p, size_t bytes);
+  void (*move)(void *dst, const void *src, size_t bytes);
+} px_arena_mem;
+/* px_arena_create with chunks from `mem` (NULL: host memory, as
+ * px_arena_create).  `mem` must outlive the arena (a static table). */
+px_arena *px_arena_create_with(size_t initial_bytes, const px_arena_mem *mem);
 /* NULL (with px_last_error set) only if the system is out of memory. */
 void *px_arena_alloc(px_arena *a, size_t bytes);
 /* Zero-filled variant. */

@@ -350,7 +350,8 @@ void px_model_free(px_model *m);
 px_status px_model_forward(px_model *m, const px_tensor *x, px_tensor *y);
 /* grads += ∂L/∂θ for the last forward; dx may be NULL. */
 px_status px_model_backward(px_model *m, const px_tensor *dy, px_tensor *dx);
-/* Zero grad_data (nothing when a strategy has freed it: use its zero_grad). */
+/* Zero grad_data (nothing when a strategy has freed it: use its zero_grad).
+ * On a CUDA model, on the device (queued on the compute stream). */
 void px_model_zero_grad(px_model *m);
 void px_model_train(px_model *m, bool training);
 /* n floats from the step arena (e.g. the loss gradient), NULL if no memory. */
@@ -364,14 +365,41 @@ px_status px_model_attach_hooks(px_model *m, const px_hooks *hooks, int *handle)
 /* Stop calling that listener; an unknown or already removed handle (or 0)
  * is ignored. */
 void px_model_remove_hooks(px_model *m, int handle);
-/* Re-initialise all parameters and buffers from `seed`. */
+/* Re-initialise all parameters and buffers from `seed` (on a CUDA model: the
+ * host mirrors, then pushed to the device; the same values as on the CPU). */
 void px_model_init(px_model *m, uint64_t seed);
 px_param *px_model_find(const px_model *m, const char *name);
 /* Parameters then buffers, each a view into the flat buffers, named as in
- * PyTorch's state_dict.  Free with px_state_dict_free. */
+ * PyTorch's state_dict.  Free with px_state_dict_free.  On a CUDA model the
+ * views are of the host mirrors: call px_model_pull first to read current
+ * values, px_model_push after writing them. */
 px_status px_model_state_dict(const px_model *m, px_state_dict *sd);
 /* One line per parameter: name, shape, offset. */
 void px_model_print(const px_model *m, void *file /* FILE* */);
+
+/* ---- Devices (docs/GPU.md) -------------------------------------------------
+ * px_model_to_device(m, PX_CUDA, gpu) makes `gpu` the calling thread's
+ * device (px_cuda_init), copies param_data, grad_data and buffer_data to it
+ * and points every parameter's data and grad there; the host parameter and
+ * buffer arrays stay as host_param_data / host_buffer_data, and the step
+ * arena becomes a device arena.  Call it right after px_model_create (or
+ * after loading a checkpoint), before any strategy (DDP, ZeRO, an
+ * optimizer) takes the model's pointers.  PX_CPU brings a CUDA model back
+ * (its current values) and is a no-op on a CPU model.  PX_ERR_UNSUPPORTED
+ * when plexus was built without CUDA or no GPU is found; PX_ERR_INVALID
+ * while a sharding strategy has freed the flat buffers. */
+px_status px_model_to_device(px_model *m, px_device device, int gpu);
+/* CUDA model: copy parameters and buffers device -> host mirrors (before
+ * px_model_state_dict, a checkpoint, or reading p->data as host memory
+ * through the mirrors).  A CPU model: nothing to do. */
+px_status px_model_pull(px_model *m);
+/* CUDA model: copy the host mirrors -> device (after writing them, e.g.
+ * loading a state dict into px_model_state_dict's views).  CPU: nothing. */
+px_status px_model_push(px_model *m);
+/* The GEMMs' operand dtype (px_ctx.compute_dtype): PX_F32 always; PX_BF16
+ * only on a CUDA model (PX_ERR_UNSUPPORTED otherwise: the CPU path computes
+ * in f32). */
+px_status px_model_set_compute_dtype(px_model *m, px_dtype dt);
 
 /* ---- Losses --------------------------------------------------------------
  * Each returns the mean loss and, if the gradient pointer is not NULL,

@@ -16,6 +16,7 @@ typedef struct chunk {
 } chunk;
 
 struct px_arena {
+  const px_arena_mem *mem; /* where the chunks live */
   chunk   *head;       /* current chunk; older ones behind it */
   chunk   *spare;      /* chunks emptied by a rewind, freed at the next reset */
   size_t   total_used; /* bytes handed out since the last reset */
@@ -25,10 +26,15 @@ struct px_arena {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-static chunk *chunk_new(size_t size) {
+static void *host_alloc(size_t bytes) { return aligned_alloc(ARENA_ALIGN, round_up(bytes, ARENA_ALIGN)); }
+static void host_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void host_move(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static const px_arena_mem host_mem = {host_alloc, free, host_zero, host_move};
+
+static chunk *chunk_new(const px_arena_mem *mem, size_t size) {
   chunk *c = malloc(sizeof *c);
   if (!c) return NULL;
-  c->mem = aligned_alloc(ARENA_ALIGN, round_up(size, ARENA_ALIGN));
+  c->mem = mem->alloc(round_up(size, ARENA_ALIGN));
   if (!c->mem) { free(c); return NULL; }
   c->prev = NULL;
   c->size = size;
@@ -36,24 +42,27 @@ static chunk *chunk_new(size_t size) {
   return c;
 }
 
-px_arena *px_arena_create(size_t initial_bytes) {
+px_arena *px_arena_create(size_t initial_bytes) { return px_arena_create_with(initial_bytes, NULL); }
+
+px_arena *px_arena_create_with(size_t initial_bytes, const px_arena_mem *mem) {
   px_arena *a = calloc(1, sizeof *a);
   if (!a) { px_error(PX_ERR_NOMEM, "arena: out of memory"); return NULL; }
+  a->mem = mem ? mem : &host_mem;
   if (initial_bytes < (1u << 20)) initial_bytes = 1u << 20;
-  a->head = chunk_new(initial_bytes);
+  a->head = chunk_new(a->mem, initial_bytes);
   if (!a->head) { free(a); px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", initial_bytes); return NULL; }
   a->system_allocs = 1;
   return a;
 }
 
-static void free_chunks(chunk *c) {
-  while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+static void free_chunks(const px_arena_mem *mem, chunk *c) {
+  while (c) { chunk *p = c->prev; mem->free(c->mem); free(c); c = p; }
 }
 
 void px_arena_free(px_arena *a) {
   if (!a) return;
-  free_chunks(a->head);
-  free_chunks(a->spare);
+  free_chunks(a->mem, a->head);
+  free_chunks(a->mem, a->spare);
   free(a);
 }
 
@@ -79,7 +88,7 @@ void *px_arena_alloc(px_arena *a, size_t bytes) {
   if (c->used + need > c->size) {
     size_t size = c->size * 2;
     if (size < need) size = need;
-    chunk *n = chunk_new(size);
+    chunk *n = chunk_new(a->mem, size);
     if (!n) { px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", size); return NULL; }
     n->prev = c;
     a->head = c = n;
@@ -94,25 +103,23 @@ void *px_arena_alloc(px_arena *a, size_t bytes) {
 
 void *px_arena_calloc(px_arena *a, size_t bytes) {
   void *p = px_arena_alloc(a, bytes);
-  if (p) memset(p, 0, bytes);
+  if (p) a->mem->zero(p, bytes);
   return p;
 }
 
 void px_arena_reset(px_arena *a) {
-  free_chunks(a->spare);
+  free_chunks(a->mem, a->spare);
   a->spare = NULL;
   if (a->head->prev) {
     // Several chunks: replace them all by one that holds the high water.
-    chunk *big = chunk_new(a->high_water);
+    chunk *big = chunk_new(a->mem, a->high_water);
     if (big) {
-      chunk *c = a->head;
-      while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+      free_chunks(a->mem, a->head);
       a->head = big;
       a->system_allocs++;
     } else {
       // Keep the chunks; drop all but the newest (largest).
-      chunk *c = a->head->prev;
-      while (c) { chunk *p = c->prev; free(c->mem); free(c); c = p; }
+      free_chunks(a->mem, a->head->prev);
       a->head->prev = NULL;
     }
   }
@@ -160,7 +167,7 @@ void *px_arena_rewind_keep(px_arena *a, px_arena_mark m, void *p, size_t bytes) 
   // The new block starts at or below p in the same chunk (memmove handles
   // the overlap), or in another chunk while p sits in a spare one.
   void *dst = px_arena_alloc(a, bytes);
-  if (dst && dst != p) memmove(dst, p, bytes);
+  if (dst && dst != p) a->mem->move(dst, p, bytes);
   return dst;
 }
 

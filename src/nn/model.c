@@ -6,6 +6,10 @@
 //   buffer_data:[ 1.running_mean | 1.running_var | ... ]           (n_buffer_elems,)
 #include "plexus/nn.h"
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/px_cuda.h"
+#endif
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +71,34 @@ static void init_param(px_param *p, px_rng *rng) {
   }
 }
 
+// Point every parameter's data and grad, and every buffer's data, into the
+// flat arrays given (a NULL array leaves those pointers alone).
+static void point_params(px_model *md, float *param_data, float *grad_data, float *buffer_data) {
+  for (int i = 0; i < md->n_params; i++) {
+    if (param_data) md->params[i]->data = param_data + md->params[i]->offset;
+    if (grad_data) md->params[i]->grad = grad_data + md->params[i]->offset;
+  }
+  if (buffer_data)
+    for (int i = 0; i < md->n_buffers; i++) md->buffers[i]->data = buffer_data + md->buffers[i]->offset;
+}
+
+static void init_params(px_model *md, uint64_t seed);
+
 void px_model_init(px_model *md, uint64_t seed) {
+  if (md->device != PX_CUDA) {
+    init_params(md, seed);
+    return;
+  }
+  // CUDA: the initialisers write host memory.  Run them on the host mirrors
+  // (the same values as on the CPU), then push.  (A sharding strategy that
+  // freed param_data is refused by px_model_to_device, so both exist.)
+  point_params(md, md->host_param_data, NULL, md->host_buffer_data);
+  init_params(md, seed);
+  point_params(md, md->param_data, NULL, md->buffer_data);
+  (void)px_model_push(md); /* void API: a failure is left in px_last_error */
+}
+
+static void init_params(px_model *md, uint64_t seed) {
   md->seed = seed;
   md->ctx.seed = seed;
   // Each module draws from its own stream (its pre-order index, wrappers
@@ -154,10 +185,20 @@ void px_model_free(px_model *md) {
   free(md->modules);
   free(md->params);
   free(md->buffers);
+#ifdef PX_HAVE_CUDA
+  if (md->device == PX_CUDA) {
+    px_cuda_free(md->param_data);
+    px_cuda_free(md->grad_data);
+    px_cuda_free(md->buffer_data);
+    md->param_data = md->grad_data = md->buffer_data = NULL;
+  }
+#endif
   free(md->param_data);
   free(md->grad_data);
   free(md->buffer_data);
-  px_arena_free(md->arena);
+  free(md->host_param_data);
+  free(md->host_buffer_data);
+  px_arena_free(md->arena); /* a device arena frees its chunks on the device */
   free(md);
 }
 
@@ -172,7 +213,14 @@ px_status px_model_backward(px_model *md, const px_tensor *dy, px_tensor *dx) {
 }
 
 void px_model_zero_grad(px_model *md) {
-  if (md->grad_data) px_fill(md->grad_data, md->n_param_elems, 0.0f);
+  if (!md->grad_data) return;
+#ifdef PX_HAVE_CUDA
+  if (md->device == PX_CUDA) {
+    (void)px_cuda_zero(md->grad_data, md->n_param_elems * sizeof(float)); /* void API: see px_last_error */
+    return;
+  }
+#endif
+  px_fill(md->grad_data, md->n_param_elems, 0.0f);
 }
 
 void px_model_train(px_model *md, bool training) {
@@ -235,7 +283,10 @@ px_status px_model_state_dict(const px_model *md, px_state_dict *sd) {
       px_param *p = &md->modules[i]->params[k];
       px_named_tensor *it = &sd->items[sd->count++];
       memcpy(it->name, p->name, sizeof it->name);
-      it->tensor = px_tensor_view(p->data, PX_F32, p->ndim, p->shape);
+      // A CUDA model: views of the host mirrors (px_model_pull first).
+      float *data = p->data;
+      if (md->device == PX_CUDA) data = (p->is_buffer ? md->host_buffer_data : md->host_param_data) + p->offset;
+      it->tensor = px_tensor_view(data, PX_F32, p->ndim, p->shape);
     }
   return PX_OK;
 }
@@ -251,4 +302,142 @@ void px_model_print(const px_model *md, void *file) {
               p->offset, p->numel, p->is_buffer ? "  (buffer)" : "");
     }
   fprintf(f, "parameters: %zu   buffers: %zu\n", md->n_param_elems, md->n_buffer_elems);
+}
+
+/* ---- Devices ------------------------------------------------------------------ */
+
+#ifdef PX_HAVE_CUDA
+// Host -> CUDA.  On failure the model is left as it was (on the host).
+static px_status model_to_cuda(px_model *md, int gpu) {
+  px_status st = px_cuda_init(gpu);
+  if (st != PX_OK) return px_error_wrap(st, "model: to CUDA device %d", gpu);
+  const size_t pbytes = md->n_param_elems * sizeof(float), bbytes = md->n_buffer_elems * sizeof(float);
+  float *dp = px_cuda_malloc(pbytes), *dg = px_cuda_malloc(pbytes), *db = px_cuda_malloc(bbytes);
+  px_arena *arena = px_cuda_arena_create(px_arena_capacity(md->arena));
+  if (!dp || !dg || !db || !arena) {
+    st = px_error_wrap(PX_ERR_NOMEM, "model: to CUDA device %d (%zu parameters)", gpu, md->n_param_elems);
+    goto fail;
+  }
+  if ((st = px_cuda_to_device(dp, md->param_data, pbytes)) != PX_OK ||
+      (st = px_cuda_to_device(dg, md->grad_data, pbytes)) != PX_OK ||
+      (st = px_cuda_to_device(db, md->buffer_data, bbytes)) != PX_OK) {
+    px_error_wrap(st, "model: to CUDA device %d", gpu);
+    goto fail;
+  }
+  // The host parameter and buffer arrays become the mirrors; the host
+  // gradients have none (they live on the device only).
+  md->host_param_data = md->param_data;
+  md->host_buffer_data = md->buffer_data;
+  free(md->grad_data);
+  md->param_data = dp;
+  md->grad_data = dg;
+  md->buffer_data = db;
+  point_params(md, dp, dg, db);
+  px_arena_free(md->arena);
+  md->arena = arena;
+  md->ctx.arena = arena;
+  md->ctx.device = PX_CUDA;
+  md->device = PX_CUDA;
+  return PX_OK;
+fail:
+  px_cuda_free(dp);
+  px_cuda_free(dg);
+  px_cuda_free(db);
+  px_arena_free(arena);
+  return st;
+}
+
+// CUDA -> host: the current values come back into the mirrors, which become
+// the flat arrays again.
+static px_status model_to_host(px_model *md) {
+  const size_t pbytes = md->n_param_elems * sizeof(float);
+  float *hg = alloc_floats(md->n_param_elems);
+  px_arena *arena = px_arena_create(px_arena_capacity(md->arena));
+  px_status st = hg && arena ? PX_OK : px_error(PX_ERR_NOMEM, "model: to the host: out of memory");
+  if (st == PX_OK) st = px_model_pull(md);
+  if (st == PX_OK) st = px_cuda_to_host(hg, md->grad_data, pbytes);
+  if (st != PX_OK) {
+    free(hg);
+    px_arena_free(arena);
+    return st;
+  }
+  px_cuda_free(md->param_data);
+  px_cuda_free(md->grad_data);
+  px_cuda_free(md->buffer_data);
+  md->param_data = md->host_param_data;
+  md->buffer_data = md->host_buffer_data;
+  md->grad_data = hg;
+  md->host_param_data = md->host_buffer_data = NULL;
+  point_params(md, md->param_data, md->grad_data, md->buffer_data);
+  px_arena_free(md->arena);
+  md->arena = arena;
+  md->ctx.arena = arena;
+  md->ctx.device = PX_CPU;
+  md->ctx.compute_dtype = PX_F32;
+  md->device = PX_CPU;
+  return PX_OK;
+}
+#endif
+
+px_status px_model_to_device(px_model *md, px_device device, int gpu) {
+  if (device != PX_CPU && device != PX_CUDA) return px_error(PX_ERR_INVALID, "model: unknown device %d", (int)device);
+  if (device == md->device) {
+#ifdef PX_HAVE_CUDA
+    // Already there: the same GPU is a no-op, another one is refused.
+    if (device == PX_CUDA && gpu != px_cuda_current_device())
+      return px_error(PX_ERR_INVALID, "model: already on CUDA device %d, not %d", px_cuda_current_device(), gpu);
+#endif
+    return PX_OK;
+  }
+#ifndef PX_HAVE_CUDA
+  (void)gpu;
+  return px_error(PX_ERR_UNSUPPORTED,
+                  "model: plexus was built without CUDA: rebuild where CMake finds the CUDA toolkit (nvcc, "
+                  "cuBLAS, NCCL), or use --device cpu");
+#else
+  if (!md->param_data || !md->grad_data || !md->buffer_data)
+    return px_error(PX_ERR_INVALID, "model: a sharding strategy (ZeRO) has freed the flat buffers; move the model "
+                    "to its device before creating the strategy (or after px_zero_free)");
+  if (device == PX_CPU) return model_to_host(md);
+  if (gpu < 0) return px_error(PX_ERR_INVALID, "model: GPU index %d is negative", gpu);
+  if (px_cuda_device_count() == 0)
+    return px_error(PX_ERR_UNSUPPORTED, "model: no CUDA device found (no GPU, or no NVIDIA driver); use --device cpu");
+  return model_to_cuda(md, gpu);
+#endif
+}
+
+px_status px_model_pull(px_model *md) {
+  if (md->device != PX_CUDA) return PX_OK;
+#ifdef PX_HAVE_CUDA
+  px_status st = px_cuda_to_host(md->host_param_data, md->param_data, md->n_param_elems * sizeof(float));
+  if (st == PX_OK) st = px_cuda_to_host(md->host_buffer_data, md->buffer_data, md->n_buffer_elems * sizeof(float));
+  return st == PX_OK ? PX_OK : px_error_wrap(st, "model: pull");
+#else
+  return px_error(PX_ERR_INTERNAL, "model: on CUDA in a build without CUDA");
+#endif
+}
+
+px_status px_model_push(px_model *md) {
+  if (md->device != PX_CUDA) return PX_OK;
+#ifdef PX_HAVE_CUDA
+  px_status st = px_cuda_to_device(md->param_data, md->host_param_data, md->n_param_elems * sizeof(float));
+  if (st == PX_OK) st = px_cuda_to_device(md->buffer_data, md->host_buffer_data, md->n_buffer_elems * sizeof(float));
+  return st == PX_OK ? PX_OK : px_error_wrap(st, "model: push");
+#else
+  return px_error(PX_ERR_INTERNAL, "model: on CUDA in a build without CUDA");
+#endif
+}
+
+px_status px_model_set_compute_dtype(px_model *md, px_dtype dt) {
+  if (dt == PX_F32) {
+    md->ctx.compute_dtype = PX_F32;
+    return PX_OK;
+  }
+  if (dt != PX_BF16)
+    return px_error(PX_ERR_UNSUPPORTED, "model: compute dtype %s: only F32, or BF16 on CUDA", px_dtype_name(dt));
+  if (md->device != PX_CUDA)
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "model: bf16 computation needs the model on CUDA (--device cuda); the CPU path computes in f32");
+  md->ctx.compute_dtype = PX_BF16;
+  return PX_OK;
 }
