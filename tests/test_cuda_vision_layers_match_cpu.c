@@ -18,6 +18,7 @@
  * with --device cuda diverges from the CPU run.
  *
  * Exits 77 (ctest's skip code) where there is no CUDA device. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include "px_test.h"
 #include "tensor/cuda/px_cuda.h"
 
@@ -25,82 +26,6 @@
 #include <string.h>
 
 enum { DT_F32, DT_BF16 };
-
-/* A model whose parameters, gradients and buffers live on the device: a
- * copy of the CPU model's (the same constructor and seed give the same
- * weights), driven through its root module with a device ctx. */
-typedef struct gpu_model {
-  px_model *md;
-  float *dparam, *dgrad, *dbuf;
-  float **host_data, **host_grad;
-  int n;
-  px_ctx ctx;
-} gpu_model;
-
-static px_param **all_params(px_model *md, int *n) {
-  *n = md->n_params + md->n_buffers;
-  px_param **p = malloc((size_t)(*n + 1) * sizeof *p);
-  for (int i = 0; i < md->n_params; i++) p[i] = md->params[i];
-  for (int i = 0; i < md->n_buffers; i++) p[md->n_params + i] = md->buffers[i];
-  return p;
-}
-
-static void *dev_copy(const void *host, size_t bytes) {
-  void *d = px_cuda_malloc(bytes ? bytes : 4);
-  if (!d) {
-    fprintf(stderr, "px_cuda_malloc: %s\n", px_last_error());
-    exit(1);
-  }
-  if (bytes) CHECK_OK(px_cuda_to_device(d, host, bytes));
-  return d;
-}
-
-static void gpu_model_init(gpu_model *g, px_model *md, int dtype) {
-  g->md = md;
-  g->dparam = dev_copy(md->param_data, md->n_param_elems * sizeof(float));
-  g->dgrad = dev_copy(md->grad_data, md->n_param_elems * sizeof(float));
-  g->dbuf = dev_copy(md->buffer_data, md->n_buffer_elems * sizeof(float));
-  px_param **ps = all_params(md, &g->n);
-  g->host_data = malloc((size_t)(g->n + 1) * sizeof *g->host_data);
-  g->host_grad = malloc((size_t)(g->n + 1) * sizeof *g->host_grad);
-  for (int i = 0; i < g->n; i++) {
-    px_param *p = ps[i];
-    g->host_data[i] = p->data;
-    g->host_grad[i] = p->grad;
-    if (p->is_buffer) {
-      p->data = g->dbuf + (p->data - md->buffer_data);
-    } else {
-      p->data = g->dparam + (p->data - md->param_data);
-      p->grad = g->dgrad + (p->grad - md->grad_data);
-    }
-  }
-  free(ps);
-  memset(&g->ctx, 0, sizeof g->ctx);
-  g->ctx.arena = px_cuda_arena_create((size_t)64 << 20);
-  if (!g->ctx.arena) {
-    fprintf(stderr, "px_cuda_arena_create: %s\n", px_last_error());
-    exit(1);
-  }
-  g->ctx.training = md->root->training;
-  g->ctx.device = PX_CUDA;
-  g->ctx.compute_dtype = dtype == DT_BF16 ? PX_BF16 : PX_F32;
-}
-
-static void gpu_model_free(gpu_model *g) {
-  px_param **ps = all_params(g->md, &g->n);
-  for (int i = 0; i < g->n; i++) {
-    ps[i]->data = g->host_data[i];
-    ps[i]->grad = g->host_grad[i];
-  }
-  free(ps);
-  free(g->host_data);
-  free(g->host_grad);
-  px_cuda_free(g->dparam);
-  px_cuda_free(g->dgrad);
-  px_cuda_free(g->dbuf);
-  px_arena_free(g->ctx.arena);
-  px_model_free(g->md);
-}
 
 static void fill(float *x, size_t n, uint64_t seed, float lo, float hi) {
   px_rng r = px_rng_make(seed, 77);
@@ -146,42 +71,54 @@ static float *to_host(const float *d, size_t n) {
   return h;
 }
 
-/* One forward and backward on the GPU from the given starting gradients and
- * buffers (reset first, so two runs start alike). */
-static void gpu_run(gpu_model *g, const float *x, const int64_t *xshape, int xdim, const float *dy,
+static void *dev_copy(const void *host, size_t bytes) {
+  void *d = px_cuda_malloc(bytes ? bytes : 4);
+  if (!d) {
+    fprintf(stderr, "px_cuda_malloc: %s\n", px_last_error());
+    exit(1);
+  }
+  if (bytes) CHECK_OK(px_cuda_to_device(d, host, bytes));
+  return d;
+}
+
+/* One forward and backward of the model (moved to the GPU by
+ * px_model_to_device) from the given starting gradients and buffers (set
+ * first, so two runs start alike). */
+static void gpu_run(px_model *md, const float *x, const int64_t *xshape, int xdim, const float *dy,
                     const float *grad0, const float *buf0, run_out *o) {
-  px_model *md = g->md;
-  if (md->n_param_elems) CHECK_OK(px_cuda_to_device(g->dgrad, grad0, md->n_param_elems * sizeof(float)));
-  if (md->n_buffer_elems) CHECK_OK(px_cuda_to_device(g->dbuf, buf0, md->n_buffer_elems * sizeof(float)));
-  px_arena_reset(g->ctx.arena);
+  if (md->n_param_elems) CHECK_OK(px_cuda_to_device(md->grad_data, grad0, md->n_param_elems * sizeof(float)));
+  if (md->n_buffer_elems) CHECK_OK(px_cuda_to_device(md->buffer_data, buf0, md->n_buffer_elems * sizeof(float)));
   px_tensor xt = px_tensor_view(NULL, PX_F32, xdim, xshape);
   xt.device = PX_CUDA;
   o->nx = (size_t)px_tensor_numel(&xt);
   xt.data = dev_copy(x, o->nx * sizeof(float));
   px_tensor y, dx;
-  CHECK_OK(px_module_forward(md->root, &g->ctx, &xt, &y));
+  CHECK_OK(px_model_forward(md, &xt, &y));
   CHECK(y.device == PX_CUDA, "forward's output is not on the device");
   o->ny = (size_t)px_tensor_numel(&y);
   px_tensor dyt = y;
-  dyt.data = dev_copy(dy, o->ny * sizeof(float));
-  CHECK_OK(px_module_backward(md->root, &g->ctx, &dyt, &dx));
+  dyt.data = px_model_scratch(md, o->ny);
+  CHECK(dyt.data != NULL, "px_model_scratch: %s", px_last_error());
+  CHECK_OK(px_cuda_to_device(dyt.data, dy, o->ny * sizeof(float)));
+  CHECK_OK(px_model_backward(md, &dyt, &dx));
+  CHECK(dx.device == PX_CUDA, "backward's dx is not on the device");
   CHECK_OK(px_cuda_sync());
   o->y = to_host(y.data, o->ny);
   o->dx = to_host(dx.data, o->nx);
   o->ngrad = md->n_param_elems;
   o->nbuf = md->n_buffer_elems;
-  o->grad = to_host(g->dgrad, o->ngrad);
-  o->buf = to_host(g->dbuf, o->nbuf);
+  o->grad = to_host(md->grad_data, o->ngrad);
+  o->buf = to_host(md->buffer_data, o->nbuf);
   px_cuda_free(xt.data);
-  px_cuda_free(dyt.data);
 }
 
 static bool same_bits(const float *a, const float *b, size_t n) { return n == 0 || memcmp(a, b, n * sizeof *a) == 0; }
 
 typedef px_module *(*make_fn)(const void *arg);
 
-/* Build the module twice (CPU and GPU copies with the same weights), run
- * both on the same x and dy, compare; run the GPU twice and compare bits. */
+/* Build the module twice (the same constructor and seed: the same weights),
+ * move one model to the GPU, run both on the same x and dy, compare; run
+ * the GPU twice and compare bits. */
 static void check_case(const char *label, make_fn make, const void *arg, bool train, int dtype, const int64_t *xs,
                        int xdim, bool ties, uint64_t seed, double tol) {
   px_model *mc, *mg;
@@ -219,10 +156,10 @@ static void check_case(const char *label, make_fn make, const void *arg, bool tr
   memcpy(dyc.data, dy, ny * sizeof *dy);
   CHECK_OK(px_model_backward(mc, &dyc, &dxc));
 
-  gpu_model g;
-  gpu_model_init(&g, mg, dtype);
+  CHECK_OK(px_model_to_device(mg, PX_CUDA, 0));
+  CHECK_OK(px_model_set_compute_dtype(mg, dtype == DT_BF16 ? PX_BF16 : PX_F32));
   run_out a, b;
-  gpu_run(&g, x, xs, xdim, dy, grad0, buf0, &a);
+  gpu_run(mg, x, xs, xdim, dy, grad0, buf0, &a);
   CHECK(a.ny == ny, "%s: output sizes %zu (gpu) and %zu (cpu)", label, a.ny, ny);
   if (a.ny == ny) compare(label, "y", a.y, px_f32(&yc), ny, tol);
   compare(label, "dx", a.dx, px_f32(&dxc), nx, tol);
@@ -236,13 +173,13 @@ static void check_case(const char *label, make_fn make, const void *arg, bool tr
     const px_param *p = mc->buffers[i];
     compare(label, p->name, a.buf + (p->data - mc->buffer_data), p->data, p->numel, tol);
   }
-  gpu_run(&g, x, xs, xdim, dy, grad0, buf0, &b);
+  gpu_run(mg, x, xs, xdim, dy, grad0, buf0, &b);
   CHECK(same_bits(a.y, b.y, a.ny) && same_bits(a.dx, b.dx, a.nx) && same_bits(a.grad, b.grad, a.ngrad) &&
             same_bits(a.buf, b.buf, a.nbuf),
         "%s: two GPU runs differ in their bits", label);
   run_out_free(&a);
   run_out_free(&b);
-  gpu_model_free(&g);
+  px_model_free(mg);
   px_model_free(mc);
   free(grad0);
   free(buf0);
