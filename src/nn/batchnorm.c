@@ -31,6 +31,10 @@
 #include <math.h>
 #include <stdio.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_vision.h"
+#endif
+
 typedef struct batchnorm {
   px_module base;
   int       channels;
@@ -225,6 +229,26 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   if (!b->mean || !b->istd) return PX_ERR_NOMEM;
 
   b->n_total = (double)n;
+#ifdef PX_HAVE_CUDA
+  // The device path: the statistics (and the running update) by one block
+  // per channel, the same double sums as below (k_batchnorm.cu).
+  if (x->device == PX_CUDA) {
+    if (batch_stats && b->sync)
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "SyncBatchNorm \"%s\": the synchronized batch norm runs on the CPU only (its statistics' "
+                      "all-reduce is a host collective); on CUDA use the plain BatchNorm",
+                      m->params[BN_WEIGHT].name);
+    st = px_k_bn_stats(px_f32(x), N, C, S, batch_stats, update_running, b->eps, b->momentum,
+                       m->params[BN_RUNNING_MEAN].data, m->params[BN_RUNNING_VAR].data, b->mean, b->istd);
+    if (st == PX_OK)
+      st = px_k_bn_apply(px_f32(x), px_f32(y), N, C, S, m->params[BN_WEIGHT].data, m->params[BN_BIAS].data, b->mean,
+                         b->istd);
+    if (st != PX_OK) return st;
+    b->x = *x;
+    b->batch_stats = batch_stats;
+    return PX_OK;
+  }
+#endif
   if (batch_stats && b->sync) return sync_forward(b, ctx, x, y, update_running);
 
   const float *X = px_f32(x), *gamma = m->params[BN_WEIGHT].data, *beta = m->params[BN_BIAS].data;
@@ -329,6 +353,13 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
   float *dgamma = m->params[BN_WEIGHT].grad, *dbeta = m->params[BN_BIAS].grad;
   float *DX = dx ? px_f32(dx) : NULL;
   const size_t total = (size_t)n * (size_t)C;
+#ifdef PX_HAVE_CUDA
+  if (b->x.device == PX_CUDA) {  // a synchronized one never ran forward there (refused above)
+    float *coef = px_arena_alloc(ctx->arena, (size_t)3 * C * sizeof(float));
+    if (!coef) return PX_ERR_NOMEM;
+    return px_k_bn_backward(X, DY, DX, N, C, S, b->batch_stats, gamma, b->mean, b->istd, dgamma, dbeta, coef);
+  }
+#endif
   if (b->sync && b->batch_stats) return sync_backward(b, ctx, DY, DX);
   #pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {

@@ -58,6 +58,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_vision.h"
+#include "tensor/cuda/px_cuda.h"
+#endif
+
 // 16, not more: every partial is zeroed, filled and added back, so on the
 // zoo's CNN 64 one-sample blocks spent a tenth of the step zeroing and
 // summing partials (docs/PERFORMANCE.md, "Figures behind code comments");
@@ -303,6 +308,112 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   return PX_OK;
 }
 
+#ifdef PX_HAVE_CUDA
+// The device path (x on PX_CUDA; the arena and the parameters on the
+// device), on chunks of nb samples, their columns side by side (K, nb·P):
+//   forward   col = im2col(x chunk);  z = W · col  (O, nb·P);  y = z + b,
+//             laid out back as (nb, O, P)
+//   backward  db += Σ dy (one double sum per channel);  dz = dy chunk as
+//             (O, nb·P);  dW += dz · colᵀ;  dcol = Wᵀ · dz;
+//             dx = col2im(dcol) (gather form: no atomics)
+// Chunks run one after another on the compute stream, so dW's sum has a
+// fixed order.  nb: as many samples as CONV_CUDA_SCRATCH floats of
+// scratch hold (at least one; PX_CUDA_CONV_CHUNK lowers it).  compute_dtype PX_BF16: every GEMM operand
+// cast to bf16 (W once per call), f32 accumulation into f32 outputs.
+#define CONV_CUDA_SCRATCH ((size_t)1 << 25)  /* floats (128 MiB) of col, dcol and z per chunk */
+#define CUDA_TRY(call)            \
+  do {                            \
+    px_status st_ = (call);       \
+    if (st_ != PX_OK) return st_; \
+  } while (0)
+
+static int conv_cuda_chunk(const conv2d *c, int64_t N, size_t K, size_t P) {
+  const size_t per_sample = (2 * K + (size_t)c->out_c) * P;
+  size_t nb = CONV_CUDA_SCRATCH / (per_sample ? per_sample : 1);
+  if (nb < 1) nb = 1;
+  // PX_CUDA_CONV_CHUNK=n caps it at n samples (the tests' way to reach
+  // several chunks, a short last one among them, on small inputs).
+  const char *e = getenv("PX_CUDA_CONV_CHUNK");
+  if (e && atoi(e) > 0 && (size_t)atoi(e) < nb) nb = (size_t)atoi(e);
+  if (nb > (size_t)N) nb = (size_t)N;
+  while (nb > 1 && nb * P > INT32_MAX) nb /= 2;  // a GEMM dimension (int)
+  return (int)nb;
+}
+
+static px_status conv_forward_cuda(conv2d *c, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  const px_module *m = &c->base;
+  const int64_t N = x->shape[0];
+  const int H = (int)x->shape[2], W = (int)x->shape[3], C = c->in_c, O = c->out_c;
+  const int K = C * c->k * c->k, P = c->Ho * c->Wo;
+  const int nb = conv_cuda_chunk(c, N, (size_t)K, (size_t)P);
+  const size_t BP = (size_t)nb * P;
+  const bool bf16 = ctx->compute_dtype == PX_BF16;
+  float *col = px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(float));
+  float *z = px_arena_alloc(ctx->arena, (size_t)O * BP * sizeof(float));
+  uint16_t *wb = bf16 ? px_arena_alloc(ctx->arena, (size_t)O * K * sizeof(uint16_t)) : NULL;
+  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(uint16_t)) : NULL;
+  if (!col || !z || (bf16 && (!wb || !colb))) return PX_ERR_NOMEM;
+  const float *X = px_f32(x), *Wt = m->params[0].data, *b = c->has_bias ? m->params[1].data : NULL;
+  float *Y = px_f32(y);
+  if (bf16) CUDA_TRY(px_cuda_to_bf16(wb, Wt, (size_t)O * K));
+  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * P;
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int cb = N - n0 < nb ? (int)(N - n0) : nb, cbp = cb * P;
+    CUDA_TRY(px_k_im2col(X + (size_t)n0 * in_sample, col, cb, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+    // z = W · col      (O, K)·(K, cb·P)
+    if (bf16) {
+      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * cbp));
+      CUDA_TRY(px_cuda_gemm_bf16(false, false, O, cbp, K, 1.0f, wb, K, colb, cbp, 0.0f, z, cbp));
+    } else {
+      CUDA_TRY(px_cuda_sgemm(false, false, O, cbp, K, 1.0f, Wt, K, col, cbp, 0.0f, z, cbp));
+    }
+    CUDA_TRY(px_k_conv_unpack(z, b, Y + (size_t)n0 * out_sample, cb, O, P));
+  }
+  c->x = *x;
+  return PX_OK;
+}
+
+static px_status conv_backward_cuda(conv2d *c, px_ctx *ctx, const float *DY, float *DX, bool bf16) {
+  const px_module *m = &c->base;
+  const int64_t N = c->x.shape[0];
+  const int H = (int)c->x.shape[2], W = (int)c->x.shape[3], C = c->in_c, O = c->out_c;
+  const int K = C * c->k * c->k, P = c->Ho * c->Wo;
+  const int nb = conv_cuda_chunk(c, N, (size_t)K, (size_t)P);
+  const size_t BP = (size_t)nb * P;
+  float *col = px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(float));
+  float *dz = px_arena_alloc(ctx->arena, (size_t)O * BP * sizeof(float));
+  float *dcol = DX ? px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(float)) : NULL;
+  uint16_t *wb = bf16 && DX ? px_arena_alloc(ctx->arena, (size_t)O * K * sizeof(uint16_t)) : NULL;
+  uint16_t *colb = bf16 ? px_arena_alloc(ctx->arena, (size_t)K * BP * sizeof(uint16_t)) : NULL;
+  uint16_t *dzb = bf16 ? px_arena_alloc(ctx->arena, (size_t)O * BP * sizeof(uint16_t)) : NULL;
+  if (!col || !dz || (DX && !dcol) || (bf16 && (!colb || !dzb || (DX && !wb)))) return PX_ERR_NOMEM;
+  const float *X = px_f32(&c->x), *Wt = m->params[0].data;
+  float *dW = m->params[0].grad;
+  if (c->has_bias) CUDA_TRY(px_k_bias_grad(DY, m->params[1].grad, N, O, P));
+  if (wb) CUDA_TRY(px_cuda_to_bf16(wb, Wt, (size_t)O * K));
+  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * P;
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int cb = N - n0 < nb ? (int)(N - n0) : nb, cbp = cb * P;
+    CUDA_TRY(px_k_im2col(X + (size_t)n0 * in_sample, col, cb, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+    CUDA_TRY(px_k_conv_pack(DY + (size_t)n0 * out_sample, dz, cb, O, P));
+    if (bf16) {
+      // dW += dz · colᵀ      (O, cb·P)·(cb·P, K)
+      CUDA_TRY(px_cuda_to_bf16(dzb, dz, (size_t)O * cbp));
+      CUDA_TRY(px_cuda_to_bf16(colb, col, (size_t)K * cbp));
+      CUDA_TRY(px_cuda_gemm_bf16(false, true, O, K, cbp, 1.0f, dzb, cbp, colb, cbp, 1.0f, dW, K));
+      // dcol = Wᵀ · dz       (K, O)·(O, cb·P)
+      if (DX) CUDA_TRY(px_cuda_gemm_bf16(true, false, K, cbp, O, 1.0f, wb, K, dzb, cbp, 0.0f, dcol, cbp));
+    } else {
+      CUDA_TRY(px_cuda_sgemm(false, true, O, K, cbp, 1.0f, dz, cbp, col, cbp, 1.0f, dW, K));
+      if (DX) CUDA_TRY(px_cuda_sgemm(true, false, K, cbp, O, 1.0f, Wt, K, dz, cbp, 0.0f, dcol, cbp));
+    }
+    if (DX)
+      CUDA_TRY(px_k_col2im(dcol, DX + (size_t)n0 * in_sample, cb, C, H, W, c->k, c->stride, c->pad, c->Ho, c->Wo));
+  }
+  return PX_OK;
+}
+#endif
+
 static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   conv2d *c = (conv2d *)m;
   char why[160];
@@ -325,6 +436,9 @@ static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   int64_t yshape[4] = {N, O, c->Ho, c->Wo};
   px_status st = px_ctx_tensor(ctx, y, 4, yshape);
   if (st != PX_OK) return st;
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) return conv_forward_cuda(c, ctx, x, y);
+#endif
   const int T = team_size();
   c->xp = NULL;
   if (use_direct(c)) {
@@ -507,6 +621,9 @@ static px_status conv_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   float *DX = dx ? px_f32(dx) : NULL;
   float *dW = m->params[0].grad;
   float *db = c->has_bias ? m->params[1].grad : NULL;
+#ifdef PX_HAVE_CUDA
+  if (c->x.device == PX_CUDA) return conv_backward_cuda(c, ctx, DY, DX, ctx->compute_dtype == PX_BF16);
+#endif
   if (use_direct(c)) return conv_backward_direct(c, ctx, DY, DX);
 
   // Blocks of consecutive samples: block bi holds samples [bi·N/B, (bi+1)·N/B).

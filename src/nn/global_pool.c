@@ -10,6 +10,10 @@
 
 #include <stdio.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_vision.h"
+#endif
+
 typedef struct global_pool {
   px_module base;
   px_tensor x;  /* saved input: only its shape is used */
@@ -28,6 +32,13 @@ static px_status gap_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   if (st != PX_OK) return st;
   const float *X = px_f32(x);
   float *Y = px_f32(y);
+#ifdef PX_HAVE_CUDA
+  if (x->device == PX_CUDA) {  // one block per plane, the same double sum (k_pool.cu)
+    st = px_k_gap_fwd(X, Y, planes, S);
+    if (st == PX_OK) g->x = *x;
+    return st;
+  }
+#endif
   #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(planes * S)))
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = X + pl * S;
@@ -48,6 +59,9 @@ static px_status gap_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   const int64_t planes = g->x.shape[0] * g->x.shape[1], S = g->x.shape[2] * g->x.shape[3];
   const float *DY = px_f32(dy);
   float *DX = px_f32(dx);
+#ifdef PX_HAVE_CUDA
+  if (g->x.device == PX_CUDA) return px_k_gap_bwd(DY, DX, planes, S);
+#endif
   #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(planes * S)))
   for (int64_t pl = 0; pl < planes; pl++) {
     const float v = DY[pl] / (float)S;  // divide, as PyTorch's mean backward does

@@ -90,8 +90,11 @@ void px_model_init(px_model *md, uint64_t seed) {
     return;
   }
   // CUDA: the initialisers write host memory.  Run them on the host mirrors
-  // (the same values as on the CPU), then push.  (A sharding strategy that
-  // freed param_data is refused by px_model_to_device, so both exist.)
+  // (the same values as on the CPU), then push.
+  if (!md->param_data || !md->buffer_data) {
+    px_error(PX_ERR_INVALID, "model: init of a CUDA model while a sharding strategy has freed its parameters");
+    return;
+  }
   point_params(md, md->host_param_data, NULL, md->host_buffer_data);
   init_params(md, seed);
   point_params(md, md->param_data, NULL, md->buffer_data);

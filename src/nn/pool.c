@@ -18,6 +18,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef PX_HAVE_CUDA
+#include "tensor/cuda/k_vision.h"
+#endif
+
 typedef struct pool2d {
   px_module base;
   int       k, stride, pad;  /* pad: max-pool only */
@@ -183,6 +187,18 @@ static px_status pool_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   float *Y = px_f32(y);
   int32_t *A = p->argmax;
   const bool is_max = p->is_max;
+#ifdef PX_HAVE_CUDA
+  // The device path: one thread per output, the same scan (k_pool.cu).
+  if (x->device == PX_CUDA) {
+    st = is_max ? px_k_maxpool_fwd(X, Y, A, (int64_t)planes, (int)H, (int)W, k, s, pad, Ho, Wo)
+                : px_k_avgpool_fwd(X, Y, (int64_t)planes, (int)H, (int)W, k, s, Ho, Wo);
+    if (st != PX_OK) return st;
+    p->x = *x;
+    p->Ho = Ho;
+    p->Wo = Wo;
+    return PX_OK;
+  }
+#endif
   #pragma omp parallel for schedule(static) if (PX_PAR(planes * in_plane))
   for (size_t pl = 0; pl < planes; pl++) {
     const float *xp = X + pl * in_plane;
@@ -217,6 +233,15 @@ static px_status pool_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   const float *DY = px_f32(dy);
   float *DX = px_f32(dx);
   const int32_t *A = p->argmax;
+#ifdef PX_HAVE_CUDA
+  // The device path: one thread per input pixel gathers what the CPU's
+  // scatter below adds to it, in the same order (k_pool.cu).
+  if (p->x.device == PX_CUDA) {
+    const int H = (int)p->x.shape[2];
+    return p->is_max ? px_k_maxpool_bwd(DY, A, DX, (int64_t)planes, H, (int)W, k, s, p->pad, Ho, Wo)
+                     : px_k_avgpool_bwd(DY, DX, (int64_t)planes, H, (int)W, k, s, Ho, Wo);
+  }
+#endif
   const float area = (float)(k * k);  // divide, as PyTorch does (not × 1/k²)
   #pragma omp parallel for schedule(static) if (PX_PAR(planes * in_plane))
   for (size_t pl = 0; pl < planes; pl++) {
