@@ -35,7 +35,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#define COPY_BUF ((size_t)8 << 20)  // 8 MiB reads and writes
+#define COPY_BUF ((size_t)1 << 20)  // 1 MiB reads and writes (the buffer stays in cache between read, CRC and write)
 #define MANIFEST "MANIFEST"
 #define MANIFEST_MAGIC "plexus-stage 1"
 
@@ -226,7 +226,9 @@ static px_status write_all(int fd, const unsigned char *p, size_t n, const char 
   while (n > 0) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return px_error(PX_ERR_IO, "--stage: writing %s failed: %s", tmp, strerror(errno));
+    if (w < 0)
+      return px_error(PX_ERR_IO, "--stage: writing %s failed: %s%s", tmp, strerror(errno),
+                      errno == ENOSPC ? " (the stage directory is full: a smaller dataset, or another directory)" : "");
     p += w;
     n -= (size_t)w;
   }
@@ -255,15 +257,6 @@ static px_status copy_one(const char *src, const char *dir, void *buf, entry *e)
     return px_error(PX_ERR_IO, "--stage: cannot create %s: %s", tmp, strerror(errno));
   }
   px_status st = PX_OK;
-  // Reserve the space first: a full /dev/shm fails here, naming the file,
-  // rather than as a SIGBUS or a short write later.
-  if (sb.st_size > 0) {
-    int rc = posix_fallocate(out, 0, sb.st_size);
-    if (rc == ENOSPC)
-      st = px_error(PX_ERR_IO, "--stage: no space in %s for %s (%lld bytes)", dir, src, (long long)sb.st_size);
-    else if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
-      st = px_error(PX_ERR_IO, "--stage: cannot allocate %s: %s", tmp, strerror(rc));
-  }
   uint32_t crc = 0;
   uint64_t total = 0;
   while (st == PX_OK) {
