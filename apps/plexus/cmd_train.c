@@ -352,7 +352,7 @@ static int train_rank(px_comm *comm, void *arg) {
   // --stage: the node's copy of the data; from here on c reads from it.
   px_app_staged staged;
   if (*c->stage) {
-    if (px_app_stage_data(comm, c, &staged) != PX_OK) return rank_fail(comm, "--stage");
+    if (px_app_stage_data(comm, c, &staged) != PX_OK) return rank_fail(comm, "");  // the message starts "--stage"
     c = &staged.cfg;
   }
   if (c->pp > 1) {  // pipeline parallel: its own loop (cmd_train_pp.c), the same options, logs and report
