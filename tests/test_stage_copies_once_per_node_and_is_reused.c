@@ -117,6 +117,16 @@ int main(void) {
   CHECK(access(q, F_OK) != 0, "the removed shard is still staged");
   snprintf(q, sizeof q, "%s/.shard_000000.bin.tmp.deadhost.1", dir);
   CHECK(access(q, F_OK) != 0, "a stray temporary survived");
+  snprintf(q, sizeof q, "%s/MANIFEST", dir);
+  unsigned char *man = NULL;
+  size_t man_n = 0;
+  CHECK(read_all(q, &man, &man_n), "no MANIFEST after dropping a shard");
+  if (man) {
+    man[man_n] = 0;
+    CHECK(!strstr((char *)man, "shard_000002.bin") && strstr((char *)man, "shard_000001.bin"),
+          "the MANIFEST still lists the dropped shard:\n%s", (char *)man);
+  }
+  free(man);
   same_samples("tokens", glob_src, j.staged[0]);
 
   // 6. MNIST: the IDX files of the directory (here the real Fashion-MNIST,

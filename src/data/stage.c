@@ -296,9 +296,10 @@ static px_status copy_one(const char *src, const char *dir, void *buf, entry *e)
 
 // Remove what is not part of the set (shards of an older version of the
 // dataset, which the staged glob would match; temporaries of a crashed run).
-static void remove_strays(const char *dir, const entry *e, size_t n) {
+static size_t remove_strays(const char *dir, const entry *e, size_t n) {
   DIR *d = opendir(dir);
-  if (!d) return;
+  if (!d) return 0;
+  size_t removed = 0;
   struct dirent *de;
   char p[4400];
   while ((de = readdir(d))) {
@@ -309,9 +310,10 @@ static void remove_strays(const char *dir, const entry *e, size_t n) {
     for (size_t i = 0; i < n && !keep; i++) keep = strcmp(nm, e[i].name) == 0;
     if (keep) continue;
     snprintf(p, sizeof p, "%s/%s", dir, nm);
-    unlink(p);
+    removed += unlink(p) == 0;
   }
   closedir(d);
+  return removed;
 }
 
 px_status px_stage_files(const char *stage_dir, const char *source, char *const *files, size_t n,
@@ -333,8 +335,9 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
   }
   for (size_t i = 0; i < n && st == PX_OK; i++) {
     const char *b = base_name(files[i]);
-    if (strlen(b) >= sizeof e[i].name || !*b || strchr(b, '\n'))
-      st = px_error(PX_ERR_INVALID, "--stage: %s: the file name is empty, too long or holds a newline", files[i]);
+    if (strlen(b) >= sizeof e[i].name || !*b || strchr(b, '\n') || strcmp(b, MANIFEST) == 0 || b[0] == '.')
+      st = px_error(PX_ERR_INVALID, "--stage: %s: the file name is empty, too long, holds a newline, starts with "
+                    "'.' or is " MANIFEST " (the stage's own names)", files[i]);
     for (size_t j = 0; j < i && st == PX_OK; j++)
       if (strcmp(e[j].name, b) == 0)
         st = px_error(PX_ERR_INVALID, "--stage: %s and %s share the name %s; the stage holds files side by side",
@@ -397,6 +400,9 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
     char mp[4200];
     snprintf(mp, sizeof mp, "%s/" MANIFEST, dir);
     if (unlink(mp) != 0 && errno != ENOENT) st = px_error(PX_ERR_IO, "--stage: cannot remove %s: %s", mp, strerror(errno));
+    // Files not in the set go before the space is counted: a set shrunk
+    // since the last run frees what it no longer holds.
+    if (st == PX_OK) remove_strays(dir, e, n);
     struct statvfs vfs;
     if (st == PX_OK && statvfs(dir, &vfs) == 0) {
       uint64_t have = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
@@ -413,8 +419,10 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
       }
     }
   }
-  if (st == PX_OK) remove_strays(dir, e, n);
-  if (st == PX_OK && n_need > 0) {
+  // Nothing to copy, but a file dropped from the source: the manifest is
+  // rewritten without it.
+  const bool dropped = st == PX_OK && n_need == 0 && remove_strays(dir, e, n) > 0;
+  if (st == PX_OK && (n_need > 0 || dropped)) {
     size_t cap = 64 + strlen(source) + n * 320;
     char *m = malloc(cap);
     if (!m) {
