@@ -21,6 +21,7 @@ from moto import settings as moto_settings
 from moto.server import ThreadedMotoServer
 
 BUILD = os.environ.get("PX_BUILD_DIR", "")
+PLEXUS = os.path.join(BUILD, "plexus")
 TOOL = os.path.join(BUILD, "tests", "px_data_batches")
 FMNIST = "/usr/share/datasets/fashion-mnist"
 BUCKET = "px-data"
@@ -62,7 +63,7 @@ def write_png_gray(path, w, h, pixels):
 
 class S3:
     """moto on 127.0.0.1 with one IAM user allowed everything, a bucket with
-    fmnist/ (the training split's two .gz files), shards/ (three token shards), imgs/ (eight
+    fmnist/ (Fashion-MNIST's four .gz files), shards/ (three token shards), imgs/ (eight
     PNGs and their CSV); the same files under self.local."""
 
     def __init__(self):
@@ -85,7 +86,7 @@ class S3:
         s3.create_bucket(Bucket=BUCKET)
         # Fashion-MNIST, as Debian installs it (gzip).
         os.makedirs(os.path.join(self.local, "fmnist"))
-        for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):  # the split the tool reads
+        for name in sorted(os.listdir(FMNIST)):
             with open(os.path.join(FMNIST, name), "rb") as f:
                 data = f.read()
             with open(os.path.join(self.local, "fmnist", name), "wb") as f:

@@ -10,9 +10,12 @@ with byte-identical copies, a second reads them and gives the same batches.
 Would fail if: a request were signed wrongly (403), a listing page were
 lost (fewer shards: other windows), a range were off by one (other
 tokens), gzip or PNG bytes came back altered, or the cache kept other
-bytes."""
+bytes.  Last, `plexus train` on 2 ranks (threads) from s3://.../fmnist and
+from the local directory, same seed: the same losses at every step."""
 
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -57,8 +60,31 @@ try:
         for name in os.listdir(os.path.join(srv.local, sub)):
             want = os.path.join(srv.local, sub, name)
             got = os.path.join(cache, u.BUCKET, sub, name)
+            if name.startswith("t10k"):
+                continue  # px_data_batches reads the training split only
             u.check(os.path.exists(got) and open(got, "rb").read() == open(want, "rb").read(),
                     "cache holds %s byte for byte" % got)
+
+    # plexus train from S3 and from the local copy: the same losses.
+    def train(path, out):
+        args = [u.PLEXUS, "train", "--threads", "2", "--model", "cnn", "--channels", "4", "--data", "mnist",
+                "--data-path", path, "--train-subset", "512", "--val-subset", "64", "--batch-size", "16",
+                "--steps", "6", "--log-every", "1", "--eval-every", "6", "--seed", "3", "--workers", "2",
+                "--progress", "lines", "--quiet", "--out", out]
+        p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+        if p.returncode != 0:
+            print("plexus train %s: exit %d\n%s%s" % (path, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+            return None
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        return [(r["type"], r.get("step"), r.get("loss")) for r in recs if r["type"] in ("step", "eval")]
+    local_losses = train(os.path.join(srv.local, "fmnist"), os.path.join(srv.local, "run-local"))
+    s3_losses = train("s3://%s/fmnist" % u.BUCKET, os.path.join(srv.local, "run-s3"))
+    u.check(local_losses and len([r for r in local_losses if r[0] == "step"]) == 6,
+            "plexus train: 6 steps logged from the local copy: %r" % local_losses)
+    u.check(s3_losses == local_losses, "plexus train: the same losses from S3 as from the local copy:\n%r\n%r" %
+            (s3_losses, local_losses))
+    print("plexus train: losses", [r[2] for r in (s3_losses or [])], flush=True)
 finally:
     srv.close()
 print("took %.1f s" % (time.time() - t0))
