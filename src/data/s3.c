@@ -329,6 +329,9 @@ static px_status client_error(const char *what, const char *url, const s3_obj *o
   if (strcmp(ecode, "AccessDenied") == 0 || code == 403)
     return px_error(PX_ERR_IO, "%s %s: access denied (HTTP %ld%s%s%s%s) for access key id %s from %s", what, url,
                     code, *ecode ? " " : "", ecode, sep, emsg, conf.key_id, conf.cred_from);
+  if (code == 301 || strcmp(ecode, "PermanentRedirect") == 0)
+    return px_error(PX_ERR_IO, "%s %s: HTTP %ld%s%s%s%s: bucket \"%s\" is not in region %s (set AWS_REGION to its region)",
+                    what, url, code, *ecode ? " " : "", ecode, sep, emsg, o->bucket, conf.region);
   return px_error(PX_ERR_IO, "%s %s: HTTP %ld%s%s%s%s", what, url, code, *ecode ? " " : "", ecode, sep, emsg);
 }
 
