@@ -6,6 +6,7 @@ response mid-object, and the px_data_batches tool (tests/tools/).
 
 moto and boto3 come from PyPI: scripts/dev installs them (PY_TEST_PKGS)."""
 
+import json
 import logging
 import os
 import socket
@@ -118,6 +119,24 @@ class S3:
         # From here on every request must be signed by a key moto knows.
         moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
         ActionAuthenticatorMixin.request_count = 0
+
+    def temporary_credentials(self):
+        """(key id, secret, session token) of a role assumed through STS:
+        moto checks the token on every request made with them."""
+        moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+        setup = dict(endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="setup",
+                     aws_secret_access_key="setup")
+        iam = boto3.client("iam", **setup)
+        iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}))
+        iam.put_role_policy(RoleName="reader", PolicyName="all", PolicyDocument=(
+            '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'))
+        c = boto3.client("sts", **setup).assume_role(RoleArn="arn:aws:iam::123456789012:role/reader",
+                                                      RoleSessionName="px-test")["Credentials"]
+        moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+        ActionAuthenticatorMixin.request_count = 0
+        return c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]
 
     def env(self, endpoint=None, **extra):
         """The environment of a reader: credentials of the IAM user, the

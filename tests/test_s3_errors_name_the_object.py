@@ -4,8 +4,10 @@ unknown access key (InvalidAccessKeyId) from moto's IAM check, a missing
 key (NoSuchKey), a missing bucket (NoSuchBucket), an empty prefix, no
 credentials at all, a store that throttles every try (503 SlowDown) and an
 object whose every transfer is cut short (Content-Length against bytes
-received), both after their bounded retries.  Credentials from a profile
-in a shared credentials file work, and a wrong secret there names the file.
+received), both after their bounded retries, and temporary credentials
+with a wrong session token (InvalidToken).  Credentials from a profile in a
+shared credentials file work, and a wrong secret there names the file;
+temporary credentials (AWS_SESSION_TOKEN, from STS) work.
 
 Would fail if: an error lost the object's name or the store's code, a 4xx
 were retried, a throttled or truncated read were retried forever or
@@ -93,6 +95,16 @@ try:
                  "truncated object: Content-Length %d, received 10 bytes" % size)
     u.check(proxy.cut == 3, "truncated: 3 transfers cut (%d)" % proxy.cut)
     proxy.close()
+
+    # Temporary credentials: the session token goes with every request.
+    key_id, secret, token = srv.temporary_credentials()
+    rc, got, _, _ = u.batches("images", CSV, srv.env(AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret,
+                                                     AWS_SESSION_TOKEN=token))
+    _, want, _, _ = u.batches("images", os.path.join(srv.local, "imgs", "list.csv"), env)
+    u.check(rc == 0 and got == want, "temporary credentials with AWS_SESSION_TOKEN read the listing")
+    expect_error("wrong session token", "images", CSV,
+                 srv.env(AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret, AWS_SESSION_TOKEN="not-the-token"),
+                 "csv %s: the store refused the credentials (HTTP 400 InvalidToken" % CSV)
 
     # A profile in the shared credentials file (and the region in the config file).
     creds = os.path.join(srv.local, "credentials")
