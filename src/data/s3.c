@@ -403,11 +403,11 @@ static px_status request(req_method method, const char *what, const char *url, c
       st = px_error(PX_ERR_NOMEM, "%s %s: out of memory after %zu bytes", what, url, s->len);
       break;
     }
-    bool retry;
+    // Below, a failure that is worth another try sets `last` and falls
+    // through to the retry; anything else ends the loop.
     if (rc != CURLE_OK) {
       // A dropped connection (CURLE_PARTIAL_FILE: the body ended before its
       // Content-Length), a refused one, a timeout...
-      retry = true;
       if (cl >= 0 && (code >= 200 && code < 300))
         snprintf(last, sizeof last, "%s (truncated object: Content-Length %lld, received %zu bytes)",
                  curl_easy_strerror(rc), (long long)cl, s->len);
@@ -415,7 +415,6 @@ static px_status request(req_method method, const char *what, const char *url, c
         snprintf(last, sizeof last, "%s (curl error %d)", curl_easy_strerror(rc), (int)rc);
     } else if (code >= 200 && code < 300) {
       if (method == REQ_GET && cl >= 0 && (uint64_t)cl != s->len) {
-        retry = true;
         snprintf(last, sizeof last, "truncated object: Content-Length %lld, received %zu bytes", (long long)cl, s->len);
       } else if (range_n > 0 && s->len != range_n) {
         st = px_error(PX_ERR_FORMAT, "%s %s: asked for bytes %llu..%llu (%zu), the store sent %zu%s", what, url,
@@ -437,7 +436,6 @@ static px_status request(req_method method, const char *what, const char *url, c
         break;
       }
     } else if (code >= 500 || code == 429) {
-      retry = true;
       char ecode[128] = "";
       xml_tag(s->err, "Code", ecode, sizeof ecode, NULL);
       snprintf(last, sizeof last, "HTTP %ld%s%s", code, *ecode ? " " : "", ecode);
@@ -445,7 +443,6 @@ static px_status request(req_method method, const char *what, const char *url, c
       st = client_error(what, url, o, code, s);
       break;
     }
-    (void)retry;
     if (attempt == conf.attempts) {
       st = px_error(PX_ERR_IO, "%s %s: gave up after %d attempts; the last: %s", what, url, attempt, last);
       break;
@@ -453,7 +450,7 @@ static px_status request(req_method method, const char *what, const char *url, c
     pthread_mutex_lock(&stat_mu);
     retries_total++;
     pthread_mutex_unlock(&stat_mu);
-    fprintf(stderr, "plexus: s3: %s: attempt %d of %d failed: %s; retrying in %.1f s\n", url, attempt, conf.attempts,
+    fprintf(stderr, "plexus: s3: %s: attempt %d of %d failed: %s; retrying in %.2f s\n", url, attempt, conf.attempts,
             last, (double)wait / 1000.0);
     sleep_ms(wait);
     wait = wait * 2 > 10000 ? 10000 : wait * 2;
