@@ -4,7 +4,6 @@
 #include "data/s3.h"
 
 #include <ctype.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <pthread.h>
@@ -19,6 +18,15 @@
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 bool px_s3_is_url(const char *path) { return path && strncmp(path, "s3://", 5) == 0; }
+
+void px_s3_list_free(char **urls, uint64_t *sizes, size_t n) {
+  for (size_t k = 0; urls && k < n; k++) free(urls[k]);
+  free(urls);
+  free(sizes);
+}
+
+#ifdef PX_HAVE_CURL
+#include <curl/curl.h>
 
 // ---- Configuration (once per process) ----------------------------------------
 
@@ -636,12 +644,6 @@ px_status px_s3_cache_fetch(const char *url, const char *what, uint64_t size, ch
 
 // ---- Listing -------------------------------------------------------------------
 
-void px_s3_list_free(char **urls, uint64_t *sizes, size_t n) {
-  for (size_t k = 0; urls && k < n; k++) free(urls[k]);
-  free(urls);
-  free(sizes);
-}
-
 typedef struct listed {
   char    **urls;
   uint64_t *sizes;
@@ -777,3 +779,50 @@ px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64
   *n = l.n;
   return PX_OK;
 }
+
+#else  // built without libcurl: every s3:// path is refused, saying why
+
+static px_status no_curl(const char *what, const char *url) {
+  return px_error(PX_ERR_UNSUPPORTED,
+                  "%s %s: this plexus was built without libcurl, so it cannot read s3:// paths "
+                  "(apt-get install libcurl4-openssl-dev, then configure and build again)",
+                  what, url ? url : "(null)");
+}
+
+px_status px_s3_size(const char *url, const char *what, uint64_t *size) {
+  *size = 0;
+  return no_curl(what, url);
+}
+
+px_status px_s3_read(const char *url, const char *what, void **out, size_t *out_n) {
+  *out = NULL;
+  *out_n = 0;
+  return no_curl(what, url);
+}
+
+px_status px_s3_read_range(const char *url, const char *what, uint64_t offset, size_t n, void *dst) {
+  (void)offset, (void)n, (void)dst;
+  return no_curl(what, url);
+}
+
+px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64_t **sizes, size_t *n) {
+  *urls = NULL;
+  *sizes = NULL;
+  *n = 0;
+  return no_curl(what, pattern);
+}
+
+char *px_s3_cache_path(const char *url) {
+  (void)url;
+  return NULL;
+}
+
+px_status px_s3_cache_fetch(const char *url, const char *what, uint64_t size, char **local_path) {
+  (void)size;
+  *local_path = NULL;
+  return no_curl(what, url);
+}
+
+uint64_t px_s3_retries(void) { return 0; }
+
+#endif
