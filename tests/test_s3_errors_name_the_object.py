@@ -69,6 +69,8 @@ try:
                  'csv s3://px-data/imgs/nope.csv: no object "imgs/nope.csv" in bucket "px-data" (HTTP 404 NoSuchKey')
     expect_error("missing bucket", "images", "s3://px-no-bucket/imgs/list.csv", env,
                  'csv s3://px-no-bucket/imgs/list.csv: no bucket "px-no-bucket" (HTTP 404 NoSuchBucket')
+    expect_error("missing bucket of IDX files", "mnist", "s3://px-no-bucket/fmnist", env,
+                 's3://px-no-bucket/fmnist/train-images-idx3-ubyte: no bucket "px-no-bucket" (HTTP 404 NoSuchBucket')
     expect_error("missing IDX files", "mnist", "s3://%s/nothing" % u.BUCKET, env,
                  "mnist s3://px-data/nothing: train-images-idx3-ubyte not found")
     expect_error("empty prefix", "tokens", "s3://%s/none/" % u.BUCKET, env,

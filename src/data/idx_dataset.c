@@ -116,12 +116,13 @@ static px_status find_file(const char *dir, const char *name, char **out) {
     snprintf(p, cap, "%s%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name, gz ? ".gz" : "");
     if (s3) {
       uint64_t size;
-      px_status st = px_s3_size(p, "mnist", &size);
+      bool missing_key;
+      px_status st = px_s3_size(p, "mnist", &size, &missing_key);
       if (st == PX_OK) {
         *out = p;
         return PX_OK;
       }
-      if (st != PX_ERR_NOT_FOUND || strstr(px_last_error(), "no bucket")) {
+      if (!missing_key) {
         free(p);
         return st;
       }

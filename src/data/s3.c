@@ -470,8 +470,9 @@ static px_status request(req_method method, const char *what, const char *url, c
 
 // ---- Objects -------------------------------------------------------------------
 
-px_status px_s3_size(const char *url, const char *what, uint64_t *size) {
+px_status px_s3_size(const char *url, const char *what, uint64_t *size, bool *missing_key) {
   *size = 0;
+  if (missing_key) *missing_key = false;
   s3_obj o;
   px_status st = parse_url(url, what, &o);
   if (st == PX_OK) st = conf_get(what, url);
@@ -487,6 +488,9 @@ px_status px_s3_size(const char *url, const char *what, uint64_t *size) {
     req_result rg = {0};
     px_status st2 = request(REQ_GET, what, url, &o, o.key, NULL, 0, 1, &g, &rg);
     if (st2 != PX_OK && rg.code >= 400) st = st2;
+    char ecode[64] = "";
+    xml_tag(g.err, "Code", ecode, sizeof ecode, NULL);
+    if (missing_key && rg.code == 404 && (strcmp(ecode, "NoSuchKey") == 0 || !*ecode)) *missing_key = true;
     free(g.buf);
   }
   free(s.buf);
@@ -596,7 +600,7 @@ px_status px_s3_read(const char *url, const char *what, void **out, size_t *out_
   char *cached = key_escapes(o.key) ? NULL : px_s3_cache_path(url);
   if (!cached) return get_whole(url, what, &o, out, out_n);
   uint64_t size = 0, have = 0;
-  st = px_s3_size(url, what, &size);
+  st = px_s3_size(url, what, &size, NULL);
   if (st == PX_OK && local_size(cached, &have) && have == size) {
     st = read_local(cached, what, size, out, out_n);
   } else if (st == PX_OK) {
@@ -789,8 +793,9 @@ static px_status no_curl(const char *what, const char *url) {
                   what, url ? url : "(null)");
 }
 
-px_status px_s3_size(const char *url, const char *what, uint64_t *size) {
+px_status px_s3_size(const char *url, const char *what, uint64_t *size, bool *missing_key) {
   *size = 0;
+  if (missing_key) *missing_key = false;
   return no_curl(what, url);
 }
 

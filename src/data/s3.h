@@ -39,8 +39,10 @@
 bool px_s3_is_url(const char *path);
 
 /* The size of an object (HEAD).  A missing object or bucket is
- * PX_ERR_NOT_FOUND.  `what` ("idx", "tokens", ...) starts messages. */
-px_status px_s3_size(const char *url, const char *what, uint64_t *size);
+ * PX_ERR_NOT_FOUND; *missing_key (if not NULL) then says whether it is the
+ * key that is missing (NoSuchKey), not the bucket.  `what` ("idx",
+ * "tokens", ...) starts messages. */
+px_status px_s3_size(const char *url, const char *what, uint64_t *size, bool *missing_key);
 
 /* A whole object into malloc'ed memory (at least 1 byte allocated); from
  * the cache when PX_S3_CACHE holds it at the store's size. */
