@@ -21,6 +21,10 @@ from moto.core.authorization import ActionAuthenticatorMixin
 from moto import settings as moto_settings
 from moto.server import ThreadedMotoServer
 
+# The servers are on loopback: never through a proxy the environment names
+# (libcurl and boto3 both read these).
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+
 BUILD = os.environ.get("PX_BUILD_DIR", "")
 PLEXUS = os.path.join(BUILD, "plexus")
 TOOL = os.path.join(BUILD, "tests", "px_data_batches")
