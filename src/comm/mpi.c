@@ -44,6 +44,7 @@
 #include "comm/mpi_watch.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,59 @@ static px_status fits_int(const char *what, size_t count) {
 #define SPIN_SECONDS 0.25
 static double spin_seconds(size_t bytes) { return SPIN_SECONDS + 4e-9 * (double)bytes; }
 
+/* ---- Fault injection (tests) -------------------------------------------------------
+ * PX_COMM_FAULT="RANK:SIGNAL:WHEN:N:LABEL" makes world rank RANK send itself
+ * SIGNAL (KILL, STOP, TERM, ...: a name without SIG, or a number) at its
+ * N-th collective (from 1) whose label contains LABEL: WHEN "before" as it
+ * enters it (it never takes part), "after" once it has posted its share (a
+ * non-blocking one: DDP's buckets; a blocking one once it has returned).
+ * The fault tests (tests/test_mpi_faults_name_the_rank_and_resume.py) use it
+ * to land a kill -9 or a SIGSTOP mid-backward, mid-all-reduce or
+ * mid-checkpoint every time; it is read once, at px_comm_init_mpi, and costs
+ * a pointer test per collective when unset. */
+static struct fault {
+  int rank, signo, nth, seen;
+  bool after;
+  char label[PX_COMM_LABEL_MAX];
+} fault_spec, *fault;
+
+static int signal_number(const char *name) {
+  static const struct { const char *name; int signo; } names[] = {
+      {"KILL", SIGKILL}, {"STOP", SIGSTOP}, {"TERM", SIGTERM}, {"INT", SIGINT},
+      {"SEGV", SIGSEGV}, {"ABRT", SIGABRT}, {"USR1", SIGUSR1}};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (strcmp(name, names[i].name) == 0) return names[i].signo;
+  return atoi(name);
+}
+
+static void fault_parse(int world_rank) {
+  const char *spec = getenv("PX_COMM_FAULT");
+  if (!spec || !spec[0]) return;
+  char sig[16] = "", when[16] = "";
+  int rank = -1, nth = 0, used = 0;
+  if (sscanf(spec, "%d:%15[^:]:%15[^:]:%d:%n", &rank, sig, when, &nth, &used) != 4 || used == 0 || nth < 1 ||
+      (strcmp(when, "before") != 0 && strcmp(when, "after") != 0) || signal_number(sig) <= 0) {
+    fprintf(stderr, "plexus: warning: PX_COMM_FAULT=\"%s\" ignored: expected RANK:SIGNAL:before|after:N:LABEL, "
+                    "e.g. 1:STOP:before:1:DDP step 6, bucket 0\n", spec);
+    return;
+  }
+  if (rank != world_rank) return;
+  fault_spec = (struct fault){.rank = rank, .signo = signal_number(sig), .nth = nth, .after = when[0] == 'a'};
+  snprintf(fault_spec.label, sizeof fault_spec.label, "%s", spec + used);
+  fault = &fault_spec;
+}
+
+/* A collective at its start (after = false) or once posted (after = true). */
+static void fault_point(const mreq *r, bool after) {
+  if (!fault || r->peer >= 0 || fault->after != after || !strstr(r->label, fault->label)) return;
+  if (++fault->seen != fault->nth) return;
+  fprintf(stderr, "plexus: rank %d: PX_COMM_FAULT: signal %d %s %s (%s)\n", fault->rank, fault->signo,
+          after ? "after posting" : "before", r->what, r->label);
+  fflush(stderr);
+  fault = NULL;
+  raise(fault_spec.signo);
+}
+
 static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t bytes, bool blocking) {
   memset(r, 0, sizeof *r);
   r->blocking = blocking;
@@ -213,6 +267,7 @@ static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t byt
   // Every rank starts a communicator's collectives in the same order, so
   // their numbers agree (relaxed: one thread calls them at a time).
   if (peer < 0) r->seq = atomic_fetch_add_explicit(&((mcomm *)c->impl)->started, 1, memory_order_relaxed) + 1;
+  if (fault) fault_point(r, false);
 }
 
 /* The side channel's view of a collective (mpi_side.h). */
@@ -338,9 +393,12 @@ static px_status run_now(px_status started, mreq *r) {
   if (started) return started;
   if (r->completed) {
     finish(r);
+    if (fault) fault_point(r, true);
     return PX_OK;
   }
-  return wait_req(r);
+  px_status st = wait_req(r);
+  if (fault && st == PX_OK) fault_point(r, true);
+  return st;
 }
 
 /* Whether a blocking px_comm call runs MPI's blocking call now, with the
@@ -378,6 +436,7 @@ static px_status hand_out(px_status started, const mreq *r, px_request **req) {
   *h = *r;
   h->heap = true;
   *req = &h->base;
+  if (fault) fault_point(h, true);
   return PX_OK;
 }
 
@@ -723,6 +782,9 @@ px_status px_comm_init_mpi(px_comm **out) {
   if (px_mpi_side_init() != 0)
     fprintf(stderr, "plexus: warning: the watchdog's side channel did not start; a watchdog will not name the "
                     "ranks that did not arrive\n");
+  int wrank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  fault_parse(wrank);
   MPI_Comm world = MPI_COMM_NULL;
   // A duplicate, so our messages never match the application's own.
   MPI_TRY("px_comm_init_mpi", MPI_Comm_dup(MPI_COMM_WORLD, &world));
