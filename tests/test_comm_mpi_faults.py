@@ -4,7 +4,7 @@ the side channel, src/comm/mpi_side.c), the collective and its label.
 
   skip:  rank 1 of 2 skips an all-reduce; rank 0's watchdog (2 s) prints
          which collective and label it was in, names rank 1 and its host as
-         not waiting in any collective, and ends the job (MPI_Abort);
+         having sent no word of waiting in a collective, and ends the job (MPI_Abort);
   stop:  rank 1 stops itself with SIGSTOP before the all-reduce: the same,
          within the watchdog's 2 s (plus the launcher's teardown);
   other: rank 1 waits in a barrier labelled "checkpoint of step 3" on
@@ -73,7 +73,7 @@ if p is not None:
     check("did not complete within 2 s" in p.stderr, "skip: the watchdog message lacks the timeout")
     check("waiting on ranks [1], which did not reach this collective" in p.stderr,
           "skip: the watchdog does not name rank 1")
-    check(f"rank 1 on host {host} is not waiting in any collective" in p.stderr,
+    check(f"rank 1 on host {host} sent no word of waiting in a collective" in p.stderr,
           "skip: the watchdog does not give rank 1's host and state")
     check("unknown" not in p.stderr, "skip: the watchdog still says unknown")
 
@@ -84,7 +84,7 @@ if p is not None:
     check("rank 0 (host " + host + "): watchdog: allreduce (step 3, bucket 1) did not complete within 2 s"
           in p.stderr, "stop: no watchdog message from rank 0 naming the allreduce and label")
     check(f"waiting on ranks [1], which did not reach this collective" in p.stderr and
-          f"rank 1 on host {host} is not waiting in any collective (stopped" in p.stderr,
+          f"rank 1 on host {host} sent no word of waiting in a collective (it is stopped" in p.stderr,
           "stop: the watchdog does not name the stopped rank 1 and its host")
 
 p, took = run("other")
@@ -100,7 +100,7 @@ if p is not None:
     check(took < 2 + 8, f"group: took {took:.1f} s")
     check("rank 1 (host " + host + "): watchdog: allreduce (step 3, bucket 1)" in p.stderr and
           "waiting on ranks [1] of this group of 2 (world ranks [3])" in p.stderr and
-          f"world rank 3 on host {host} is not waiting in any collective" in p.stderr,
+          f"world rank 3 on host {host} sent no word of waiting in a collective" in p.stderr,
           "group: world rank 1's watchdog does not name group rank 1 = world rank 3")
 
 p, took = run("exit")

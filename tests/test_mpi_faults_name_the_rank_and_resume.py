@@ -140,7 +140,7 @@ try:
                 cu.check(label in msg and "did not complete within %d s" % TIMEOUT in msg,
                          "%s: the watchdog does not name %s and the timeout: %s" % (case, label, msg))
                 cu.check("waiting on ranks [1], which did not reach this collective" in msg and
-                         "rank 1 on host %s is not waiting in any collective" % HOST in msg,
+                         "rank 1 on host %s sent no word of waiting in a collective" % HOST in msg,
                          "%s: the watchdog does not name rank 1 and its host: %s" % (case, msg))
                 # The watchdog's deadline and the launcher's teardown.
                 cu.check(to_end is not None and to_end < TIMEOUT + 5,

@@ -21,8 +21,9 @@
 //     to each member, and one when the wait ends.
 // What it cannot see: a rank that posted the collective (a non-blocking
 // one, DDP's buckets) and then stopped before any wait of its own stalled
-// has said nothing, and is named as "not waiting in any collective".  It is
-// the rank at fault either way.
+// has said nothing, and is named as having "sent no word of waiting in a
+// collective".  It is the rank at fault either way.  Nor can a message
+// cross a cut link: both sides of one name each other so.
 //
 // Messages: one fixed record (struct rec) of MPI_BYTEs with tag SIDE_TAG on
 // a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN (the channel is best
@@ -255,7 +256,7 @@ void px_mpi_side_verdict(const px_mpi_call *c, char *out, size_t cap) {
     else if (r && r->kind == KIND_WAITING)
       PUT("is waiting in %s (%s) on another communicator", r->what, r->label[0] ? r->label : "no label set");
     else
-      PUT("is not waiting in any collective (stopped, killed, or still computing)");
+      PUT("sent no word of waiting in a collective (it is stopped, killed, cut off, or still computing)");
   }
   if (n_missing > DETAIL_MAX) PUT("; ...");
   pthread_mutex_unlock(&S.mu);

@@ -10,7 +10,7 @@
  * that too.  A rank whose watchdog expires reads what it has heard: the
  * members that told it they reached #s arrived; the others are named, with
  * their host and what they said last (waiting in another collective, or
- * nothing: stopped, killed, or still computing).
+ * nothing: stopped, killed, cut off, or still computing).
  *
  * Nothing is sent while collectives keep completing within the spin: the
  * cost on the fast path is one atomic increment per collective (the

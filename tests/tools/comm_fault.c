@@ -7,7 +7,7 @@
  *                 all-reduce;
  *   --mode stop   rank 1 stops itself with SIGSTOP before the all-reduce;
  *                 rank 0's watchdog must name it (rank, host) from the side
- *                 channel, as not waiting in any collective;
+ *                 channel, as having sent no word of waiting;
  *   --mode other  rank 1 waits in a barrier (label "checkpoint of step 3")
  *                 on another communicator instead: rank 0's watchdog must
  *                 say that rank 1 waits there;
