@@ -7,7 +7,8 @@ within the watchdog's 4 s plus the launcher's teardown, with a message
 naming the rank that failed and its host: for a stop, rank 0's watchdog
 names rank 1 and its host, the collective, and its label (the DDP step and
 bucket, or "checkpoint of step 4"); for a kill, Open MPI names the rank,
-its host and the signal.  Afterwards every complete checkpoint left
+its host and the signal, and rank 0, ended by the launcher's SIGTERM while
+it waits, prints the same naming of the collective, label and rank 1.  Afterwards every complete checkpoint left
 verifies against its SHA256SUMS, and `--resume auto` (the same command)
 continues from the newest one to step 8 with the same weights, byte for
 byte, and the same final (held-out) loss as a run that was never
@@ -147,9 +148,15 @@ try:
                          "%s: the job ended %s s after the fault" % (case, to_end))
             else:
                 m = re.search(r"process rank 1 with PID \d+ on node (\S+) exited on signal 9", err)
-                msg = m.group(0) if m else ""
                 cu.check(m is not None and m.group(1) == HOST,
-                         "%s: no message naming rank 1, its host and SIGKILL:\n%s" % (case, err[-3000:]))
+                         "%s: no message from Open MPI naming rank 1, its host and SIGKILL:\n%s" % (case, err[-3000:]))
+                # Rank 0, ended by the launcher while it waits, says where.
+                t = re.search(r"plexus: rank 0 \(host [^)]*\): SIGTERM .*", err)
+                msg = t.group(0) if t else ""
+                cu.check(t is not None and label in msg and
+                         "waiting on ranks [1], which did not reach this collective" in msg and
+                         "rank 1 on host %s sent no word" % HOST in msg,
+                         "%s: rank 0 does not say where it waited (%s) and for whom: %s" % (case, label, msg))
                 # Open MPI ends the others at once (SIGTERM, then SIGKILL).
                 cu.check(to_end is not None and to_end < 10,
                          "%s: the job ended %s s after the fault" % (case, to_end))

@@ -381,6 +381,11 @@ static px_status wait_req(mreq *r) {
       px_mpi_side_drain();
       last_drain = now;
     }
+    if (px_mpi_watch_term_since(start)) {
+      char verdict[1400];
+      verdict_of(r, verdict, sizeof verdict);
+      px_mpi_watch_term_message(world_rank_of(r->c), r->what, r->label, waited, verdict);
+    }
     struct timespec ts = {0, nap_ns};
     nanosleep(&ts, NULL);
     nap_ns = nap_ns * 2 > NAP_MAX_NS ? NAP_MAX_NS : nap_ns * 2;
@@ -785,6 +790,7 @@ px_status px_comm_init_mpi(px_comm **out) {
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   fault_parse(wrank);
+  px_mpi_watch_term_hook();
   MPI_Comm world = MPI_COMM_NULL;
   // A duplicate, so our messages never match the application's own.
   MPI_TRY("px_comm_init_mpi", MPI_Comm_dup(MPI_COMM_WORLD, &world));

@@ -85,6 +85,57 @@ void px_mpi_watch_message(int world_rank, const char *what, const char *label, d
   fflush(stderr);
 }
 
+void px_mpi_watch_term_message(int world_rank, const char *what, const char *label, double waited,
+                               const char *verdict) {
+  if (!label || !label[0]) label = "no label set";
+  fprintf(stderr,
+          "plexus: rank %d (host %s): SIGTERM (the launcher ends the job so when a rank dies) while waiting %.1f s "
+          "in %s (%s); %s\n",
+          world_rank, px_mpi_side_host(world_rank), waited, what, label, verdict);
+  fflush(stderr);
+}
+
+/* The SIGTERM chain (px_mpi_watch_term_hook). */
+static struct sigaction term_old;
+static atomic_uint_least64_t term_count;  /* signals seen */
+static _Atomic double term_at;             /* px_time_now() of the last */
+static atomic_uint_least64_t term_told;    /* term_count when last reported */
+
+static void term_handler(int signo, siginfo_t *info, void *ctx) {
+  int saved = errno;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe; px_time_now's clock
+  atomic_store(&term_at, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+  atomic_fetch_add(&term_count, 1);
+  errno = saved;
+  if (term_old.sa_flags & SA_SIGINFO) term_old.sa_sigaction(signo, info, ctx);
+  else term_old.sa_handler(signo);
+}
+
+void px_mpi_watch_term_hook(void) {
+  static atomic_flag once = ATOMIC_FLAG_INIT;
+  if (atomic_flag_test_and_set(&once)) return;
+  struct sigaction old;
+  if (sigaction(SIGTERM, NULL, &old) != 0) return;
+  // Only in front of a handler: with the default action the process must
+  // still end at once, and an ignored signal stays ignored.
+  if (!(old.sa_flags & SA_SIGINFO) && (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN)) return;
+  term_old = old;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = term_handler;
+  sa.sa_mask = old.sa_mask;
+  sa.sa_flags = (old.sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+bool px_mpi_watch_term_since(double start) {
+  uint_least64_t n = atomic_load(&term_count);
+  if (n == 0 || atomic_load(&term_at) < start) return false;
+  uint_least64_t told = atomic_load(&term_told);
+  return told != n && atomic_compare_exchange_strong(&term_told, &told, n);
+}
+
 void px_mpi_watch_peer_verdict(int peer_world_rank, int peer, char *out, size_t cap) {
   snprintf(out, cap, "waiting on ranks [%d] (world rank %d on host %s)", peer, peer_world_rank,
            px_mpi_side_host(peer_world_rank));
@@ -185,6 +236,12 @@ static void *watch_main(void *arg) {
         px_mpi_side_drain();
         last_drain = now;
       }
+      if (px_mpi_watch_term_since(start)) {
+        char verdict[VERDICT_MAX];
+        if (has_call) px_mpi_side_verdict(&call, verdict, sizeof verdict);
+        else px_mpi_watch_peer_verdict(peer, peer, verdict, sizeof verdict);
+        px_mpi_watch_term_message(rank, what, call_label[0] ? call_label : label, waited, verdict);
+      }
       atomic_store_explicit(&W.throttled, s, memory_order_relaxed);
       pthread_kill(waiter, W.signo);
       nap(1e-9 * (double)(THROTTLE_NAP_NS + THROTTLE_RUN_NS));
@@ -265,6 +322,16 @@ void px_mpi_watch_disarm(void) {
 }
 
 #else
+
+void px_mpi_watch_term_hook(void) {}
+bool px_mpi_watch_term_since(double start) {
+  (void)start;
+  return false;
+}
+void px_mpi_watch_term_message(int world_rank, const char *what, const char *label, double waited,
+                               const char *verdict) {
+  (void)world_rank, (void)what, (void)label, (void)waited, (void)verdict;
+}
 
 void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout,
                           const char *verdict) {

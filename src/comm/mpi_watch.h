@@ -41,6 +41,19 @@ void px_mpi_watch_disarm(void);
  * `verdict` (px_mpi_side_verdict's, or px_mpi_watch_peer_verdict's). */
 void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout,
                           const char *verdict);
+/* SIGTERM while a wait is stalled.  Open MPI ends the survivors of a rank
+ * that died (kill -9, a crash) with SIGTERM, then SIGKILL about 2 s later:
+ * before their watchdog.  px_mpi_watch_term_hook chains a SIGTERM handler
+ * in front of the program's own (once; only where the program has one:
+ * with the default action the process ends at once, as before), which
+ * notes the time; px_mpi_watch_term_since(start) is true, once per signal,
+ * for a stalled wait that began before it, which then prints its message
+ * (px_mpi_watch_term_message) and goes on waiting. */
+void px_mpi_watch_term_hook(void);
+bool px_mpi_watch_term_since(double start);
+void px_mpi_watch_term_message(int world_rank, const char *what, const char *label, double waited,
+                               const char *verdict);
+
 /* The verdict of a point-to-point wait: "waiting on ranks [P] (host H)". */
 void px_mpi_watch_peer_verdict(int peer_world_rank, int peer, char *out, size_t cap);
 
