@@ -90,6 +90,7 @@ px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) {
 #else
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -674,12 +675,44 @@ static void m_abort(px_comm *c, const char *why) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+/* Members lists of freed communicators: the watchdog thread may still be
+ * telling them that a stalled call ended (px_mpi_side_cleared) just after
+ * the caller returned and freed the communicator, so they are freed at
+ * px_comm_finalize_mpi, after the side channel is closed. */
+static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
+static int **retired;
+static size_t n_retired, cap_retired;
+
+static void retire_members(int *members) {
+  pthread_mutex_lock(&retired_mu);
+  if (n_retired == cap_retired) {
+    size_t cap = cap_retired ? 2 * cap_retired : 16;
+    int **grown = realloc(retired, cap * sizeof *grown);
+    if (grown) {
+      retired = grown;
+      cap_retired = cap;
+    }
+  }
+  if (n_retired < cap_retired) retired[n_retired++] = members;
+  else free(members);  // out of memory: the race above is the lesser risk
+  pthread_mutex_unlock(&retired_mu);
+}
+
+static void free_retired(void) {
+  pthread_mutex_lock(&retired_mu);
+  for (size_t i = 0; i < n_retired; i++) free(retired[i]);
+  free(retired);
+  retired = NULL;
+  n_retired = cap_retired = 0;
+  pthread_mutex_unlock(&retired_mu);
+}
+
 static void m_free(px_comm *c) {
   mcomm *m = c->impl;
   int finalized = 1;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Comm_free(&m->comm);
-  free(m->members);
+  retire_members(m->members);
   free(m);
   free(c);
 }
@@ -802,6 +835,7 @@ void px_comm_finalize_mpi(void) {
   int finalized = 1;
   MPI_Finalized(&finalized);
   if (!finalized) px_mpi_side_finalize();
+  free_retired();
   if (we_initialized && !finalized) MPI_Finalize();
 }
 
