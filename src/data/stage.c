@@ -111,6 +111,7 @@ static px_status s3_source_files(const char *kind, const char *path, char ***url
       size_t pick = m;
       for (int gz = 0; gz < 2 && pick == m; gz++)
         for (size_t j = 0; j < m && pick == m; j++) {
+          if (!u[j]) continue;  // taken by an earlier name
           const char *rest = u[j] + strlen(prefix);
           if (strncmp(rest, names[k], strlen(names[k])) == 0 && strcmp(rest + strlen(names[k]), gz ? ".gz" : "") == 0)
             pick = j;
