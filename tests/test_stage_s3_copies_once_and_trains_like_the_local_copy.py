@@ -14,8 +14,9 @@ mid-object:
     fetched again (copied 1, damaged 0);
   - the same shards as a glob (s3://.../tok_*.bin): its own set, 3 of 3,
     the local losses;
-  - Fashion-MNIST's four IDX objects under s3://.../fmnist: 4 of 4, the CNN's
-    losses equal the local directory's; a second run copies 0.
+  - Fashion-MNIST's four IDX objects under s3://.../fmnist (beside a
+    "folder" marker key fmnist/): 4 of 4, the CNN's losses equal the local
+    directory's; a second run copies 0.
 
 If it failed, both ranks would copy, later runs would download again, a
 truncated or replaced copy would be trained on, or the staged bytes would
@@ -166,7 +167,9 @@ try:
     check_stage(p, "glob, first run", copied=SHARDS, files=SHARDS)
     u.check(ref2 and l5 == ref2, "glob: losses from the stage %s differ from the local files' %s" % (l5, ref2))
 
-    # 6. Fashion-MNIST's IDX objects (gzip) under a prefix.
+    # 6. Fashion-MNIST's IDX objects (gzip) under a prefix that also has a
+    # "folder" marker key (fmnist/, as the AWS console makes one).
+    s3.put_object(Bucket=u.BUCKET, Key="fmnist/", Body=b"")
     _, mref = train("mnist", os.path.join(srv.local, "fmnist"), os.path.join(tmp, "mref"), env)
     u.check(mref and len([r for r in mref if r[0] == "step"]) == 4, "mnist: 4 steps from the local files: %r" % mref)
     p, m1 = train("mnist", "s3://%s/fmnist" % u.BUCKET, os.path.join(tmp, "m1"), env, stage)

@@ -5,10 +5,14 @@
 //
 //   plexus-stage 1
 //   source <the source path as the data kind names it>
-//   <crc32c, 8 hex> <size> <source mtime s.ns> <base name>     (one per file)
+//   <crc32c, 8 hex> <size> <version> <base name>     (one per file)
+//
+// where the version is a local file's mtime "s.ns" or an S3 object's
+// "etag:ETAG" from the listing (s3.h).  S3 objects are copied by ranged
+// GETs of S3_CHUNK bytes.
 //
 // A set is reused file by file: a file whose source still has the recorded
-// size and mtime, and whose copy has the recorded size (and, verifying in
+// size and version, and whose copy has the recorded size (and, verifying in
 // full, the recorded CRC-32C), is kept; any other is copied again.  No
 // MANIFEST (a copy cut short) means every file is copied.  The manifest is
 // removed before the first copy and rewritten after the last, so a run that
@@ -99,14 +103,19 @@ static px_status s3_source_files(const char *kind, const char *path, char ***url
   if (strcmp(kind, "mnist") == 0) {
     static const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                                   "t10k-labels-idx1-ubyte"};
+    if (strpbrk(path, "*?["))
+      return px_error(PX_ERR_INVALID, "--stage: mnist %s: expected the prefix the IDX files are under, not a pattern",
+                      path);
     size_t plen = strlen(path);
-    char *prefix = malloc(plen + 2);
+    char *prefix = malloc(plen + 3);
     if (!prefix) return px_error(PX_ERR_NOMEM, "--stage: out of memory");
-    snprintf(prefix, plen + 2, "%s%s", path, plen > 0 && path[plen - 1] == '/' ? "" : "/");
+    snprintf(prefix, plen + 3, "%s%s*", path, plen > 0 && path[plen - 1] == '/' ? "" : "/");
     char **u = NULL, **t = NULL;
     uint64_t *z = NULL;
     size_t m = 0;
+    // PREFIX/* (one level): a "folder" marker key PREFIX/ is listed, not taken.
     st = px_s3_list_etags(prefix, "--stage: mnist", &u, &z, &t, &m);
+    prefix[strlen(prefix) - 1] = '\0';
     for (size_t k = 0; k < 4 && st == PX_OK; k++) {
       size_t pick = m;
       for (int gz = 0; gz < 2 && pick == m; gz++)
