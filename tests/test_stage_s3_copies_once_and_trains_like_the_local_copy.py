@@ -13,7 +13,7 @@ mid-object:
   - an object replaced by other bytes of the same size (a new ETag) is
     fetched again (copied 1, damaged 0);
   - the same shards as a glob (s3://.../tok_*.bin): its own set, 3 of 3,
-    the local losses;
+    the local losses; a prefix ending in '/' is refused, saying what to give;
   - Fashion-MNIST's four IDX objects under s3://.../fmnist (beside a
     "folder" marker key fmnist/): 4 of 4, the CNN's losses equal the local
     directory's; a second run copies 0.
@@ -166,6 +166,11 @@ try:
     p, l5 = train("tokens", "s3://%s/small/tok_*.bin" % u.BUCKET, os.path.join(tmp, "t5"), env, stage)
     check_stage(p, "glob, first run", copied=SHARDS, files=SHARDS)
     u.check(ref2 and l5 == ref2, "glob: losses from the stage %s differ from the local files' %s" % (l5, ref2))
+
+    # A prefix ending in '/' is refused (SET/* would match the MANIFEST), saying what to give.
+    p, _ = train("tokens", "s3://%s/small/" % u.BUCKET, os.path.join(tmp, "t6"), env, stage)
+    u.check(p.returncode != 0 and "give the shards as a glob (s3://px-data/small/*.bin)" in p.stderr,
+            "a '/'-ended prefix: exit %d, %s" % (p.returncode, p.stderr[-800:]))
 
     # 6. Fashion-MNIST's IDX objects (gzip) under a prefix that also has a
     # "folder" marker key (fmnist/, as the AWS console makes one).
