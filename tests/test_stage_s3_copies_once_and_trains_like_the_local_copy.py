@@ -16,7 +16,8 @@ mid-object:
     the local losses; a prefix ending in '/' is refused, saying what to give;
   - Fashion-MNIST's four IDX objects under s3://.../fmnist (beside a
     "folder" marker key fmnist/): 4 of 4, the CNN's losses equal the local
-    directory's; a second run copies 0.
+    directory's; a second run copies 0;
+  - a text file as one object: 1 of 1, the local file's losses.
 
 If it failed, both ranks would copy, later runs would download again, a
 truncated or replaced copy would be trained on, or the staged bytes would
@@ -57,6 +58,9 @@ def train(kind, path, out, env, stage=None):
     if kind == "tokens":
         args = ["--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--context", "16",
                 "--vocab-size", "64", "--data", "tokens", "--batch-size", "4"]
+    elif kind == "text":
+        args = ["--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--context", "8", "--data",
+                "text", "--batch-size", "4"]
     else:
         args = ["--model", "cnn", "--channels", "4", "--data", "mnist", "--train-subset", "256", "--val-subset", "32",
                 "--batch-size", "16", "--eval-every", "4"]
@@ -188,6 +192,18 @@ try:
     p, m2 = train("mnist", "s3://%s/fmnist" % u.BUCKET, os.path.join(tmp, "m2"), env, stage)
     check_stage(p, "mnist, second run", copied=0, files=4)
     u.check(m2 == mref, "mnist, reused stage: losses differ")
+
+    # 7. A text file as one object.
+    corpus = os.path.join(tmp, "corpus.txt")
+    with open(corpus, "w") as f:
+        for i in range(300):
+            f.write("the cat sat on the mat and the dog ran %d\n" % (i % 7))
+    with open(corpus, "rb") as f:
+        s3.put_object(Bucket=u.BUCKET, Key="text/corpus.txt", Body=f.read())
+    _, tref = train("text", corpus, os.path.join(tmp, "tref"), env)
+    p, t1 = train("text", "s3://%s/text/corpus.txt" % u.BUCKET, os.path.join(tmp, "x1"), env, stage)
+    check_stage(p, "text, first run", copied=1, files=1)
+    u.check(tref and t1 == tref, "text: losses from the stage %s differ from the local file's %s" % (t1, tref))
     print("stage sets:", sorted(os.listdir(stage)) if os.path.isdir(stage) else None)
 finally:
     srv.close()
