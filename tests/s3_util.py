@@ -182,11 +182,13 @@ class CuttingProxy:
     """A TCP proxy to `port` on 127.0.0.1.  After `skip` of them, the next
     `cuts` responses to a GET whose request line contains `match` are cut after their headers and
     `after` bytes of body (the connection closed, as a dropped one is).
-    Counts its cuts."""
+    Counts its cuts, and in `gets` every GET whose request line matches
+    (cuts=0: a counting proxy)."""
 
     def __init__(self, port, match, after, cuts=1, skip=0):
         self.target, self.match, self.after, self.cuts_left, self.skip = port, match.encode(), after, cuts, skip
         self.cut = 0
+        self.gets = 0
         self.lock = threading.Lock()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -215,6 +217,7 @@ class CuttingProxy:
                     break
                 if data.startswith(b"GET ") and self.match in data.split(b"\r\n", 1)[0]:
                     with self.lock:
+                        self.gets += 1
                         if self.skip > 0:
                             self.skip -= 1
                         elif self.cuts_left > 0:

@@ -5,7 +5,8 @@
  * default) -- the size check passes it, which is that mode's documented
  * limit --, a missing copy, and a MANIFEST that is not one.  The replaced
  * copy equals the source again.  Failures name what failed on every rank:
- * an s3:// source says what staging s3:// needs, an unstaged kind (images)
+ * an s3:// pattern with wildcards above its last '/' is refused naming it
+ * (before any request), an unstaged kind (images)
  * is refused, and a stage directory that cannot be made fails on both
  * ranks (the waiting rank says the copying rank failed).
  *
@@ -89,10 +90,11 @@ int main(void) {
   CHECK(copies(&j) == 0, "after re-staging, a run copied %zu", copies(&j));
 
   // 5. Errors reach every rank with their reason.
-  stage_job s3 = {.stage = stage, .kind = "tokens", .source = "s3://bucket/shards/shard_*.bin"};
+  stage_job s3 = {.stage = stage, .kind = "tokens", .source = "s3://bucket/sh*/shard_*.bin"};
   stage2(&s3);
-  CHECK(s3.st[0] != PX_OK && s3.st[1] != PX_OK, "s3:// was accepted");
-  CHECK(strstr(s3.err[0], "staging s3:// sources needs"), "s3 message: %s", s3.err[0]);
+  CHECK(s3.st[0] == PX_ERR_INVALID && s3.st[1] != PX_OK, "an s3:// glob over several prefixes was accepted");
+  CHECK(strstr(s3.err[0], "s3://bucket/sh*/shard_*.bin") && strstr(s3.err[0], "one \"directory\""),
+        "s3 message: %s", s3.err[0]);
   stage_job img = {.stage = stage, .kind = "images", .source = src};
   stage2(&img);
   CHECK(img.st[0] == PX_ERR_UNSUPPORTED && strstr(img.err[0], "--data images is not staged"), "images: %s",

@@ -256,8 +256,12 @@ typedef struct px_stage_result {
 /* The files a data kind reads from `path`: "mnist" (a directory: the four
  * IDX files, plain or .gz, that exist), "tokens" (a glob: the shards, sorted;
  * wildcards only in the last part), "text" (the file).  Other kinds
- * (images, imagenet) and s3:// sources are PX_ERR_UNSUPPORTED.  *files is
- * malloc'ed: free with px_stage_files_free. */
+ * (images, imagenet) are PX_ERR_UNSUPPORTED.  An s3:// path is listed
+ * (mnist: the IDX objects under the prefix; tokens: a glob in the last part
+ * or a key prefix ending in part of a name; text: one key) and *files are
+ * s3:// URLs, which px_stage_files copies by ranged GETs, recording each
+ * object's ETag in place of the mtime.  *files is malloc'ed: free with
+ * px_stage_files_free. */
 px_status px_stage_source_files(const char *kind, const char *path, char ***files, size_t *n);
 void px_stage_files_free(char **files, size_t n);
 /* Stage files[0..n) (distinct base names) as the set of `source`, on the
@@ -266,7 +270,7 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
                          px_stage_verify verify, px_stage_result *res);
 /* Where the staged copy of `source` is read from: the set's directory
  * (mnist), or the directory and the source's last part (tokens' glob, a
- * text file). */
+ * text file; an s3:// key prefix of shards: that part and '*'). */
 px_status px_stage_path(const char *stage_dir, const char *kind, const char *source, char *out, size_t cap);
 /* Collective over comm: local rank 0 of each node (px_comm_local_rank)
  * stages `source` (made absolute) while the node's other ranks wait in an

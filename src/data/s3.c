@@ -25,6 +25,11 @@ void px_s3_list_free(char **urls, uint64_t *sizes, size_t n) {
   free(sizes);
 }
 
+void px_s3_etags_free(char **etags, size_t n) {
+  for (size_t k = 0; etags && k < n; k++) free(etags[k]);
+  free(etags);
+}
+
 #ifdef PX_HAVE_CURL
 #include <curl/curl.h>
 
@@ -651,24 +656,33 @@ px_status px_s3_cache_fetch(const char *url, const char *what, uint64_t size, ch
 typedef struct listed {
   char    **urls;
   uint64_t *sizes;
+  char    **etags;  // the entries' ETags (quotes removed), when asked for
   size_t    n, cap;
 } listed;
 
-static bool listed_push(listed *l, const char *bucket, const char *key, uint64_t size) {
+static bool listed_push(listed *l, const char *bucket, const char *key, uint64_t size, const char *etag) {
   if (l->n == l->cap) {
     size_t cap = l->cap ? 2 * l->cap : 64;
     char **u = realloc(l->urls, cap * sizeof *u);
     if (u) l->urls = u;
     uint64_t *s = realloc(l->sizes, cap * sizeof *s);
     if (s) l->sizes = s;
-    if (!u || !s) return false;
+    char **t = etag ? realloc(l->etags, cap * sizeof *t) : NULL;
+    if (t) l->etags = t;
+    if (!u || !s || (etag && !t)) return false;
     l->cap = cap;
   }
   size_t n = strlen(bucket) + strlen(key) + 7;
   char *url = malloc(n);
-  if (!url) return false;
+  char *tag = etag ? strdup(etag) : NULL;
+  if (!url || (etag && !tag)) {
+    free(url);
+    free(tag);
+    return false;
+  }
   snprintf(url, n, "s3://%s/%s", bucket, key);
   l->urls[l->n] = url;
+  if (etag) l->etags[l->n] = tag;
   l->sizes[l->n++] = size;
   return true;
 }
@@ -679,8 +693,14 @@ static int cmp_url(const void *a, const void *b) {
 }
 
 px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64_t **sizes, size_t *n) {
+  return px_s3_list_etags(pattern, what, urls, sizes, NULL, n);
+}
+
+px_status px_s3_list_etags(const char *pattern, const char *what, char ***urls, uint64_t **sizes, char ***etags,
+                           size_t *n) {
   *urls = NULL;
   *sizes = NULL;
+  if (etags) *etags = NULL;
   *n = 0;
   s3_obj o;
   px_status st = parse_url(pattern, what, &o);
@@ -721,7 +741,7 @@ px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64
     const char *xml = s.buf ? (const char *)s.buf : "";
     if (s.buf) s.buf[s.len] = '\0';  // on_body keeps one byte spare
     const char *p = xml, *next;
-    char key[1024], size_s[32], block[4096];
+    char key[1024], size_s[32], block[4096], etag[256];
     while (st == PX_OK && xml_tag(p, "Contents", block, sizeof block, &next)) {
       p = next;
       if (!xml_tag(block, "Key", key, sizeof key, NULL) || !xml_tag(block, "Size", size_s, sizeof size_s, NULL)) {
@@ -730,7 +750,15 @@ px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64
       }
       bool keep = glob ? fnmatch(o.key, key, FNM_PATHNAME) == 0 : key[strlen(key) - 1] != '/';
       if (!glob && strcmp(key, o.key) == 0) exact = true;
-      if (keep && !listed_push(&l, o.bucket, key, strtoull(size_s, NULL, 10)))
+      if (etags) {  // "&quot;hex&quot;" decoded, the quotes dropped; a store without ETags: ""
+        char raw[256] = "";
+        xml_tag(block, "ETag", raw, sizeof raw, NULL);
+        size_t k = 0;
+        for (const char *c = raw; *c; c++)
+          if (*c != '"') etag[k++] = *c;
+        etag[k] = '\0';
+      }
+      if (keep && !listed_push(&l, o.bucket, key, strtoull(size_s, NULL, 10), etags ? etag : NULL))
         st = px_error(PX_ERR_NOMEM, "%s %s: out of memory listing", what, pattern);
     }
     char truncated[16] = "";
@@ -750,36 +778,44 @@ px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64
         uint64_t z = l.sizes[j];
         l.sizes[j] = l.sizes[0];
         l.sizes[0] = z;
+        if (l.etags) {
+          char *t = l.etags[j];
+          l.etags[j] = l.etags[0];
+          l.etags[0] = t;
+        }
         k = 1;
         break;
       }
     }
-    for (size_t j = k; j < l.n; j++) free(l.urls[j]);
+    for (size_t j = k; j < l.n; j++) {
+      free(l.urls[j]);
+      if (l.etags) free(l.etags[j]);
+    }
     l.n = k;
   }
   if (st == PX_OK && l.n == 0)
     st = px_error(PX_ERR_NOT_FOUND, "%s %s: no object in bucket \"%s\" %s \"%s\"", what, pattern, o.bucket,
                   glob ? "matches" : "has a key starting with", glob ? o.key : prefix);
+  struct entry { char *url; uint64_t size; char *etag; } *e = st == PX_OK ? malloc(l.n * sizeof *e) : NULL;
+  if (st == PX_OK && !e) st = px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, pattern);
   if (st != PX_OK) {
+    if (etags) px_s3_etags_free(l.etags, l.n);
     px_s3_list_free(l.urls, l.sizes, l.n);
     return st;
   }
   // Sorted bytewise, as the local glob's shards are: the same order
   // everywhere (S3 lists in that order already; other stores may not).
-  struct entry { char *url; uint64_t size; } *e = malloc(l.n * sizeof *e);
-  if (!e) {
-    px_s3_list_free(l.urls, l.sizes, l.n);
-    return px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, pattern);
-  }
-  for (size_t j = 0; j < l.n; j++) e[j] = (struct entry){l.urls[j], l.sizes[j]};
+  for (size_t j = 0; j < l.n; j++) e[j] = (struct entry){l.urls[j], l.sizes[j], l.etags ? l.etags[j] : NULL};
   qsort(e, l.n, sizeof *e, cmp_url);  // by the first member, the URL
   for (size_t j = 0; j < l.n; j++) {
     l.urls[j] = e[j].url;
     l.sizes[j] = e[j].size;
+    if (l.etags) l.etags[j] = e[j].etag;
   }
   free(e);
   *urls = l.urls;
   *sizes = l.sizes;
+  if (etags) *etags = l.etags;
   *n = l.n;
   return PX_OK;
 }
@@ -811,8 +847,14 @@ px_status px_s3_read_range(const char *url, const char *what, uint64_t offset, s
 }
 
 px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64_t **sizes, size_t *n) {
+  return px_s3_list_etags(pattern, what, urls, sizes, NULL, n);
+}
+
+px_status px_s3_list_etags(const char *pattern, const char *what, char ***urls, uint64_t **sizes, char ***etags,
+                           size_t *n) {
   *urls = NULL;
   *sizes = NULL;
+  if (etags) *etags = NULL;
   *n = 0;
   return no_curl(what, pattern);
 }

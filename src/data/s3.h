@@ -65,6 +65,14 @@ px_status px_s3_read_range(const char *url, const char *what, uint64_t offset, s
 px_status px_s3_list(const char *pattern, const char *what, char ***urls, uint64_t **sizes, size_t *n);
 void px_s3_list_free(char **urls, uint64_t *sizes, size_t n);
 
+/* px_s3_list, and *etags (when not NULL): each object's ETag as the listing
+ * gives it, the quotes removed ("" when the store sends none), n malloc'ed
+ * strings in a malloc'ed array: free with px_s3_etags_free.  Staging
+ * (stage.c) records them to see an object replaced at the same size. */
+px_status px_s3_list_etags(const char *pattern, const char *what, char ***urls, uint64_t **sizes, char ***etags,
+                           size_t *n);
+void px_s3_etags_free(char **etags, size_t n);
+
 /* The path a cached copy of `url` has ("CACHE/bucket/key", malloc'ed), or
  * NULL when PX_S3_CACHE is not set. */
 char *px_s3_cache_path(const char *url);

@@ -5,10 +5,14 @@
 //
 //   plexus-stage 1
 //   source <the source path as the data kind names it>
-//   <crc32c, 8 hex> <size> <source mtime s.ns> <base name>     (one per file)
+//   <crc32c, 8 hex> <size> <version> <base name>     (one per file)
+//
+// where the version is a local file's mtime "s.ns" or an S3 object's
+// "etag:ETAG" from the listing (s3.h).  S3 objects are copied by ranged
+// GETs of S3_CHUNK bytes.
 //
 // A set is reused file by file: a file whose source still has the recorded
-// size and mtime, and whose copy has the recorded size (and, verifying in
+// size and version, and whose copy has the recorded size (and, verifying in
 // full, the recorded CRC-32C), is kept; any other is copied again.  No
 // MANIFEST (a copy cut short) means every file is copied.  The manifest is
 // removed before the first copy and rewritten after the last, so a run that
@@ -20,6 +24,7 @@
 #include "plexus/data.h"
 #include "plexus/io.h"
 
+#include "data/s3.h"
 #include "io/checkpoint.h"  // px_ckpt_crc32c: the hardware CRC-32C
 
 #include <dirent.h>
@@ -36,16 +41,31 @@
 #include <unistd.h>
 
 #define COPY_BUF ((size_t)1 << 20)  // 1 MiB reads and writes (the buffer stays in cache between read, CRC and write)
+#define S3_CHUNK ((size_t)16 << 20)  // an S3 object is copied by ranged GETs of 16 MiB (one buffer, reused)
 #define MANIFEST "MANIFEST"
 #define MANIFEST_MAGIC "plexus-stage 1"
 
+// ver: the source's version as the manifest records it: a local file's
+// mtime "s.ns"; an S3 object's "etag:ETAG" ("etag:" alone when the store
+// lists no ETag: then size only tells a replaced object).
 typedef struct entry {
   char     name[256];
   uint64_t size;
-  int64_t  mtime_s, mtime_ns;
+  char     ver[160];
   uint32_t crc;
   bool     have;  // found in the old manifest
 } entry;
+
+static void local_ver(const struct stat *sb, char *out, size_t cap) {
+  snprintf(out, cap, "%" PRId64 ".%09" PRId64, (int64_t)sb->st_mtim.tv_sec, (int64_t)sb->st_mtim.tv_nsec);
+}
+
+// An ETag as one manifest field: no spaces or control characters.
+static void s3_ver(const char *etag, char *out, size_t cap) {
+  int w = snprintf(out, cap, "etag:%s", etag ? etag : "");
+  for (char *p = out; w > 0 && *p; p++)
+    if ((unsigned char)*p <= ' ') *p = '_';
+}
 
 static const char *base_name(const char *path) {
   const char *s = strrchr(path, '/');
@@ -67,13 +87,115 @@ static px_status push(char ***files, size_t *n, const char *path) {
   return PX_OK;
 }
 
+// The objects a data kind reads from an s3:// source, listed once with
+// their sizes and ETags (data/s3.h): "mnist" the four IDX objects under the
+// prefix (NAME, else NAME.gz), "tokens" the pattern's objects (a glob in
+// the last part, or a key prefix whose objects lie side by side), "text"
+// the one object.
+static px_status s3_source_files(const char *kind, const char *path, char ***urls, uint64_t **sizes, char ***etags,
+                                 size_t *n) {
+  *urls = *etags = NULL;
+  *sizes = NULL;
+  *n = 0;
+  const char *slash = strrchr(path, '/');  // s3://bucket has one at 4
+  const char *last = slash + 1;
+  px_status st = PX_OK;
+  if (strcmp(kind, "mnist") == 0) {
+    static const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                                  "t10k-labels-idx1-ubyte"};
+    if (strpbrk(path, "*?["))
+      return px_error(PX_ERR_INVALID, "--stage: mnist %s: expected the prefix the IDX files are under, not a pattern",
+                      path);
+    size_t plen = strlen(path);
+    char *prefix = malloc(plen + 3);
+    if (!prefix) return px_error(PX_ERR_NOMEM, "--stage: out of memory");
+    snprintf(prefix, plen + 3, "%s%s*", path, plen > 0 && path[plen - 1] == '/' ? "" : "/");
+    char **u = NULL, **t = NULL;
+    uint64_t *z = NULL;
+    size_t m = 0;
+    // PREFIX/* (one level): a "folder" marker key PREFIX/ is listed, not taken.
+    st = px_s3_list_etags(prefix, "--stage: mnist", &u, &z, &t, &m);
+    prefix[strlen(prefix) - 1] = '\0';
+    for (size_t k = 0; k < 4 && st == PX_OK; k++) {
+      size_t pick = m;
+      for (int gz = 0; gz < 2 && pick == m; gz++)
+        for (size_t j = 0; j < m && pick == m; j++) {
+          if (!u[j]) continue;  // taken by an earlier name
+          const char *rest = u[j] + strlen(prefix);
+          if (strncmp(rest, names[k], strlen(names[k])) == 0 && strcmp(rest + strlen(names[k]), gz ? ".gz" : "") == 0)
+            pick = j;
+        }
+      if (pick == m) continue;
+      char **nu = realloc(*urls, (*n + 1) * sizeof *nu);
+      if (nu) *urls = nu;
+      char **nt = realloc(*etags, (*n + 1) * sizeof *nt);
+      if (nt) *etags = nt;
+      uint64_t *nz = realloc(*sizes, (*n + 1) * sizeof *nz);
+      if (nz) *sizes = nz;
+      if (!nu || !nt || !nz) {
+        st = px_error(PX_ERR_NOMEM, "--stage: out of memory");
+        break;
+      }
+      (*urls)[*n] = u[pick];
+      (*etags)[*n] = t[pick];
+      (*sizes)[*n] = z[pick];
+      u[pick] = t[pick] = NULL;
+      (*n)++;
+    }
+    if (st == PX_OK && *n == 0)
+      st = px_error(PX_ERR_NOT_FOUND, "--stage: mnist %s holds none of the IDX files (train-images-idx3-ubyte, ...)",
+                    prefix);
+    px_s3_etags_free(t, m);
+    px_s3_list_free(u, z, m);
+    free(prefix);
+  } else if (strcmp(kind, "tokens") == 0 || strcmp(kind, "text") == 0) {
+    const bool tokens = strcmp(kind, "tokens") == 0;
+    const char *wild = strpbrk(path, "*?[");
+    if (tokens && wild && wild < slash)
+      return px_error(PX_ERR_INVALID, "--stage: tokens %s: the pattern may only match names in one \"directory\" "
+                      "(wildcards after the last '/'), since the stage holds the shards side by side", path);
+    if (tokens && !wild && !*last)
+      return px_error(PX_ERR_INVALID, "--stage: tokens %s: give the shards as a glob (%s*.bin) or a prefix that "
+                      "includes the start of their names (%sshard_): the staged copy is read as DIR/<that>*", path,
+                      path, path);
+    st = px_s3_list_etags(path, tokens ? "--stage: tokens" : "--stage: text", urls, sizes, etags, n);
+    if (st == PX_OK && !tokens && (*n != 1 || strcmp((*urls)[0], path) != 0))
+      st = px_error(PX_ERR_NOT_FOUND, "--stage: text %s: no object with exactly this key (%zu key(s) start with it)",
+                    path, *n);
+    // A prefix's objects must be what DIR/<last part>* finds in the stage:
+    // none of them below a further '/'.
+    for (size_t j = 0; j < *n && st == PX_OK && tokens && !wild; j++)
+      if (strchr((*urls)[j] + (size_t)(last - path), '/'))
+        st = px_error(PX_ERR_INVALID, "--stage: tokens %s: the object %s lies below a further '/'; stage a glob of "
+                      "one \"directory\" (%s*.bin) instead", path, (*urls)[j], path);
+  } else {
+    return px_error(PX_ERR_UNSUPPORTED, "--stage: --data %s is not staged; staging covers mnist (IDX), tokens "
+                    "(shards) and text", kind);
+  }
+  if (st != PX_OK) {
+    px_s3_etags_free(*etags, *n);
+    px_s3_list_free(*urls, *sizes, *n);
+    *urls = *etags = NULL;
+    *sizes = NULL;
+    *n = 0;
+  }
+  return st;
+}
+
 px_status px_stage_source_files(const char *kind, const char *path, char ***files, size_t *n) {
   *files = NULL;
   *n = 0;
   if (!kind || !path || !*path) return px_error(PX_ERR_INVALID, "stage: no data kind or path given");
-  if (strncmp(path, "s3://", 5) == 0)
-    return px_error(PX_ERR_UNSUPPORTED, "--stage %s: staging s3:// sources needs the S3 source (issue 19, item 1) "
-                    "in the data layer; this build reads local files only", path);
+  if (px_s3_is_url(path)) {
+    uint64_t *sizes;
+    char **etags;
+    px_status st = s3_source_files(kind, path, files, &sizes, &etags, n);
+    if (st == PX_OK) {
+      px_s3_etags_free(etags, *n);
+      free(sizes);
+    }
+    return st;
+  }
   px_status st = PX_OK;
   struct stat sb;
   if (strcmp(kind, "mnist") == 0) {
@@ -159,6 +281,8 @@ px_status px_stage_path(const char *stage_dir, const char *kind, const char *sou
   if (st != PX_OK) return st;
   int w;
   if (strcmp(kind, "mnist") == 0) w = snprintf(out, cap, "%s", dir);
+  else if (strcmp(kind, "tokens") == 0 && px_s3_is_url(source) && !strpbrk(base_name(source), "*?["))
+    w = snprintf(out, cap, "%s/%s*", dir, base_name(source));  // an S3 key prefix: the objects that start with it
   else w = snprintf(out, cap, "%s/%s", dir, base_name(source));  // tokens: the same glob; text: the file
   if (w < 0 || (size_t)w >= cap) return px_error(PX_ERR_INVALID, "--stage %s: the path is too long", stage_dir);
   return PX_OK;
@@ -182,17 +306,15 @@ static void read_manifest(const char *dir, const char *source, entry *e, size_t 
     line[strcspn(line, "\n")] = 0;
     unsigned crc;
     uint64_t size;
-    int64_t s, ns;
+    char ver[160];
     int off = 0;
-    if (sscanf(line, "%8x %" SCNu64 " %" SCNd64 ".%" SCNd64 " %n", &crc, &size, &s, &ns, &off) != 4 || off == 0)
-      break;
+    if (sscanf(line, "%8x %" SCNu64 " %159s %n", &crc, &size, ver, &off) != 3 || off == 0) break;
     for (size_t i = 0; i < n; i++) {
       if (strcmp(e[i].name, line + off) != 0) continue;
       e[i].have = true;
       e[i].crc = crc;
       e[i].size = size;
-      e[i].mtime_s = s;
-      e[i].mtime_ns = ns;
+      snprintf(e[i].ver, sizeof e[i].ver, "%s", ver);
     }
   }
   fclose(f);
@@ -288,8 +410,45 @@ static px_status copy_one(const char *src, const char *dir, void *buf, entry *e)
     return st;
   }
   e->size = total;
-  e->mtime_s = (int64_t)sb.st_mtim.tv_sec;
-  e->mtime_ns = (int64_t)sb.st_mtim.tv_nsec;
+  local_ver(&sb, e->ver, sizeof e->ver);
+  e->crc = crc;
+  return PX_OK;
+}
+
+// Copy the S3 object url (size bytes as listed) into dir/name through a
+// temporary file: ranged GETs of S3_CHUNK bytes into one buffer (each
+// retried by s3.c on a dropped connection or a 5xx), the CRC-32C computed
+// on the way.  *e gets size and crc (its ver is the listing's).
+static px_status copy_s3(const char *url, uint64_t size, const char *dir, void *buf, entry *e) {
+  char tmp[4400], dst[4400], host[64] = "host";
+  gethostname(host, sizeof host - 1);
+  snprintf(dst, sizeof dst, "%s/%s", dir, e->name);
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%s.%ld", dir, e->name, host, (long)getpid());
+  int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) return px_error(PX_ERR_IO, "--stage: cannot create %s: %s", tmp, strerror(errno));
+  px_status st = PX_OK;
+  uint32_t crc = 0;
+  for (uint64_t off = 0; off < size && st == PX_OK;) {
+    size_t want = size - off < S3_CHUNK ? (size_t)(size - off) : S3_CHUNK;
+    st = px_s3_read_range(url, "--stage", off, want, buf);
+    if (st != PX_OK) {
+      st = px_error_wrap(st, "--stage: copying %s (listed at %" PRIu64 " bytes) stopped at byte %" PRIu64, url, size,
+                         off);
+      break;
+    }
+    crc = px_ckpt_crc32c(crc, buf, want);
+    st = write_all(out, buf, want, tmp);
+    off += want;
+  }
+  if (st == PX_OK && fsync(out) != 0) st = px_error(PX_ERR_IO, "--stage: finishing %s failed: %s", tmp, strerror(errno));
+  if (close(out) != 0 && st == PX_OK) st = px_error(PX_ERR_IO, "--stage: closing %s failed: %s", tmp, strerror(errno));
+  if (st == PX_OK && rename(tmp, dst) != 0)
+    st = px_error(PX_ERR_IO, "--stage: renaming %s to %s failed: %s", tmp, dst, strerror(errno));
+  if (st != PX_OK) {
+    unlink(tmp);
+    return st;
+  }
+  e->size = size;
   e->crc = crc;
   return PX_OK;
 }
@@ -316,8 +475,45 @@ static size_t remove_strays(const char *dir, const entry *e, size_t n) {
   return removed;
 }
 
-px_status px_stage_files(const char *stage_dir, const char *source, char *const *files, size_t n,
-                         px_stage_verify verify, px_stage_result *res) {
+// The size and version (entry.ver) of a source file now: a local file's
+// stat; an S3 object's listing (given, or asked for here: one LIST).
+static px_status source_state(const char *file, const uint64_t *s3_size, const char *s3_etag, uint64_t *size,
+                              char *ver, size_t cap) {
+  if (px_s3_is_url(file)) {
+    if (s3_size) {
+      *size = *s3_size;
+      s3_ver(s3_etag, ver, cap);
+      return PX_OK;
+    }
+    char **u = NULL, **t = NULL;
+    uint64_t *z = NULL;
+    size_t m = 0;
+    px_status st = px_s3_list_etags(file, "--stage", &u, &z, &t, &m);
+    if (st == PX_OK && (m != 1 || strcmp(u[0], file) != 0))
+      st = px_error(PX_ERR_NOT_FOUND, "--stage: %s: no object with exactly this key", file);
+    if (st == PX_OK) {
+      *size = z[0];
+      s3_ver(t[0], ver, cap);
+    }
+    px_s3_etags_free(t, m);
+    px_s3_list_free(u, z, m);
+    return st;
+  }
+  struct stat ss;
+  if (stat(file, &ss) != 0)
+    return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "--stage: cannot stat %s: %s", file,
+                    strerror(errno));
+  if (!S_ISREG(ss.st_mode)) return px_error(PX_ERR_INVALID, "--stage: %s is not a regular file", file);
+  *size = (uint64_t)ss.st_size;
+  local_ver(&ss, ver, cap);
+  return PX_OK;
+}
+
+// px_stage_files, with the sizes and ETags of S3 objects when the caller
+// listed them (s3_sizes, s3_etags: NULL, or one per file).
+static px_status stage_set(const char *stage_dir, const char *source, char *const *files, size_t n,
+                           const uint64_t *s3_sizes, char *const *s3_etags, px_stage_verify verify,
+                           px_stage_result *res) {
   memset(res, 0, sizeof *res);
   const double t0 = px_time_now();
   if (!stage_dir || !*stage_dir) return px_error(PX_ERR_INVALID, "--stage: no directory given");
@@ -327,9 +523,13 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
   snprintf(res->dir, sizeof res->dir, "%s", dir);
   res->files = n;
   entry *e = calloc(n ? n : 1, sizeof *e);
-  void *buf = malloc(COPY_BUF);
-  if (!e || !buf) {
+  uint64_t *cur_size = calloc(n ? n : 1, sizeof *cur_size);  // the sources' size and version now
+  char(*cur_ver)[160] = calloc(n ? n : 1, sizeof *cur_ver);
+  void *buf = malloc(COPY_BUF), *s3_buf = NULL;
+  if (!e || !buf || !cur_size || !cur_ver) {
     free(e);
+    free(cur_size);
+    free(cur_ver);
     free(buf);
     return px_error(PX_ERR_NOMEM, "--stage: out of memory");
   }
@@ -363,22 +563,15 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
   uint64_t need_bytes = 0;
   if (st == PX_OK) read_manifest(dir, source, e, n);
   for (size_t i = 0; i < n && st == PX_OK; i++) {
-    struct stat ss, ds;
-    if (stat(files[i], &ss) != 0) {
-      st = px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "--stage: cannot stat %s: %s", files[i],
-                    strerror(errno));
-      break;
-    }
-    if (!S_ISREG(ss.st_mode)) {
-      st = px_error(PX_ERR_INVALID, "--stage: %s is not a regular file", files[i]);
-      break;
-    }
-    res->bytes += (uint64_t)ss.st_size;
+    struct stat ds;
+    st = source_state(files[i], s3_sizes ? &s3_sizes[i] : NULL, s3_etags ? s3_etags[i] : NULL, &cur_size[i],
+                      cur_ver[i], sizeof cur_ver[i]);
+    if (st != PX_OK) break;
+    res->bytes += cur_size[i];
     char dp[4400];
     snprintf(dp, sizeof dp, "%s/%s", dir, e[i].name);
-    bool ok = e[i].have && e[i].size == (uint64_t)ss.st_size && e[i].mtime_s == (int64_t)ss.st_mtim.tv_sec &&
-              e[i].mtime_ns == (int64_t)ss.st_mtim.tv_nsec && stat(dp, &ds) == 0 && S_ISREG(ds.st_mode) &&
-              (uint64_t)ds.st_size == e[i].size;
+    const bool same_source = e[i].have && e[i].size == cur_size[i] && strcmp(e[i].ver, cur_ver[i]) == 0;
+    bool ok = same_source && stat(dp, &ds) == 0 && S_ISREG(ds.st_mode) && (uint64_t)ds.st_size == e[i].size;
     if (ok && verify == PX_STAGE_VERIFY_FULL) {
       uint64_t sz = 0;
       uint32_t crc = 0;
@@ -386,12 +579,10 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
       res->bytes_verified += sz;
     }
     if (!ok) {
-      if (e[i].have) res->damaged += (e[i].size == (uint64_t)ss.st_size &&
-                                      e[i].mtime_s == (int64_t)ss.st_mtim.tv_sec &&
-                                      e[i].mtime_ns == (int64_t)ss.st_mtim.tv_nsec);
+      res->damaged += same_source;
       need[i] = true;
       n_need++;
-      need_bytes += (uint64_t)ss.st_size;
+      need_bytes += cur_size[i];
     }
   }
   if (st == PX_OK && n_need > 0) {
@@ -412,7 +603,16 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
     }
     for (size_t i = 0; i < n && st == PX_OK; i++) {
       if (!need[i]) continue;
-      st = copy_one(files[i], dir, buf, &e[i]);
+      if (px_s3_is_url(files[i])) {
+        if (!s3_buf && !(s3_buf = malloc(S3_CHUNK))) {
+          st = px_error(PX_ERR_NOMEM, "--stage: out of memory for a %zu MiB copy buffer", S3_CHUNK >> 20);
+          break;
+        }
+        snprintf(e[i].ver, sizeof e[i].ver, "%s", cur_ver[i]);
+        st = copy_s3(files[i], cur_size[i], dir, s3_buf, &e[i]);
+      } else {
+        st = copy_one(files[i], dir, buf, &e[i]);
+      }
       if (st == PX_OK) {
         res->copied++;
         res->bytes_copied += e[i].size;
@@ -423,15 +623,15 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
   // rewritten without it.
   const bool dropped = st == PX_OK && n_need == 0 && remove_strays(dir, e, n) > 0;
   if (st == PX_OK && (n_need > 0 || dropped)) {
-    size_t cap = 64 + strlen(source) + n * 320;
+    size_t cap = 64 + strlen(source) + n * 460;  // a line: 8 + 20 + 159 + 255 + 4
     char *m = malloc(cap);
     if (!m) {
       st = px_error(PX_ERR_NOMEM, "--stage: out of memory");
     } else {
       size_t len = (size_t)snprintf(m, cap, MANIFEST_MAGIC "\nsource %s\n", source);
       for (size_t i = 0; i < n; i++)
-        len += (size_t)snprintf(m + len, cap - len, "%08x %" PRIu64 " %" PRId64 ".%09" PRId64 " %s\n", e[i].crc,
-                                e[i].size, e[i].mtime_s, e[i].mtime_ns, e[i].name);
+        len += (size_t)snprintf(m + len, cap - len, "%08x %" PRIu64 " %s %s\n", e[i].crc, e[i].size, e[i].ver,
+                                e[i].name);
       char mp[4200];
       snprintf(mp, sizeof mp, "%s/" MANIFEST, dir);
       st = px_write_file_atomic(mp, m, len);
@@ -441,10 +641,18 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
   if (lock >= 0) close(lock);  // releases the flock
   free(need);
   free(e);
+  free(cur_size);
+  free(cur_ver);
   free(buf);
+  free(s3_buf);
   res->reused = st == PX_OK ? n - res->copied : 0;
   res->seconds = px_time_now() - t0;
   return st;
+}
+
+px_status px_stage_files(const char *stage_dir, const char *source, char *const *files, size_t n,
+                         px_stage_verify verify, px_stage_result *res) {
+  return stage_set(stage_dir, source, files, n, NULL, NULL, verify, res);
 }
 
 // The source as an absolute path (its directory resolved: runs from other
@@ -483,7 +691,16 @@ px_status px_stage_source(px_comm *comm, const char *stage_dir, const char *kind
   // every rank whether any node failed, so all fail together.
   char key[4096];
   st = canonical(source, key, sizeof key);
-  if (st == PX_OK && px_comm_local_rank(comm) == 0) {
+  if (st == PX_OK && px_comm_local_rank(comm) == 0 && px_s3_is_url(key)) {
+    // One listing gives the objects, their sizes and ETags.
+    char **urls = NULL, **etags = NULL;
+    uint64_t *sizes = NULL;
+    size_t n = 0;
+    st = s3_source_files(kind, key, &urls, &sizes, &etags, &n);
+    if (st == PX_OK) st = stage_set(stage_dir, key, urls, n, sizes, etags, verify, res);
+    px_s3_etags_free(etags, n);
+    px_s3_list_free(urls, sizes, n);
+  } else if (st == PX_OK && px_comm_local_rank(comm) == 0) {
     char **files = NULL;
     size_t n = 0;
     st = px_stage_source_files(kind, key, &files, &n);
