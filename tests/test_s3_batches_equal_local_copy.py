@@ -47,6 +47,16 @@ try:
     _, all_shards, _, _ = u.batches("tokens", os.path.join(srv.local, "shards", "*.bin"), env, extra=["64"])
     u.check(one_shard != all_shards, "tokens: three shards give other batches than the first alone")
 
+    # A "folder" marker key equal to the prefix (what the AWS console makes
+    # for a folder) does not turn the prefix into that one empty object.
+    import boto3
+    boto3.client("s3", endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=srv.key_id,
+                 aws_secret_access_key=srv.secret).put_object(Bucket=u.BUCKET, Key="shards/", Body=b"")
+    _, local_bytes, _, _ = u.batches("tokens", os.path.join(srv.local, "shards", "*.bin"), env, extra=["64"])
+    rc_m, marked, _, err_m = u.batches("tokens", "s3://%s/shards/" % u.BUCKET, env, extra=["64"])
+    u.check(rc_m == 0 and marked == local_bytes,
+            "tokens: a prefix with a folder marker key lists the objects under it: rc %d %r" % (rc_m, err_m[-300:]))
+
     # Through the cache.
     cache = os.path.join(srv.local, "cache")
     e = dict(env, PX_S3_CACHE=cache)

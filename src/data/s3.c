@@ -749,7 +749,10 @@ px_status px_s3_list_etags(const char *pattern, const char *what, char ***urls, 
         break;
       }
       bool keep = glob ? fnmatch(o.key, key, FNM_PATHNAME) == 0 : key[strlen(key) - 1] != '/';
-      if (!glob && strcmp(key, o.key) == 0) exact = true;
+      // A key equal to the pattern names one object, unless it is a "folder"
+      // marker (a key ending in '/', as the AWS console makes): then the
+      // pattern is a prefix and the objects under it are the listing.
+      if (!glob && keep && strcmp(key, o.key) == 0) exact = true;
       if (etags) {  // "&quot;hex&quot;" decoded, the quotes dropped; a store without ETags: ""
         char raw[256] = "";
         xml_tag(block, "ETag", raw, sizeof raw, NULL);
