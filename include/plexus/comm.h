@@ -214,9 +214,9 @@ px_status px_print_ordered(px_comm *c, const char *fmt, ...)
  * sub-groups made by px_comm_split inherit it.  Every rank of a
  * communicator must agree (set it on every rank: mpirun -x
  * PX_DEBUG_COLLECTIVES=1), else the exchanges meet real collectives.  Off,
- * it costs one branch per collective; on, one blocking all-gather of about
- * 200 bytes a rank before each collective, which also makes asynchronous
- * collectives wait until every rank has started them (docs/PARALLEL.md). */
+ * it costs one branch per collective; on, one blocking all-gather of 232
+ * bytes a rank before each collective, which also makes asynchronous
+ * collectives wait until every rank has started them (docs/RELIABILITY.md). */
 void px_comm_set_debug_collectives(px_comm *c, bool on);
 bool px_comm_debug_collectives(const px_comm *c);
 

@@ -32,6 +32,7 @@ typedef struct record {
   char site[SITE_MAX];              /* the tail of __FILE__: "parallel/ddp.c" */
   char label[PX_COMM_LABEL_MAX];    /* shown, not compared (see below) */
 } record;
+_Static_assert(sizeof(record) == 232, "docs/RELIABILITY.md and plexus/comm.h give the record's size");
 
 bool pxf_env_enabled(void) {
   const char *v = getenv("PX_DEBUG_COLLECTIVES");
