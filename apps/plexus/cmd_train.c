@@ -340,8 +340,9 @@ static int train_rank(px_comm *comm, void *arg) {
     return 0;
   }
   char world[96], output[3200];
-  snprintf(world, sizeof world, "%d rank%s (%s backend)", px_comm_size(comm), px_comm_size(comm) == 1 ? "" : "s",
-           px_comm_backend_name(px_comm_backend_of(comm)));
+  snprintf(world, sizeof world, "%d rank%s (%s backend%s)", px_comm_size(comm), px_comm_size(comm) == 1 ? "" : "s",
+           px_comm_backend_name(px_comm_backend_of(comm)),
+           px_comm_debug_collectives(comm) ? ", collective fingerprints on" : "");
   describe_output(job, output, sizeof output);
   if (rank == 0 && !c->quiet && c->pp > 1) printf("plexus train: %s; %s\n", world, output);
 
