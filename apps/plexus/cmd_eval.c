@@ -41,6 +41,9 @@ static int eval_rank(px_comm *comm, void *arg) {
   if (st == PX_OK) st = px_model_create(&model, root, (uint64_t)c->seed);
   // Every rank reads the weights (evaluation only reads; nothing to agree on).
   if (st == PX_OK) st = px_train_load_weights(model, job->ckpt, NULL, 0);
+  // --device cuda: the loaded weights onto this rank's GPU.
+  if (st == PX_OK && strcmp(c->device, "cuda") == 0)
+    st = px_train_to_device(comm, model, PX_CUDA, strcmp(c->precision, "bf16") == 0 ? PX_BF16 : PX_F32);
   px_eval_metrics m;
   if (st == PX_OK) st = px_evaluate(comm, model, set, (size_t)c->batch_size, (int)c->workers, c->eval_batches, &m);
   if (st != PX_OK) {
@@ -68,7 +71,8 @@ static void eval_usage(FILE *f) {
           "Evaluates a checkpoint (or the newest good one in a directory of them) on the held-out split:\n"
           "loss, and accuracy for classifiers or perplexity for language models. The model and data are\n"
           "those of the config saved in the checkpoint; options override them. Runs on one process, on\n"
-          "--threads N ranks, or under mpirun/srun; the figures are exact over the whole split.\n");
+          "--threads N ranks, or under mpirun/srun; the figures are exact over the whole split. --device cuda\n"
+          "evaluates on the GPUs (one per rank); the checkpoint's device is not inherited.\n");
   px_config_print_help(f, CFG_EVAL);
 }
 
@@ -92,6 +96,9 @@ int px_cmd_eval(int argc, char **argv) {
   if (px_app_resolve_checkpoint(ck, job.ckpt, sizeof job.ckpt, note, sizeof note) != PX_OK) goto out;
   if (note[0]) fprintf(stderr, "plexus eval: %s\n", note);
   if (px_app_checkpoint_config(job.ckpt, c, CFG_EVAL, &job.step) != PX_OK) goto out;
+  // Where to evaluate is this command's choice, not the training run's:
+  // a checkpoint trained on GPUs evaluates on the CPU unless --device cuda.
+  if (px_config_reset(c, "train.device") != PX_OK || px_config_reset(c, "train.precision") != PX_OK) goto out;
   if (px_config_parse(c, argc, argv, 1, CFG_EVAL) != PX_OK || px_config_validate(c, CFG_EVAL) != PX_OK) goto out;
   if (c->threads > 1 && px_comm_mpi_launched()) {
     px_error(PX_ERR_INVALID, "--threads under an MPI launcher: use one rank per process");

@@ -113,6 +113,8 @@ static px_train_opts train_opts(const train_job *job) {
   o.config_json = job->config_json;
   o.log_every = c->log_every;
   o.loss_spike_factor = c->loss_spike_factor;
+  o.device = strcmp(c->device, "cuda") == 0 ? PX_CUDA : PX_CPU;
+  o.precision = strcmp(c->precision, "bf16") == 0 ? PX_BF16 : PX_F32;
   return o;
 }
 

@@ -221,6 +221,13 @@ static const opt_def opts[] = {
   {"model", "sync_bn", "sync-bn", T_BOOL, F(sync_bn), "false", NULL, 0, 0, CFG_TRAIN,
    "cnn/resnet: synchronized batch norm: batch statistics over all data-parallel ranks in forward and "
    "backward, as torch.nn.SyncBatchNorm"},
+  // Added by issue 15.
+  {"train", "device", "device", T_STR, F(device), "cpu", "cpu|cuda", 0, 0, TE,
+   "where the model computes; cuda takes one GPU per rank (local rank modulo the node's GPUs) and, with more "
+   "than one rank, runs DDP over NCCL (docs/GPU.md); plexus eval evaluates on the CPU unless given"},
+  {"train", "precision", "precision", T_STR, F(precision), "f32", "f32|bf16", 0, 0, TE,
+   "matrix products' operands: f32, or bf16 with --device cuda (f32 accumulation; weights, gradients and "
+   "optimizer state stay f32)"},
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
 
@@ -352,6 +359,20 @@ void px_config_free(px_config *c) {
       free(*str_at(c, &opts[i]));
       *str_at(c, &opts[i]) = NULL;
     }
+}
+
+px_status px_config_reset(px_config *c, const char *key) {
+  const char *dot = strchr(key, '.');
+  for (int i = 0; dot && i < N_OPTS; i++)
+    if (strncmp(opts[i].section, key, (size_t)(dot - key)) == 0 && opts[i].section[dot - key] == '\0' &&
+        strcmp(opts[i].key, dot + 1) == 0) {
+      char where[64];
+      snprintf(where, sizeof where, "default of --%s", opts[i].flag);
+      px_status st = set_value(c, i, opts[i].def, where);
+      c->given[i] = 0;
+      return st;
+    }
+  return px_error(PX_ERR_INVALID, "config: no option %s", key);
 }
 
 bool px_config_given(const px_config *c, const char *key) {
@@ -669,6 +690,36 @@ px_status px_config_validate(const px_config *c, int commands) {
       return px_error(PX_ERR_INVALID, "--batch-size %lld x --accum-steps %lld x %lld ranks: more samples a step than "
                       "a 64-bit count holds (%lld)", (long long)c->batch_size, (long long)c->accum_steps,
                       (long long)ranks, (long long)INT64_MAX);
+  }
+  if (commands & (CFG_TRAIN | CFG_EVAL)) {
+    const bool cuda = strcmp(c->device, "cuda") == 0;
+    if (strcmp(c->precision, "bf16") == 0 && !cuda)
+      return px_error(PX_ERR_UNSUPPORTED, "--precision bf16 (train.precision): bf16 runs on the GPU only (--device "
+                      "cuda); on the CPU plexus computes in f32 (--precision f32)");
+    // What the GPU path does not cover (issue 15: data parallel, DDP over NCCL).
+    const char *cpu_only = NULL;
+    char what[96];
+    px_recompute r = {0};
+    if (!cuda || !(commands & CFG_TRAIN)) cpu_only = NULL;
+    else if (c->zero > 0) cpu_only = (snprintf(what, sizeof what, "--zero %lld (ZeRO)", (long long)c->zero), what);
+    else if (c->tp > 1) cpu_only = (snprintf(what, sizeof what, "--tp %lld (tensor parallel)", (long long)c->tp), what);
+    else if (c->pp > 1) cpu_only = (snprintf(what, sizeof what, "--pp %lld (pipeline parallel)", (long long)c->pp), what);
+    else if (px_recompute_parse(c->recompute, &r) == PX_OK && r.kind != PX_RECOMPUTE_NONE)
+      cpu_only = (snprintf(what, sizeof what, "--recompute %s", c->recompute), what);
+    else if (c->sync_bn) cpu_only = "--sync-bn";
+    if (cpu_only)
+      return px_error(PX_ERR_UNSUPPORTED, "%s with --device cuda is not built: on GPUs plexus trains data parallel "
+                      "with DDP over NCCL; drop %s, or train on the CPU (--device cpu)", cpu_only, cpu_only);
+    // Refusals that hold on any machine come first; then the hardware.
+    const int gpus = cuda ? px_train_cuda_devices() : 1;
+    if (gpus < 0)
+      return px_error(PX_ERR_UNSUPPORTED, "--device cuda (train.device): this plexus was built without CUDA (CMake "
+                      "found no CUDA toolkit); rebuild where nvcc and the CUDA libraries are installed, or use "
+                      "--device cpu");
+    if (gpus == 0)
+      return px_error(PX_ERR_UNSUPPORTED, "--device cuda (train.device): no CUDA device is visible to this process "
+                      "(no NVIDIA GPU, or no driver%s); use --device cpu",
+                      getenv("CUDA_VISIBLE_DEVICES") ? ", or CUDA_VISIBLE_DEVICES hides them" : "");
   }
   if ((commands & CFG_TRAIN) && strcmp(c->schedule, "cosine") == 0 && c->min_lr > c->lr)
     return px_error(PX_ERR_INVALID, "--min-lr %g is above --lr %g", c->min_lr, c->lr);

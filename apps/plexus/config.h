@@ -66,6 +66,9 @@ typedef struct px_config {
   /* issue 16 */
   bool    overwrite;   /* run.overwrite: --out holding a run is cleared first */
   bool    sync_bn;     /* model.sync_bn: batch norm statistics over the data-parallel ranks */
+  /* issue 15 */
+  char   *device;      /* train.device: cpu|cuda */
+  char   *precision;   /* train.precision: f32|bf16 (bf16 on cuda only) */
   /* Which options were given (file or command line), by table index. */
   unsigned char given[128];
 } px_config;
@@ -93,6 +96,9 @@ char *px_config_to_json(const px_config *c, int commands);
 char *px_config_to_json_applicable(const px_config *c, int commands);
 /* --help text for a command. */
 void px_config_print_help(FILE *f, int commands);
+/* Set the option with this JSON key back to its default, as not given
+ * (a checkpoint's saved train.device does not choose plexus eval's). */
+px_status px_config_reset(px_config *c, const char *key);
 /* Whether the option with this JSON key ("optim.lr") was given. */
 bool px_config_given(const px_config *c, const char *key);
 

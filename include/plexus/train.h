@@ -112,6 +112,18 @@ typedef struct px_train_opts {
    * average (weight 0.1 for the newest step) of the steps that passed. */
   double   loss_spike_factor; /* > 1 to watch; 0: off */
   int64_t  loss_spike_warmup; /* steps of this call that form the running mean before it watches (>= 1) */
+  /* Where the run computes (docs/GPU.md).  PX_CUDA: one GPU per rank, the
+   * GPU of local rank r being r % (GPUs of the node) (px_train_to_device);
+   * the model, its gradients and the optimizer's state live there, each
+   * micro-batch is copied there, DDP all-reduces over NCCL when there is
+   * more than one rank (the small host figures, such as the step's loss
+   * agreement, stay on comm), checkpoints are written from host copies
+   * (the same files as a CPU run's).  ZeRO, tensor parallelism and
+   * activation recomputation are CPU-only (PX_ERR_UNSUPPORTED).
+   * precision: PX_F32, or PX_BF16 on PX_CUDA only (the GEMMs' operands in
+   * bf16, f32 accumulation; weights, gradients and optimizer state f32). */
+  px_device device;
+  px_dtype  precision;
 } px_train_opts;
 
 #define PX_TRAIN_DEFAULTS                                                                  \
@@ -127,7 +139,7 @@ typedef struct px_train_opts {
                             .reshard_after_forward = true, .prefetch = true},                        \
                    .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
                    .config_json = NULL, .log_every = 50, .loss_spike_factor = 0.0,            \
-                   .loss_spike_warmup = 10})
+                   .loss_spike_warmup = 10, .device = PX_CPU, .precision = PX_F32})
 
 typedef struct px_train_result {
   int64_t steps;              /* optimizer steps taken in total (resumed ones included) */
@@ -170,6 +182,21 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
 px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t batch_size, int workers,
                       int64_t max_batches, px_eval_metrics *out);
 
+/* CUDA devices this process can train on (device PX_CUDA): -1 when
+ * libplexus was built without CUDA, 0 when there is no GPU or no driver. */
+int px_train_cuda_devices(void);
+
+/* Put `model` on `device` for training or evaluation by this rank of comm
+ * (px_train does it itself).  PX_CUDA: the calling thread's GPU is local
+ * rank % GPUs of the node (px_comm_local_rank), the model's buffers move
+ * there (px_model_to_device) and its GEMMs compute in `precision` (PX_F32,
+ * or PX_BF16: bf16 operands, f32 accumulation).  PX_CPU: nothing moves;
+ * PX_F32 only.  PX_ERR_UNSUPPORTED, naming the option (--device,
+ * --precision), in a build without CUDA, on a machine without a GPU, or
+ * for bf16 on the CPU.  Collective over comm (every rank learns whether all
+ * succeeded: none goes on alone). */
+px_status px_train_to_device(px_comm *comm, px_model *model, px_device device, px_dtype precision);
+
 /* Rows of logits (…, C) whose argmax is the target y[row] (px_evaluate's
  * accuracy count; the pipeline's evaluation counts on its last stage). */
 int64_t px_count_correct(const px_tensor *logits, const int32_t *y);
@@ -183,7 +210,8 @@ size_t px_train_peak_rss(void);
  * directory, or a directory of checkpoints (the newest good one is used);
  * resolved (may be NULL) receives the checkpoint's path.  A ZeRO stage-3
  * checkpoint has no model.safetensors: the model is assembled from the
- * ranks' model.rank*.safetensors pieces. */
+ * ranks' model.rank*.safetensors pieces.  A model on a GPU is loaded into
+ * its host mirrors, then pushed to the device. */
 px_status px_train_load_weights(px_model *model, const char *path, char *resolved, size_t cap);
 
 /* ---- Checkpoints of a pipeline-parallel run (src/train/state_pp.c) ----------

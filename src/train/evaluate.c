@@ -12,6 +12,10 @@
 // has fewer batches repeats one whose results it drops.  A sharded model
 // (ZeRO-3) all-gathers each unit's parameters inside forward, a collective
 // that every rank must join; DDP loses nothing but a few forwards.
+//
+// A model on a GPU evaluates there: each batch is copied to the device, the
+// loss comes from the device logits, and a classifier's logits come back to
+// the host for the argmax count; the sums stay on the host (comm).
 #include "train/internal.h"
 
 #include <math.h>
@@ -48,14 +52,17 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
   if (st != PX_OK) return px_error_wrap(st, "evaluate");
   st = px_loader_start_epoch(l, 0, 0);
   const px_ce_opts ce = PX_CE_DEFAULTS;
+  px_dev_batch staged = {0};
   int64_t passes = 0;
   for (int64_t k = 0; st == PX_OK && count && (max_batches == 0 || k < max_batches); k++) {
     const px_batch *b;
     st = px_loader_next(l, &b);
     if (st != PX_OK || !b) break;
     if (b->n == 0) continue;
-    px_tensor logits;
-    st = px_model_forward(model, &b->x, &logits);
+    px_tensor logits, x;
+    const int32_t *targets;  // where the logits are
+    st = px_dev_batch_stage(&staged, model, b, &x, &targets);
+    if (st == PX_OK) st = px_model_forward(model, &x, &logits);
     if (st != PX_OK) break;
     passes++;
     const int64_t C = logits.shape[logits.ndim - 1];
@@ -69,11 +76,17 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
     }
     float loss;
     // Tensor parallel: this rank's vocabulary columns (a language model).
-    st = tp ? px_tp_cross_entropy(tp, &logits, vocab, (const int32_t *)b->y.data, -100, &loss, NULL)
-            : px_cross_entropy_loss(&logits, (const int32_t *)b->y.data, &ce, &loss, NULL);
+    st = tp ? px_tp_cross_entropy(tp, &logits, vocab, targets, -100, &loss, NULL)
+            : px_cross_entropy_loss(&logits, targets, &ce, &loss, NULL);
     if (st != PX_OK) break;
     sums[0] += (double)loss * (double)rows;
-    if (!tp) sums[1] += (double)px_count_correct(&logits, (const int32_t *)b->y.data);
+    // A language model's accuracy is not reported: on a GPU its logits stay there.
+    if (!tp && (logits.device != PX_CUDA || b->y.ndim == 1)) {
+      int64_t correct;
+      st = px_device_count_correct(&logits, (const int32_t *)b->y.data, &correct);
+      if (st != PX_OK) break;
+      sums[1] += (double)correct;
+    }
     sums[2] += (double)rows;
   }
   if (st == PX_OK && passes < target) {
@@ -81,8 +94,12 @@ static px_status eval_share(px_model *model, px_dataset *share, size_t batch_siz
     st = px_loader_start_epoch(l, 0, 0);
     while (st == PX_OK && (st = px_loader_next(l, &b)) == PX_OK && b && b->n == 0) {}
     if (st == PX_OK && !b) st = px_error(PX_ERR_INVALID, "evaluate: no batch to keep pace with the other ranks");
-    for (px_tensor logits; st == PX_OK && passes < target; passes++) st = px_model_forward(model, &b->x, &logits);
+    px_tensor x;
+    const int32_t *targets;
+    if (st == PX_OK) st = px_dev_batch_stage(&staged, model, b, &x, &targets);
+    for (px_tensor logits; st == PX_OK && passes < target; passes++) st = px_model_forward(model, &x, &logits);
   }
+  px_dev_batch_free(&staged);
   px_loader_free(l);
   return st;
 }

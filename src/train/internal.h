@@ -5,6 +5,12 @@
 #include "plexus/tensor_parallel.h"
 #include "plexus/train.h"
 
+/* A micro-batch's device copy (device.c): buffers grown as needed. */
+typedef struct px_dev_batch {
+  void  *x, *y;
+  size_t x_bytes, y_bytes;  /* allocated */
+} px_dev_batch;
+
 typedef struct px_trainer {
   px_comm       *comm;
   int            rank, world;
@@ -42,7 +48,43 @@ typedef struct px_trainer {
   /* Resume, between its two halves under ZeRO (px_trainer_resume_shards). */
   bool     resumed;
   int64_t  resume_optimizer_step;
+  /* o.device PX_CUDA: DDP's communicator over NCCL (owned; NULL in a world
+   * of one), and the micro-batch's device copy. */
+  px_comm       *nccl;
+  px_dev_batch   staged;
 } px_trainer;
+
+/* ---- The device (device.c) ----------------------------------------------------
+ * A batch's x and y where `model` computes: on the CPU views of b, on CUDA
+ * copies in d's device buffers (allocated by the first batch, grown when a
+ * later one is larger).  *y points at the i32 targets there. */
+px_status px_dev_batch_stage(px_dev_batch *d, const px_model *model, const px_batch *b, px_tensor *x,
+                             const int32_t **y);
+void px_dev_batch_free(px_dev_batch *d);
+/* x *= a on the model's device. */
+px_status px_device_scale(const px_model *model, float *x, size_t n, float a);
+/* The model's gradient norm (‖grad_data‖₂; max_norm > 0: then clipped as
+ * px_clip_grad_norm does), on its device. */
+px_status px_device_grad_norm(px_model *model, float max_norm, double *norm);
+/* Rows of device logits whose argmax is the target (host targets y): the
+ * logits are copied to the host. */
+px_status px_device_count_correct(const px_tensor *logits, const int32_t *y_host, int64_t *correct);
+/* Before a checkpoint is written (the host mirrors from the device), and
+ * after one is loaded into the mirrors (back to the device); no-ops on the
+ * CPU.  opt may be NULL. */
+px_status px_trainer_pull(px_model *model, px_optim *opt);
+px_status px_trainer_push(px_model *model, px_optim *opt);
+/* The device side of px_train: model (and the optimizer, once created) on
+ * o.device; the NCCL communicator for DDP (t->nccl) when dp > 1. */
+px_status px_trainer_device_setup(px_trainer *t);
+px_status px_trainer_optim_to_device(px_trainer *t);
+void px_trainer_device_free(px_trainer *t);
+/* The host arrays that hold the model's parameters and buffers (the device
+ * mirrors on PX_CUDA), what resume broadcasts. */
+float *px_host_params(px_model *model);
+float *px_host_buffers(px_model *model);
+/* The watchdog's label on comm and, on CUDA, on DDP's NCCL communicator. */
+void px_trainer_label(px_trainer *t, const char *label);
 
 /* Checkpoints (state.c).  Write the trainer's state at its current
  * position (collective; rank 0 writes). */

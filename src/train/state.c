@@ -333,8 +333,10 @@ px_status px_trainer_save(px_trainer *t) {
     return st;
   }
   if (t->zero) return save_sharded(t);
+  // On a GPU the state dicts view the host mirrors: refreshed first.
+  px_status st = px_trainer_pull(t->model, t->opt);
   px_state_dict msd, osd;
-  px_status st = px_model_state_dict(t->model, &msd);
+  if (st == PX_OK) st = px_model_state_dict(t->model, &msd);
   if (st != PX_OK) return st;
   st = optim_state_dict(t, &osd);
   if (st != PX_OK) {
@@ -559,15 +561,24 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
   px_model *md = t->model;
   px_comm_set_label(t->comm, "resume: broadcast of the checkpoint");
   // Under ZeRO the wrap that follows broadcasts rank 0's parameters and
-  // buffers, and each rank reads its own optimizer state.
+  // buffers, and each rank reads its own optimizer state.  On a GPU the
+  // checkpoint was loaded into the host mirrors: broadcast on the host,
+  // then pushed to the device.
   if (t->o.zero.stage == 0 && !t->o.mesh) {
-    if ((cst = px_comm_broadcast(t->comm, md->param_data, md->n_param_elems, PX_F32, 0)) != PX_OK) return cst;
+    if ((cst = px_comm_broadcast(t->comm, px_host_params(md), md->n_param_elems, PX_F32, 0)) != PX_OK) return cst;
     if (md->n_buffer_elems &&
-        (cst = px_comm_broadcast(t->comm, md->buffer_data, md->n_buffer_elems, PX_F32, 0)) != PX_OK)
+        (cst = px_comm_broadcast(t->comm, px_host_buffers(md), md->n_buffer_elems, PX_F32, 0)) != PX_OK)
       return cst;
-    if (t->opt->n_state &&
-        (cst = px_comm_broadcast(t->comm, t->opt->state, (size_t)t->opt->n_state * t->opt->n, PX_F32, 0)) != PX_OK)
+    if (md->device == PX_CUDA) {
+      for (int k = 0; k < t->opt->n_state; k++)
+        if ((cst = px_comm_broadcast(t->comm, px_optim_state_slot(t->opt, k, NULL), t->opt->n, PX_F32, 0)) != PX_OK)
+          return cst;
+    } else if (t->opt->n_state &&
+               (cst = px_comm_broadcast(t->comm, t->opt->state, (size_t)t->opt->n_state * t->opt->n, PX_F32, 0)) !=
+                   PX_OK) {
       return cst;
+    }
+    if ((cst = px_trainer_push(md, t->opt)) != PX_OK) return cst;
   }
   if ((cst = px_comm_broadcast(t->comm, path, sizeof path, PX_U8, 0)) != PX_OK) return cst;
   // Tensor parallel: every rank its own boxes, from any saved layout.
@@ -652,6 +663,8 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
     if (st == PX_ERR_NOT_FOUND) st = px_error(st, "%s; nor does it hold model.rank*.safetensors", why);
   }
   px_state_dict_free(&sd);
+  // A model on a GPU: the state dict's views were its host mirrors.
+  if (st == PX_OK) st = px_trainer_push(model, NULL);
   if (st == PX_OK && resolved) snprintf(resolved, cap, "%s", ck);
   return st;
 }

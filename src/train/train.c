@@ -52,6 +52,19 @@ static px_status check_opts(const px_train_opts *o) {
   if (!(o->loss_spike_factor == 0.0 || (o->loss_spike_factor > 1.0 && isfinite(o->loss_spike_factor))))
     return px_error(PX_ERR_INVALID, "train: loss_spike_factor is %g; expected 0 (off) or a finite factor above 1 (a "
                     "factor of 1 or less would stop on ordinary noise)", o->loss_spike_factor);
+  if (o->device != PX_CPU && o->device != PX_CUDA)
+    return px_error(PX_ERR_INVALID, "train: device %d; expected PX_CPU or PX_CUDA", (int)o->device);
+  if (o->precision != PX_F32 && o->precision != PX_BF16)
+    return px_error(PX_ERR_INVALID, "train: precision %s; expected f32 or bf16 (--precision)", px_dtype_name(o->precision));
+  if (o->precision == PX_BF16 && o->device != PX_CUDA)
+    return px_error(PX_ERR_UNSUPPORTED, "train: --precision bf16 runs on the GPU only (--device cuda); on the CPU "
+                    "plexus computes in f32 (--precision f32)");
+  if (o->device == PX_CUDA && o->zero.stage > 0)
+    return px_error(PX_ERR_UNSUPPORTED, "train: --zero %d (ZeRO) with --device cuda is not built: on GPUs plexus "
+                    "trains data parallel with DDP over NCCL (--zero 0)", o->zero.stage);
+  if (o->device == PX_CUDA && o->mesh)
+    return px_error(PX_ERR_UNSUPPORTED, "train: tensor parallelism (--tp, a device mesh) with --device cuda is not "
+                    "built: on GPUs plexus trains data parallel with DDP over NCCL");
   if (o->loss_spike_factor > 0.0 && o->loss_spike_warmup < 1)
     return px_error(PX_ERR_INVALID, "train: loss_spike_warmup is %lld; the loss-spike guard needs at least 1 step "
                     "to form the running mean", (long long)o->loss_spike_warmup);
@@ -76,8 +89,9 @@ px_status px_train_total_steps(const px_train_opts *o, size_t batches_per_epoch,
 
 // The batch's targets as one i32 per row of the logits (tensor parallel:
 // this rank's vocabulary columns of every row).
-static px_status loss_of(const px_trainer *t, const px_tensor *logits, const px_batch *b, const px_ce_opts *ce,
-                         float *loss, float *dlogits) {
+// targets: b->y's data where the logits are (on a GPU, its device copy).
+static px_status loss_of(const px_trainer *t, const px_tensor *logits, const px_batch *b, const int32_t *targets,
+                         const px_ce_opts *ce, float *loss, float *dlogits) {
   const int64_t C = logits->shape[logits->ndim - 1];
   const int64_t rows = C ? px_tensor_numel(logits) / C : 0;
   if (b->y.dtype != PX_I32 || px_tensor_numel(&b->y) != rows) {
@@ -90,16 +104,15 @@ static px_status loss_of(const px_trainer *t, const px_tensor *logits, const px_
                     px_shape_str(b->y.ndim, b->y.shape, c, sizeof c));
   }
   if (t->o.mesh)
-    return px_tp_cross_entropy(&t->o.mesh->tp_group, logits, t->o.tp_vocab, (const int32_t *)b->y.data, -100, loss,
-                               dlogits);
-  return px_cross_entropy_loss(logits, (const int32_t *)b->y.data, ce, loss, dlogits);
+    return px_tp_cross_entropy(&t->o.mesh->tp_group, logits, t->o.tp_vocab, targets, -100, loss, dlogits);
+  return px_cross_entropy_loss(logits, targets, ce, loss, dlogits);
 }
 
 static px_status run_eval(px_trainer *t) {
   if (!t->val || t->last_eval_step == t->step) return PX_OK;
   px_eval_metrics m;
   size_t bs = t->o.eval_batch_size ? t->o.eval_batch_size : t->o.batch_size;
-  px_comm_set_label(t->comm, "evaluation");
+  px_trainer_label(t, "evaluation");
   if (t->o.mesh) TRY(px_evaluate_tp(t->o.mesh, t->o.tp_vocab, t->model, t->val, bs, t->o.workers,
                                     t->o.eval_max_batches, &m));
   else TRY(px_evaluate(t->comm, t->model, t->val, bs, t->o.workers, t->o.eval_max_batches, &m));
@@ -115,7 +128,7 @@ static px_status run_eval(px_trainer *t) {
 
 static px_status save(px_trainer *t) {
   if (!t->o.ckpt_dir || t->last_ckpt_step == t->step) return PX_OK;
-  px_comm_set_label(t->comm, "checkpoint");
+  px_trainer_label(t, "checkpoint");
   TRY(px_trainer_save(t));
   t->last_ckpt_step = t->step;
   return px_log_text(t->log, "checkpoint %s (step %lld)", t->last_checkpoint, (long long)t->step);
@@ -158,10 +171,9 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
     TRY(px_tp_clip_grad_norm(&t->o.mesh->tp_group, md, t->o.clip_grad_norm > 0.0f ? t->o.clip_grad_norm : INFINITY,
                              &norm));
     *grad_norm = norm;
-  } else if (t->o.clip_grad_norm > 0.0f)
-    *grad_norm = px_clip_grad_norm(md->grad_data, md->n_param_elems, t->o.clip_grad_norm);
-  else if (want_norm)
-    *grad_norm = sqrt(px_sumsq(md->grad_data, md->n_param_elems));
+  } else if (t->o.clip_grad_norm > 0.0f || want_norm) {
+    TRY(px_device_grad_norm(md, t->o.clip_grad_norm, grad_norm));  // on the model's device
+  }
   if (t->o.clip_grad_norm > 0.0f || want_norm) TRY(check_norm(t, *grad_norm));
   px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
   return px_optim_step(t->opt);
@@ -238,23 +250,26 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       if (t->zero) px_zero_set_sync(t->zero, last_micro);
       snprintf(label, sizeof label, "step %lld, epoch %llu, batch %zu", (long long)t->step,
                (unsigned long long)t->epoch, b_idx - 1);
-      px_comm_set_label(t->comm, label);
+      px_trainer_label(t, label);
 
       px_tensor logits;
       if (b->n == 0)
         return px_error(PX_ERR_FORMAT, "train: batch %zu of epoch %llu has no samples left (every record was bad)",
                         b_idx - 1, (unsigned long long)t->epoch);
-      TRY(px_model_forward(md, &b->x, &logits));
-      float *dlogits = px_model_scratch(md, (size_t)px_tensor_numel(&logits));
+      px_tensor x;
+      const int32_t *targets;
+      TRY(px_dev_batch_stage(&t->staged, md, b, &x, &targets));  // on a GPU: copied there
+      TRY(px_model_forward(md, &x, &logits));
+      float *dlogits = px_model_scratch(md, (size_t)px_tensor_numel(&logits));  // the model's device
       if (!dlogits) return PX_ERR_NOMEM;
       float loss;
-      TRY(loss_of(t, &logits, b, &ce, &loss, dlogits));
+      TRY(loss_of(t, &logits, b, targets, &ce, &loss, dlogits));
       // A loss that is not finite still goes through backward (DDP's
       // buckets are collectives every rank must join); the ranks stop
       // together at the step's agreement below, before any update.
       if (isfinite(loss)) step_loss += loss;
       else if (isfinite(bad_loss)) bad_loss = loss;
-      if (accum > 1) px_scale(dlogits, (size_t)px_tensor_numel(&logits), 1.0f / (float)accum);
+      if (accum > 1) TRY(px_device_scale(md, dlogits, (size_t)px_tensor_numel(&logits), 1.0f / (float)accum));
       px_tensor dy = logits;
       dy.data = dlogits;
       TRY(px_model_backward(md, &dy, NULL));
@@ -360,6 +375,7 @@ static px_status trainer_free(px_trainer *t) {
   px_optim_free(t->opt);
   px_status st = t->zero ? px_zero_free(t->zero) : PX_OK;
   t->zero = NULL;
+  px_trainer_device_free(t);
   return st;
 }
 
@@ -372,6 +388,7 @@ static px_status setup_parallel(px_trainer *t, px_model *model, bool *resumed) {
     t->shard_grads = model->grad_data;
     t->shard_n = model->n_param_elems;
     TRY(px_optim_create(&t->opt, model->param_data, model->grad_data, model->n_param_elems, &t->o.optim));
+    TRY(px_trainer_optim_to_device(t));  // on a GPU: its state there, a host mirror for checkpoints
     TRY(px_trainer_resume(t, resumed));
     if (t->dp > 1) TRY(px_ddp_wrap(&t->ddp, model, t->dp_comm, &t->o.ddp));
     return PX_OK;
@@ -439,7 +456,10 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   t.end_step = t.o.stop_at_step > 0 && t.o.stop_at_step < t.total_steps ? t.o.stop_at_step : t.total_steps;
 
   bool resumed = false;
-  st = setup_parallel(&t, model, &resumed);
+  // The device first (the optimizer is created over its buffers); on GPUs
+  // with more than one rank, DDP's communicator becomes NCCL's.
+  st = px_trainer_device_setup(&t);
+  if (st == PX_OK) st = setup_parallel(&t, model, &resumed);
   if (st == PX_OK) {
     t.start_step = t.step;
     if (resumed) t.last_ckpt_step = t.step;
@@ -465,6 +485,8 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   snprintf(res.last_checkpoint, sizeof res.last_checkpoint, "%s", t.last_checkpoint);
   px_status fst = trainer_free(&t);
   if (st == PX_OK) st = fst;
+  // On a GPU the model stays there; its host mirrors hold the final weights.
+  if (st == PX_OK) st = px_trainer_pull(model, NULL);
   if (out) *out = res;
   px_model_train(model, true);
   return st;
