@@ -39,9 +39,10 @@ static int train_rank(px_comm *c, void *arg) {
     CHECK_OK(px_ddp_sync(d));
     CHECK_OK(px_optim_step(opt));
   }
-  o->n = md->n_param_elems;
-  o->params[rank] = malloc(o->n * sizeof(float));
-  memcpy(o->params[rank], md->param_data, o->n * sizeof(float));
+  const size_t n = md->n_param_elems;
+  if (rank == 0) o->n = n;  // one writer: the ranks are threads
+  o->params[rank] = malloc(n * sizeof(float));
+  memcpy(o->params[rank], md->param_data, n * sizeof(float));
   o->checked[rank] = c->debug_seq;
   px_optim_free(opt);
   px_ddp_free(d);
