@@ -3,7 +3,9 @@ middle of a training step (its function returns, or its process exits), or
 stops taking part while the others wait in a bucket's all-reduce, the job
 ends within bounded time (the watchdog lowered to 2 s here), with a non-zero
 exit and a message that says what happened: which rank failed, or which
-collective and which DDP step and bucket the watchdog gave up on.  Checked
+collective and which DDP step and bucket the watchdog gave up on, and
+(under MPI too, from the side channel) which rank did not arrive and on
+which host.  Checked
 under the threads backend and under mpiexec -n 2.
 
 If it failed, one crashed rank would keep the whole job (and its nodes)
@@ -49,7 +51,8 @@ run("threads hang", [tool, "--threads", "2", "--mode", "hang"],
 if mpiexec:
     run("mpi exit", [mpiexec, "-n", "2", "--oversubscribe", tool, "--mode", "exit"], [])
     run("mpi hang", [mpiexec, "-n", "2", "--oversubscribe", tool, "--mode", "hang"],
-        [("watchdog", "allreduce", "DDP step 4", "within 2 s")])
+        [("watchdog", "allreduce", "DDP step 4", "within 2 s"),
+         ("waiting on ranks [1], which did not reach this collective", "rank 1 on host")])
 else:
     print("mpiexec not found: MPI cases skipped")
 sys.exit(1 if failures else 0)

@@ -352,6 +352,12 @@ static int train_rank(px_comm *comm, void *arg) {
                        .progress = strcmp(c->progress, "bar") == 0 ? 1 : strcmp(c->progress, "lines") == 0 ? 0 : -1,
                        .jsonl_path = job->jsonl[0] ? job->jsonl : NULL,
                        .tensorboard_dir = job->tensorboard[0] ? job->tensorboard : NULL};
+  // --stage: the node's copy of the data; from here on c reads from it.
+  px_app_staged staged;
+  if (*c->stage) {
+    if (px_app_stage_data(comm, c, &staged) != PX_OK) return rank_fail(comm, "");  // the message starts "--stage"
+    c = &staged.cfg;
+  }
   if (c->pp > 1) {  // pipeline parallel: its own loop (cmd_train_pp.c), the same options, logs and report
     const px_train_opts po = train_opts(job);
     px_train_result res;

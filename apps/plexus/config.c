@@ -101,6 +101,11 @@ static const opt_def opts[] = {
    "use only the first N held-out samples (0: all)"},
   {"data", "skip_bad", "skip-bad", T_BOOL, F(skip_bad), "false", NULL, 0, 0, TE,
    "skip bad records (counted and reported each epoch) instead of stopping"},
+  {"data", "stage", "stage", T_STR, F(stage), "", NULL, 0, 0, CFG_TRAIN,
+   "copy the data's files once per node into this directory (/dev/shm) and train from the copy; later runs reuse "
+   "a verified copy (mnist, tokens, text)"},
+  {"data", "stage_verify", "stage-verify", T_STR, F(stage_verify), "full", "full|size", 0, 0, CFG_TRAIN,
+   "--stage: check a reused copy's size and CRC-32C (full) or its size only (size)"},
 
   {"optim", "name", "optim", T_STR, F(optim), "adam", "sgd|adam|adamw", 0, 0, CFG_TRAIN, "optimizer"},
   {"optim", "lr", "lr", T_NUM, F(lr), "0.001", NULL, 1e-12, 1e6, CFG_TRAIN, "learning rate"},
@@ -574,9 +579,11 @@ px_status px_config_floats3(const char *s, const char *what, float out[3]) {
   return PX_OK;
 }
 
+// An s3:// path is checked when the data layer opens it (data/s3.h), with
+// the store's own answer (NoSuchKey, credentials ...) in the message.
 static bool path_exists(const char *p) {
   struct stat sb;
-  return stat(p, &sb) == 0;
+  return strncmp(p, "s3://", 5) == 0 || stat(p, &sb) == 0;
 }
 
 px_status px_config_validate(const px_config *c, int commands) {
@@ -587,6 +594,9 @@ px_status px_config_validate(const px_config *c, int commands) {
     return px_error(PX_ERR_NOT_FOUND, "--data-path (data.path): %s does not exist", c->data_path);
   if (*c->val_path && !strpbrk(c->val_path, "*?[") && !path_exists(c->val_path))
     return px_error(PX_ERR_NOT_FOUND, "--val-path (data.val_path): %s does not exist", c->val_path);
+  if (*c->stage && strcmp(src, "mnist") != 0 && strcmp(src, "tokens") != 0 && strcmp(src, "text") != 0)
+    return px_error(PX_ERR_UNSUPPORTED, "--stage (data.stage): --data %s is not staged; staging covers mnist (IDX "
+                    "files), tokens (shards) and text", src);
   if (strcmp(src, "imagenet") == 0 && !*c->synsets)
     return px_error(PX_ERR_INVALID, "--data imagenet needs --synsets (LOC_synset_mapping.txt)");
   if (*c->synsets && !path_exists(c->synsets))
@@ -753,6 +763,7 @@ static bool applies(const opt_def *d, const px_config *c) {
   if (strcmp(pre, "--zero 3") == 0) return c->zero == 3;
   if (strcmp(pre, "--pp") == 0) return c->pp > 1;
   if (strcmp(pre, "--tp > 1") == 0) return c->tp > 1;
+  if (strcmp(pre, "--stage") == 0) return *c->stage != 0;
   return true;
 }
 

@@ -27,6 +27,7 @@ typedef struct px_config {
   char   *tokenizer, *vocab;
   int64_t batch_size, workers, prefetch, train_subset, val_subset;
   bool    skip_bad;
+  char   *stage, *stage_verify;  /* data.stage: node-local copy directory ("": none); data.stage_verify: full|size */
   /* optim */
   char   *optim;
   double  lr, momentum, weight_decay, beta1, beta2, eps;

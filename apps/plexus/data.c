@@ -62,6 +62,33 @@ static px_status open_vocab(const px_config *c, const char *vocab_out, px_vocab 
   return st;
 }
 
+// One source: stage it, point *path at the copy, say what happened.
+static px_status stage_one(px_comm *comm, const px_config *c, const char *source, char *staged, size_t cap) {
+  const px_stage_verify verify = strcmp(c->stage_verify, "size") == 0 ? PX_STAGE_VERIFY_SIZE : PX_STAGE_VERIFY_FULL;
+  px_stage_result r;
+  px_status st = px_stage_source(comm, c->stage, c->data, source, verify, staged, cap, &r);
+  if (st != PX_OK || px_comm_local_rank(comm) != 0 || c->quiet) return st;
+  const double mb = (double)r.bytes_copied / 1e6;
+  printf("plexus train: stage: rank %d (local rank 0): %s: copied %zu of %zu files (%.1f MB in %.2f s, %.0f MB/s), "
+         "reused %zu, damaged %zu (copied again), into %s\n", px_comm_rank(comm), source, r.copied, r.files, mb,
+         r.seconds, r.seconds > 0 ? mb / r.seconds : 0.0, r.reused, r.damaged, r.dir);
+  fflush(stdout);
+  return PX_OK;
+}
+
+px_status px_app_stage_data(px_comm *comm, const px_config *c, px_app_staged *out) {
+  out->cfg = *c;
+  px_status st = stage_one(comm, c, c->data_path, out->data_path, sizeof out->data_path);
+  if (st != PX_OK) return st;
+  out->cfg.data_path = out->data_path;
+  if (*c->val_path) {
+    st = stage_one(comm, c, c->val_path, out->val_path, sizeof out->val_path);
+    if (st != PX_OK) return st;
+    out->cfg.val_path = out->val_path;
+  }
+  return PX_OK;
+}
+
 px_status px_app_open_data(const px_config *c, bool train, const char *vocab_out, px_app_data *out) {
   memset(out, 0, sizeof *out);
   const char *src = c->data;

@@ -222,6 +222,61 @@ px_status px_shard_write(const char *path, const uint32_t *tokens, size_t n, int
 px_status px_token_dataset_open(px_dataset **out, const char *pattern, int64_t T, bool random_offset,
                                 size_t vocab_size);
 
+/* ---- Node-local staging (--stage) -------------------------------------------
+ * Copy a dataset's files once per node into a fast local directory (the
+ * course's /dev/shm) and read them from there.  A set lives in
+ * stage_dir/<name>-<12 hex of the source's SHA-256>/: the files under their
+ * base names and MANIFEST ("plexus-stage 1", the source, then per file its
+ * CRC-32C, size, source mtime and name), written atomically after the last
+ * copy.  A later run keeps each file whose source has the recorded size and
+ * mtime and whose copy has the recorded size (PX_STAGE_VERIFY_SIZE) and, by
+ * default, CRC-32C (PX_STAGE_VERIFY_FULL); it copies the others again.  No
+ * MANIFEST (a copy cut short) means everything is copied; files of the set
+ * directory not in the set are removed.  Copies go to a temporary name and
+ * are renamed; an flock serialises jobs of one node staging the same set.
+ * docs/DATA.md, "Node-local staging". */
+typedef struct px_comm px_comm;
+
+typedef enum px_stage_verify {
+  PX_STAGE_VERIFY_FULL = 0, /* a reused copy: size and CRC-32C of every byte */
+  PX_STAGE_VERIFY_SIZE      /* a reused copy: size only (sources: size and mtime in both modes) */
+} px_stage_verify;
+
+typedef struct px_stage_result {
+  size_t   files;           /* files in the set */
+  size_t   copied;          /* copied by this call (0: all reused) */
+  size_t   reused;          /* kept from an earlier run */
+  size_t   damaged;         /* copies whose source was unchanged but that failed the check (re-copied) */
+  uint64_t bytes;           /* the set's size */
+  uint64_t bytes_copied, bytes_verified;
+  double   seconds;         /* the whole call */
+  char     dir[4096];       /* the set's directory */
+} px_stage_result;
+
+/* The files a data kind reads from `path`: "mnist" (a directory: the four
+ * IDX files, plain or .gz, that exist), "tokens" (a glob: the shards, sorted;
+ * wildcards only in the last part), "text" (the file).  Other kinds
+ * (images, imagenet) and s3:// sources are PX_ERR_UNSUPPORTED.  *files is
+ * malloc'ed: free with px_stage_files_free. */
+px_status px_stage_source_files(const char *kind, const char *path, char ***files, size_t *n);
+void px_stage_files_free(char **files, size_t n);
+/* Stage files[0..n) (distinct base names) as the set of `source`, on the
+ * calling thread (no communicator: one caller per node). */
+px_status px_stage_files(const char *stage_dir, const char *source, char *const *files, size_t n,
+                         px_stage_verify verify, px_stage_result *res);
+/* Where the staged copy of `source` is read from: the set's directory
+ * (mnist), or the directory and the source's last part (tokens' glob, a
+ * text file). */
+px_status px_stage_path(const char *stage_dir, const char *kind, const char *source, char *out, size_t cap);
+/* Collective over comm: local rank 0 of each node (px_comm_local_rank)
+ * stages `source` (made absolute) while the node's other ranks wait in an
+ * all-reduce over comm that also tells every rank whether any node failed;
+ * then every rank gets the staged path in staged[cap].  res is filled on the
+ * copying ranks (zeros elsewhere). */
+px_status px_stage_source(px_comm *comm, const char *stage_dir, const char *kind, const char *source,
+                          px_stage_verify verify, char *staged, size_t cap, px_stage_result *res);
+
+
 /* ---- Text tokenizers --------------------------------------------------------
  * Word level (WikiText-2, as PyTorch's word_language_model reads it): lines
  * end at "\n", "\r\n" or "\r"; each line is split on whitespace (Python's

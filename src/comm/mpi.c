@@ -27,18 +27,24 @@
 // Requests handed out (DDP's buckets) move when their owner tests them: DDP
 // does so at every module's grads_ready during backward.
 //
-// MPI cannot tell which peers are missing, so the watchdog says so, then
-// ends the job with MPI_Abort (from the waiting thread in wait_req, from the
-// watchdog thread around a blocking call): the peers are stuck in the
-// collective and no return value can reach them.
+// MPI cannot tell which peers are missing; plexus's side channel
+// (mpi_side.c) can: every collective of a communicator is numbered, a rank
+// whose wait stalls tells the other members which one it waits in, and at
+// expiry the watchdog names the members it has not heard from at that
+// number, with their host and what they said last.  Then it ends the job
+// with MPI_Abort (from the waiting thread in wait_req, from the watchdog
+// thread around a blocking call): the peers are stuck in the collective and
+// no return value can reach them.
 //
 // Errors: our communicators use MPI_ERRORS_RETURN, and a failed MPI call
 // becomes PX_ERR_COMM with MPI_Error_string's text.
 #define _POSIX_C_SOURCE 200809L
 #include "comm/internal.h"
+#include "comm/mpi_side.h"
 #include "comm/mpi_watch.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +90,9 @@ px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) {
 #else
 
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 bool px_comm_mpi_available(void) { return true; }
 
@@ -97,6 +106,14 @@ typedef struct mcomm {
   MPI_Comm comm;
   int world_rank;
   bool crowded;   /* more ranks on this node than cores: waits yield */
+  /* For the side channel (mpi_side.h): the communicator's key, equal on
+   * its members; the collectives started on it (each one's number); the
+   * splits made from it (a child's key is derived from it); the world rank
+   * of each of its ranks. */
+  uint64_t key;
+  atomic_uint_least64_t started;
+  uint64_t splits;
+  int *members;
 } mcomm;
 
 static MPI_Comm comm_of(const px_comm *c) { return ((const mcomm *)c->impl)->comm; }
@@ -110,6 +127,8 @@ typedef struct mreq {
   MPI_Request req;
   const char *what;
   int peer;                 /* point-to-point: the other rank; else -1 */
+  uint64_t seq;             /* a collective's number on its communicator */
+  bool told;                /* its stall was told on the side channel */
   char label[PX_COMM_LABEL_MAX];
   double timeout;
   double spin;              /* seconds to poll without a nap (wait_req) */
@@ -182,6 +201,59 @@ static px_status fits_int(const char *what, size_t count) {
 #define SPIN_SECONDS 0.25
 static double spin_seconds(size_t bytes) { return SPIN_SECONDS + 4e-9 * (double)bytes; }
 
+/* ---- Fault injection (tests) -------------------------------------------------------
+ * PX_COMM_FAULT="RANK:SIGNAL:WHEN:N:LABEL" makes world rank RANK send itself
+ * SIGNAL (KILL, STOP, TERM, ...: a name without SIG, or a number) at its
+ * N-th collective (from 1) whose label contains LABEL: WHEN "before" as it
+ * enters it (it never takes part), "after" once it has posted its share (a
+ * non-blocking one: DDP's buckets; a blocking one once it has returned).
+ * The fault tests (tests/test_mpi_faults_name_the_rank_and_resume.py) use it
+ * to land a kill -9 or a SIGSTOP mid-backward, mid-all-reduce or
+ * mid-checkpoint every time; it is read once, at px_comm_init_mpi, and costs
+ * a pointer test per collective when unset. */
+static struct fault {
+  int rank, signo, nth, seen;
+  bool after;
+  char label[PX_COMM_LABEL_MAX];
+} fault_spec, *fault;
+
+static int signal_number(const char *name) {
+  static const struct { const char *name; int signo; } names[] = {
+      {"KILL", SIGKILL}, {"STOP", SIGSTOP}, {"TERM", SIGTERM}, {"INT", SIGINT},
+      {"SEGV", SIGSEGV}, {"ABRT", SIGABRT}, {"USR1", SIGUSR1}};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (strcmp(name, names[i].name) == 0) return names[i].signo;
+  return atoi(name);
+}
+
+static void fault_parse(int world_rank) {
+  const char *spec = getenv("PX_COMM_FAULT");
+  if (!spec || !spec[0]) return;
+  char sig[16] = "", when[16] = "";
+  int rank = -1, nth = 0, used = 0;
+  if (sscanf(spec, "%d:%15[^:]:%15[^:]:%d:%n", &rank, sig, when, &nth, &used) != 4 || used == 0 || nth < 1 ||
+      (strcmp(when, "before") != 0 && strcmp(when, "after") != 0) || signal_number(sig) <= 0) {
+    fprintf(stderr, "plexus: warning: PX_COMM_FAULT=\"%s\" ignored: expected RANK:SIGNAL:before|after:N:LABEL, "
+                    "e.g. 1:STOP:before:1:DDP step 6, bucket 0\n", spec);
+    return;
+  }
+  if (rank != world_rank) return;
+  fault_spec = (struct fault){.rank = rank, .signo = signal_number(sig), .nth = nth, .after = when[0] == 'a'};
+  snprintf(fault_spec.label, sizeof fault_spec.label, "%s", spec + used);
+  fault = &fault_spec;
+}
+
+/* A collective at its start (after = false) or once posted (after = true). */
+static void fault_point(const mreq *r, bool after) {
+  if (!fault || r->peer >= 0 || fault->after != after || !strstr(r->label, fault->label)) return;
+  if (++fault->seen != fault->nth) return;
+  fprintf(stderr, "plexus: rank %d: PX_COMM_FAULT: signal %d %s %s (%s)\n", fault->rank, fault->signo,
+          after ? "after posting" : "before", r->what, r->label);
+  fflush(stderr);
+  fault = NULL;
+  raise(fault_spec.signo);
+}
+
 static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t bytes, bool blocking) {
   memset(r, 0, sizeof *r);
   r->blocking = blocking;
@@ -193,6 +265,34 @@ static void req_init(mreq *r, px_comm *c, const char *what, int peer, size_t byt
   r->peer = peer;
   r->timeout = c->timeout;
   memcpy(r->label, c->label, sizeof r->label);
+  // Every rank starts a communicator's collectives in the same order, so
+  // their numbers agree (relaxed: one thread calls them at a time).
+  if (peer < 0) r->seq = atomic_fetch_add_explicit(&((mcomm *)c->impl)->started, 1, memory_order_relaxed) + 1;
+  if (fault) fault_point(r, false);
+}
+
+/* The side channel's view of a collective (mpi_side.h). */
+static px_mpi_call call_of(const mreq *r) {
+  mcomm *m = r->c->impl;
+  return (px_mpi_call){.key = m->key,
+                       .seq = r->seq,
+                       .started = atomic_load_explicit(&m->started, memory_order_relaxed),
+                       .members = m->members,
+                       .n = r->c->size,
+                       .world_rank = m->world_rank,
+                       .what = r->what,
+                       .label = r->label};
+}
+
+/* "waiting on ranks ..." for the watchdog's message. */
+static void verdict_of(const mreq *r, char *out, size_t cap) {
+  if (r->peer >= 0) {
+    const mcomm *m = r->c->impl;
+    px_mpi_watch_peer_verdict(m->members[r->peer], r->peer, out, cap);
+    return;
+  }
+  px_mpi_call call = call_of(r);
+  px_mpi_side_verdict(&call, out, cap);
 }
 
 /* ---- Completion ---------------------------------------------------------------- */
@@ -215,7 +315,9 @@ static void discard(mreq *r) {
 
 static px_status watchdog_abort(mreq *r) {
   const char *label = r->label[0] ? r->label : "no label set";
-  px_mpi_watch_message(world_rank_of(r->c), r->what, label, r->timeout, r->peer);
+  char verdict[1400];
+  verdict_of(r, verdict, sizeof verdict);
+  px_mpi_watch_message(world_rank_of(r->c), r->what, label, r->timeout, verdict);
   // The documented exception to "library code never ends the process":
   // the peers are blocked in MPI and only the launcher can free them.
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -247,6 +349,7 @@ static px_status wait_req(mreq *r) {
   const double start = px_time_now();
   const bool crowded = ((const mcomm *)r->c->impl)->crowded;
   long nap_ns = NAP_MIN_NS;
+  double last_drain = 0;
   for (;;) {
     int flag = 0;
     int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
@@ -255,14 +358,34 @@ static px_status wait_req(mreq *r) {
       return mpi_failed(rc, "MPI_Test", r->what, __FILE__, __LINE__);
     }
     if (flag) {
+      if (r->told) {
+        px_mpi_call call = call_of(r);
+        px_mpi_side_cleared(&call);
+      }
       finish(r);
       return PX_OK;
     }
-    const double waited = px_time_now() - start;
+    const double now = px_time_now(), waited = now - start;
     if (r->timeout > 0 && waited > r->timeout) return watchdog_abort(r);
     if (waited < r->spin) {
       if (crowded || waited > YIELD_AFTER_SECONDS) sched_yield();
       continue;
+    }
+    // Stalled: a collective tells its members, once, and reads what they
+    // said every 50 ms (mpi_side.h).
+    if (r->peer < 0 && !r->told) {
+      px_mpi_call call = call_of(r);
+      px_mpi_side_stalled(&call);
+      r->told = true;
+      last_drain = now;
+    } else if (r->peer < 0 && now - last_drain > 0.05) {
+      px_mpi_side_drain();
+      last_drain = now;
+    }
+    if (px_mpi_watch_term_since(start)) {
+      char verdict[1400];
+      verdict_of(r, verdict, sizeof verdict);
+      px_mpi_watch_term_message(world_rank_of(r->c), r->what, r->label, waited, verdict);
     }
     struct timespec ts = {0, nap_ns};
     nanosleep(&ts, NULL);
@@ -276,16 +399,21 @@ static px_status run_now(px_status started, mreq *r) {
   if (started) return started;
   if (r->completed) {
     finish(r);
+    if (fault) fault_point(r, true);
     return PX_OK;
   }
-  return wait_req(r);
+  px_status st = wait_req(r);
+  if (fault && st == PX_OK) fault_point(r, true);
+  return st;
 }
 
 /* Whether a blocking px_comm call runs MPI's blocking call now, with the
  * watchdog thread armed; px_mpi_watch_disarm after it. */
 static bool block_now(mreq *r) {
   if (!r->blocking || !blocking_calls) return false;
-  r->completed = px_mpi_watch_arm(r->what, r->label, world_rank_of(r->c), r->peer, r->timeout, r->spin);
+  px_mpi_call call = call_of(r);
+  r->completed =
+      px_mpi_watch_arm(r->what, r->label, world_rank_of(r->c), r->peer, r->timeout, r->spin, r->peer < 0 ? &call : NULL);
   return r->completed;
 }
 
@@ -314,6 +442,7 @@ static px_status hand_out(px_status started, const mreq *r, px_request **req) {
   *h = *r;
   h->heap = true;
   *req = &h->base;
+  if (fault) fault_point(h, true);
   return PX_OK;
 }
 
@@ -511,7 +640,15 @@ static px_status m_request_wait(px_request *base) {
   return st;
 }
 
-static px_status mcomm_wrap(MPI_Comm comm, px_comm **out);
+static px_status mcomm_wrap(MPI_Comm comm, uint64_t key, px_comm **out);
+
+/* splitmix64's finaliser: communicator keys from small numbers. */
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 static px_status m_split(px_comm *c, int color, int key, px_comm **out) {
   // MPI_Comm_split blocks with no deadline; a watched barrier first makes
@@ -521,8 +658,12 @@ static px_status m_split(px_comm *c, int color, int key, px_comm **out) {
   if (st) return st;
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_TRY("split", MPI_Comm_split(comm_of(c), color < 0 ? MPI_UNDEFINED : color, key, &sub));
+  // The child's key: the same on its members (same parent, same split of
+  // it, same colour), another for every other child.
+  mcomm *m = c->impl;
+  const uint64_t child = mix64(m->key ^ mix64(++m->splits) ^ mix64(0x5157ULL + (uint64_t)(uint32_t)color));
   if (sub == MPI_COMM_NULL) return PX_OK;
-  st = mcomm_wrap(sub, out);
+  st = mcomm_wrap(sub, child, out);
   if (st) return st;
   (*out)->timeout = c->timeout;
   return PX_OK;
@@ -534,11 +675,44 @@ static void m_abort(px_comm *c, const char *why) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+/* Members lists of freed communicators: the watchdog thread may still be
+ * telling them that a stalled call ended (px_mpi_side_cleared) just after
+ * the caller returned and freed the communicator, so they are freed at
+ * px_comm_finalize_mpi, after the side channel is closed. */
+static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
+static int **retired;
+static size_t n_retired, cap_retired;
+
+static void retire_members(int *members) {
+  pthread_mutex_lock(&retired_mu);
+  if (n_retired == cap_retired) {
+    size_t cap = cap_retired ? 2 * cap_retired : 16;
+    int **grown = realloc(retired, cap * sizeof *grown);
+    if (grown) {
+      retired = grown;
+      cap_retired = cap;
+    }
+  }
+  if (n_retired < cap_retired) retired[n_retired++] = members;
+  else free(members);  // out of memory: the race above is the lesser risk
+  pthread_mutex_unlock(&retired_mu);
+}
+
+static void free_retired(void) {
+  pthread_mutex_lock(&retired_mu);
+  for (size_t i = 0; i < n_retired; i++) free(retired[i]);
+  free(retired);
+  retired = NULL;
+  n_retired = cap_retired = 0;
+  pthread_mutex_unlock(&retired_mu);
+}
+
 static void m_free(px_comm *c) {
   mcomm *m = c->impl;
   int finalized = 1;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Comm_free(&m->comm);
+  retire_members(m->members);
   free(m);
   free(c);
 }
@@ -567,7 +741,7 @@ static const px_comm_ops px_comm_mpi_ops_table = {
 
 /* Takes ownership of comm: a px_comm with errors returned, and local rank
  * and size among the ranks that share this node's memory. */
-static px_status mcomm_wrap(MPI_Comm comm, px_comm **out) {
+static px_status mcomm_wrap(MPI_Comm comm, uint64_t key, px_comm **out) {
   int rank, size, wrank, lrank, lsize;
   MPI_Comm local = MPI_COMM_NULL;
   MPI_TRY("init", MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
@@ -579,15 +753,27 @@ static px_status mcomm_wrap(MPI_Comm comm, px_comm **out) {
   MPI_TRY("init", MPI_Comm_size(local, &lsize));
   MPI_Comm_free(&local);
   px_comm *c = px_comm_alloc(&px_comm_mpi_ops_table, PX_COMM_MPI, rank, size);
-  mcomm *m = malloc(sizeof *m);
-  if (!c || !m) {
+  mcomm *m = calloc(1, sizeof *m);
+  int *members = malloc((size_t)size * sizeof *members);
+  if (!c || !m || !members) {
     free(c);
     free(m);
+    free(members);
     MPI_Comm_free(&comm);
     return px_error(PX_ERR_NOMEM, "mpi: out of memory for a communicator");
   }
+  // The world rank of each rank (the side channel speaks world ranks).
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  int ok = MPI_Comm_group(comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS;
+  for (int i = 0; i < size; i++) members[i] = i;
+  if (ok) MPI_Group_translate_ranks(g, size, members, wg, members);
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (wg != MPI_GROUP_NULL) MPI_Group_free(&wg);
   m->comm = comm;
   m->world_rank = wrank;
+  m->key = key;
+  atomic_init(&m->started, 0);
+  m->members = members;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   m->crowded = cores > 0 && lsize > cores;
   c->impl = m;
@@ -629,15 +815,27 @@ px_status px_comm_init_mpi(px_comm **out) {
   int level = MPI_THREAD_SINGLE;
   MPI_TRY("px_comm_init_mpi", MPI_Query_thread(&level));
   blocking_calls = !poll && level == MPI_THREAD_MULTIPLE && px_mpi_watch_start();
+  // The watchdog's side channel (mpi_side.c); without it the watchdog
+  // still ends the job, naming no rank.
+  if (px_mpi_side_init() != 0)
+    fprintf(stderr, "plexus: warning: the watchdog's side channel did not start; a watchdog will not name the "
+                    "ranks that did not arrive\n");
+  int wrank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  fault_parse(wrank);
+  px_mpi_watch_term_hook();
   MPI_Comm world = MPI_COMM_NULL;
   // A duplicate, so our messages never match the application's own.
   MPI_TRY("px_comm_init_mpi", MPI_Comm_dup(MPI_COMM_WORLD, &world));
-  return mcomm_wrap(world, out);
+  static uint64_t worlds;  // every rank makes its worlds in the same order
+  return mcomm_wrap(world, mix64(++worlds), out);
 }
 
 void px_comm_finalize_mpi(void) {
   int finalized = 1;
   MPI_Finalized(&finalized);
+  if (!finalized) px_mpi_side_finalize();
+  free_retired();
   if (we_initialized && !finalized) MPI_Finalize();
 }
 

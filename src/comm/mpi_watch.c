@@ -22,8 +22,12 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The verdict's room: the rank list and up to 4 ranks' states with labels. */
+#define VERDICT_MAX 1400
+
 #ifdef PX_HAVE_MPI
 
+#include "comm/internal.h"
 #include "plexus/base.h"
 
 #include <mpi.h>
@@ -47,6 +51,8 @@
  * progress) for about THROTTLE_RUN_NS between naps: ~10% of a core. */
 #define THROTTLE_NAP_NS 2000000L
 #define THROTTLE_RUN_NS 200000L
+/* While a call is stalled the watcher reads the side channel this often. */
+#define DRAIN_SECONDS 0.05
 
 static struct {
   atomic_flag busy;                 /* held by the armed caller */
@@ -57,6 +63,11 @@ static struct {
   _Atomic(const char *) label;
   atomic_int world_rank, peer;
   _Atomic(pthread_t) waiter;
+  /* The armed collective for the side channel; has_call false for
+   * point-to-point.  Plain fields under the seqlock: the watcher copies
+   * them and keeps the copy only if seq did not change meanwhile. */
+  px_mpi_call call;
+  bool has_call;
   atomic_int sleeping;              /* the watcher waits on `wake` */
   pthread_mutex_t mu;
   pthread_cond_t wake;
@@ -66,17 +77,68 @@ static struct {
 static pthread_once_t started_once = PTHREAD_ONCE_INIT;
 static bool started;
 
-void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout, int peer) {
+void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout,
+                          const char *verdict) {
   if (!label || !label[0]) label = "no label set";
-  if (peer >= 0)
-    fprintf(stderr, "plexus: rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks [%d]\n",
-            world_rank, what, label, timeout, peer);
-  else
-    fprintf(stderr,
-            "plexus: rank %d: watchdog: %s (%s) did not complete within %g s; waiting on ranks: "
-            "unknown under MPI (peers did not all arrive)\n",
-            world_rank, what, label, timeout);
+  fprintf(stderr, "plexus: rank %d (host %s): watchdog: %s (%s) did not complete within %g s; %s\n", world_rank,
+          px_mpi_side_host(world_rank), what, label, timeout, verdict);
   fflush(stderr);
+}
+
+void px_mpi_watch_term_message(int world_rank, const char *what, const char *label, double waited,
+                               const char *verdict) {
+  if (!label || !label[0]) label = "no label set";
+  fprintf(stderr,
+          "plexus: rank %d (host %s): SIGTERM (the launcher ends the job so when a rank dies) while waiting %.1f s "
+          "in %s (%s); %s\n",
+          world_rank, px_mpi_side_host(world_rank), waited, what, label, verdict);
+  fflush(stderr);
+}
+
+/* The SIGTERM chain (px_mpi_watch_term_hook). */
+static struct sigaction term_old;
+static atomic_uint_least64_t term_count;  /* signals seen */
+static _Atomic double term_at;             /* px_time_now() of the last */
+static atomic_uint_least64_t term_told;    /* term_count when last reported */
+
+static void term_handler(int signo, siginfo_t *info, void *ctx) {
+  int saved = errno;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe; px_time_now's clock
+  atomic_store(&term_at, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+  atomic_fetch_add(&term_count, 1);
+  errno = saved;
+  if (term_old.sa_flags & SA_SIGINFO) term_old.sa_sigaction(signo, info, ctx);
+  else term_old.sa_handler(signo);
+}
+
+void px_mpi_watch_term_hook(void) {
+  static atomic_flag once = ATOMIC_FLAG_INIT;
+  if (atomic_flag_test_and_set(&once)) return;
+  struct sigaction old;
+  if (sigaction(SIGTERM, NULL, &old) != 0) return;
+  // Only in front of a handler: with the default action the process must
+  // still end at once, and an ignored signal stays ignored.
+  if (!(old.sa_flags & SA_SIGINFO) && (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN)) return;
+  term_old = old;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = term_handler;
+  sa.sa_mask = old.sa_mask;
+  sa.sa_flags = (old.sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+bool px_mpi_watch_term_since(double start) {
+  uint_least64_t n = atomic_load(&term_count);
+  if (n == 0 || atomic_load(&term_at) < start) return false;
+  uint_least64_t told = atomic_load(&term_told);
+  return told != n && atomic_compare_exchange_strong(&term_told, &told, n);
+}
+
+void px_mpi_watch_peer_verdict(int peer_world_rank, int peer, char *out, size_t cap) {
+  snprintf(out, cap, "waiting on ranks [%d] (world rank %d on host %s)", peer, peer_world_rank,
+           px_mpi_side_host(peer_world_rank));
 }
 
 static void nap(double seconds) {
@@ -102,10 +164,18 @@ static void throttle_handler(int signo) {
 static void *watch_main(void *arg) {
   (void)arg;
   uint_least64_t last = atomic_load(&W.seq);
-  double last_change = px_time_now();
+  double last_change = px_time_now(), last_drain = 0;
+  // The call whose stall the members were told of (0: none), and its copy.
+  uint_least64_t told = 0;
+  px_mpi_call told_call;
+  char told_label[PX_COMM_LABEL_MAX];
   for (;;) {
     uint_least64_t s = atomic_load(&W.seq);
     double now = px_time_now();
+    if (told && s != told) {
+      px_mpi_side_cleared(&told_call);  // it completed: say so
+      told = 0;
+    }
     if (s != last) {
       last = s;
       last_change = now;
@@ -133,18 +203,45 @@ static void *watch_main(void *arg) {
     const int rank = atomic_load_explicit(&W.world_rank, memory_order_relaxed);
     const int peer = atomic_load_explicit(&W.peer, memory_order_relaxed);
     const pthread_t waiter = atomic_load_explicit(&W.waiter, memory_order_relaxed);
+    const bool has_call = W.has_call;
+    px_mpi_call call = W.call;
+    char call_label[PX_COMM_LABEL_MAX];
+    snprintf(call_label, sizeof call_label, "%s", has_call && label ? label : "");
+    call.label = call_label;
     if (atomic_load(&W.seq) != s) continue;  // it changed while we read
     const double waited = now - start;
     if (timeout > 0 && waited > timeout) {
       // The caller is blocked in MPI for the whole time we print, so its
-      // label and `what` (string literals, its own mreq) stay put.
-      px_mpi_watch_message(rank, what, label, timeout, peer);
+      // label and `what` (string literals, its own mreq) stay put, and so
+      // do the members of its communicator.
+      char verdict[VERDICT_MAX];
+      if (has_call) px_mpi_side_verdict(&call, verdict, sizeof verdict);
+      else px_mpi_watch_peer_verdict(peer, peer, verdict, sizeof verdict);
+      px_mpi_watch_message(rank, what, label, timeout, verdict);
       // The documented exception to "library code never ends the process":
       // the peers are blocked in MPI and only the launcher can free them.
       MPI_Abort(MPI_COMM_WORLD, 1);
       return NULL;
     }
     if (waited > spin) {
+      if (has_call && told != s) {
+        // Stalled: tell the members once (mpi_side.h).
+        told_call = call;
+        snprintf(told_label, sizeof told_label, "%s", call_label);
+        told_call.label = told_label;
+        px_mpi_side_stalled(&told_call);
+        told = s;
+        last_drain = now;
+      } else if (has_call && now - last_drain > DRAIN_SECONDS) {
+        px_mpi_side_drain();
+        last_drain = now;
+      }
+      if (px_mpi_watch_term_since(start)) {
+        char verdict[VERDICT_MAX];
+        if (has_call) px_mpi_side_verdict(&call, verdict, sizeof verdict);
+        else px_mpi_watch_peer_verdict(peer, peer, verdict, sizeof verdict);
+        px_mpi_watch_term_message(rank, what, call_label[0] ? call_label : label, waited, verdict);
+      }
       atomic_store_explicit(&W.throttled, s, memory_order_relaxed);
       pthread_kill(waiter, W.signo);
       nap(1e-9 * (double)(THROTTLE_NAP_NS + THROTTLE_RUN_NS));
@@ -196,7 +293,7 @@ bool px_mpi_watch_start(void) {
 }
 
 bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int peer, double timeout,
-                      double spin) {
+                      double spin, const px_mpi_call *call) {
   // One armed call at a time; a second thread blocking at once (MPI_THREAD_
   // MULTIPLE allows it) is told to use the polling wait instead.
   if (atomic_flag_test_and_set_explicit(&W.busy, memory_order_acquire)) return false;
@@ -208,6 +305,8 @@ bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int p
   atomic_store_explicit(&W.world_rank, world_rank, memory_order_relaxed);
   atomic_store_explicit(&W.peer, peer, memory_order_relaxed);
   atomic_store_explicit(&W.waiter, pthread_self(), memory_order_relaxed);
+  W.has_call = call != NULL;
+  if (call) W.call = *call;
   atomic_fetch_add(&W.seq, 1);  // odd: armed
   if (atomic_load(&W.sleeping)) {
     pthread_mutex_lock(&W.mu);
@@ -224,8 +323,24 @@ void px_mpi_watch_disarm(void) {
 
 #else
 
-void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout, int peer) {
-  (void)world_rank, (void)what, (void)label, (void)timeout, (void)peer;
+void px_mpi_watch_term_hook(void) {}
+bool px_mpi_watch_term_since(double start) {
+  (void)start;
+  return false;
+}
+void px_mpi_watch_term_message(int world_rank, const char *what, const char *label, double waited,
+                               const char *verdict) {
+  (void)world_rank, (void)what, (void)label, (void)waited, (void)verdict;
+}
+
+void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout,
+                          const char *verdict) {
+  (void)world_rank, (void)what, (void)label, (void)timeout, (void)verdict;
+}
+
+void px_mpi_watch_peer_verdict(int peer_world_rank, int peer, char *out, size_t cap) {
+  (void)peer_world_rank, (void)peer;
+  if (cap) out[0] = 0;
 }
 
 #endif

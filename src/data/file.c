@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "data/file.h"
 
+#include "data/s3.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -96,6 +98,21 @@ px_status px_data_gunzip(const void *buf, size_t n, const char *what, const char
 px_status px_data_read_file(const char *path, const char *what, bool gunzip, void **out, size_t *out_n) {
   *out = NULL;
   *out_n = 0;
+  if (px_s3_is_url(path)) {
+    void *buf;
+    size_t len;
+    px_status st = px_s3_read(path, what, &buf, &len);
+    if (st != PX_OK || !gunzip || !px_data_is_gzip(buf, len)) {
+      if (st == PX_OK) {
+        *out = buf;
+        *out_n = len;
+      }
+      return st;
+    }
+    st = px_data_gunzip(buf, len, what, path, out, out_n);
+    free(buf);
+    return st;
+  }
   FILE *f = fopen(path, "rb");
   if (!f) return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "%s %s: cannot open: %s", what, path,
                           strerror(errno));

@@ -4,8 +4,11 @@
 // training set is 47 MB of pixels); get is a table lookup per pixel,
 //   x[k] = lut[v],  lut[v] = (v/255 - mean) / std,
 // into the sample's batch row, and reads nothing shared that changes.
+// The files may be s3:// objects (data/s3.h), read whole like local ones.
 #define _POSIX_C_SOURCE 200809L
 #include "plexus/data.h"
+
+#include "data/s3.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -99,18 +102,40 @@ px_status px_idx_dataset_open(px_dataset **out, const char *images_path, const c
   return PX_OK;
 }
 
-// dir/name if it exists, else dir/name.gz if that does; NULL if neither.
-static char *find_file(const char *dir, const char *name) {
+// dir/name if it exists, else dir/name.gz if that does; *out NULL if
+// neither.  dir may be an s3:// prefix: then existence is a HEAD request,
+// and an error other than a missing object (credentials, bucket) is
+// returned as it is.
+static px_status find_file(const char *dir, const char *name, char **out) {
+  *out = NULL;
   size_t cap = strlen(dir) + strlen(name) + 8;
   char *p = malloc(cap);
-  if (!p) return NULL;
-  struct stat sb;
-  snprintf(p, cap, "%s/%s", dir, name);
-  if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) return p;
-  snprintf(p, cap, "%s/%s.gz", dir, name);
-  if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) return p;
+  if (!p) return px_error(PX_ERR_NOMEM, "mnist %s: out of memory", dir);
+  bool s3 = px_s3_is_url(dir);
+  for (int gz = 0; gz < 2; gz++) {
+    snprintf(p, cap, "%s%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name, gz ? ".gz" : "");
+    if (s3) {
+      uint64_t size;
+      bool missing_key;
+      px_status st = px_s3_size(p, "mnist", &size, &missing_key);
+      if (st == PX_OK) {
+        *out = p;
+        return PX_OK;
+      }
+      if (!missing_key) {
+        free(p);
+        return st;
+      }
+    } else {
+      struct stat sb;
+      if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        *out = p;
+        return PX_OK;
+      }
+    }
+  }
   free(p);
-  return NULL;
+  return PX_OK;
 }
 
 px_status px_mnist_open(px_dataset **out, const char *dir, const char *split, float mean, float std) {
@@ -124,10 +149,10 @@ px_status px_mnist_open(px_dataset **out, const char *dir, const char *split, fl
   char images_name[64], labels_name[64];
   snprintf(images_name, sizeof images_name, "%s-images-idx3-ubyte", prefix);
   snprintf(labels_name, sizeof labels_name, "%s-labels-idx1-ubyte", prefix);
-  char *images = find_file(dir, images_name);
-  char *labels = find_file(dir, labels_name);
-  px_status st = PX_OK;
-  if (!images || !labels)
+  char *images = NULL, *labels = NULL;
+  px_status st = find_file(dir, images_name, &images);
+  if (st == PX_OK) st = find_file(dir, labels_name, &labels);
+  if (st == PX_OK && (!images || !labels))
     st = px_error(PX_ERR_NOT_FOUND, "mnist %s: %s not found, plain or .gz (the %s split needs %s and %s)", dir,
                   images ? labels_name : images_name, split, images_name, labels_name);
   if (st == PX_OK) st = px_idx_dataset_open(out, images, labels, mean, std);

@@ -21,8 +21,17 @@
 // each token against the vocabulary, so a corrupt token is reported with its
 // shard and position when a batch needs it, not by a scan of billions of
 // tokens at start-up.
+//
+// Shards may be S3 objects: a pattern "s3://bucket/prefix" (or with glob
+// characters in the key) lists the bucket (data/s3.h).  Open then reads
+// each header with one ranged GET, and get reads a window with one more
+// ("Range: bytes=a-b" of exactly its T+1 tokens).  With PX_S3_CACHE set,
+// open instead copies each shard into the cache once (verified by size)
+// and reads it there like a local file.
 #define _POSIX_C_SOURCE 200809L
 #include "data/tokens.h"
+
+#include "data/s3.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -132,7 +141,8 @@ px_status px_shard_write(const char *path, const uint32_t *tokens, size_t n, int
 
 typedef struct tok_shard {
   char           *path;
-  int             fd;           // -1: tokens in memory
+  char           *url;          // an S3 object read by ranges (fd -1), or NULL
+  int             fd;           // -1: tokens in memory or in S3
   const uint32_t *mem;          // (num_tokens,) when in memory
   int             token_bytes;  // on disk: 2 or 4
   uint64_t        num_tokens;
@@ -159,6 +169,13 @@ static size_t windows_of(uint64_t n, int64_t T, bool random_offset) {
 static px_status read_span(const tok_shard *sh, uint64_t s, size_t count, unsigned char *dst, size_t sample) {
   size_t want = count * (size_t)sh->token_bytes, got = 0;
   off_t at = (off_t)(PX_SHARD_HEADER_BYTES + s * (uint64_t)sh->token_bytes);
+  if (sh->url) {
+    px_status st = px_s3_read_range(sh->url, "tokens", (uint64_t)at, want, dst);
+    if (st != PX_OK)
+      return px_error_wrap(st, "sample %zu (tokens %llu..%llu)", sample, (unsigned long long)s,
+                           (unsigned long long)(s + count - 1));
+    return PX_OK;
+  }
   while (got < want) {
     ssize_t r = pread(sh->fd, dst + got, want - got, at + (off_t)got);
     if (r < 0 && errno == EINTR) continue;
@@ -246,6 +263,7 @@ static void source_free(tok_source *src) {
   for (size_t k = 0; k < src->n_shards; k++) {
     if (src->shards[k].fd >= 0) close(src->shards[k].fd);
     free(src->shards[k].path);
+    free(src->shards[k].url);
   }
   free(src->shards);
   free(src->owned);
@@ -332,6 +350,64 @@ static px_status open_shard(tok_shard *sh, const char *path) {
   return PX_OK;
 }
 
+// A shard in S3 of `size` bytes (from the listing): through the cache when
+// there is one, else its header by one ranged GET.
+static px_status open_s3_shard(tok_shard *sh, const char *url, uint64_t size) {
+  sh->fd = -1;
+  char *cached = px_s3_cache_path(url);
+  if (cached) {
+    free(cached);
+    char *local;
+    px_status st = px_s3_cache_fetch(url, "tokens", size, &local);
+    if (st != PX_OK) return st;
+    st = open_shard(sh, local);
+    free(local);
+    return st;
+  }
+  sh->path = strdup(url);
+  sh->url = strdup(url);
+  if (!sh->path || !sh->url) return px_error(PX_ERR_NOMEM, "tokens %s: out of memory", url);
+  unsigned char head[PX_SHARD_HEADER_BYTES];
+  size_t n = size < sizeof head ? (size_t)size : sizeof head;
+  px_status st = px_s3_read_range(url, "tokens", 0, n, head);
+  px_shard_info info;
+  if (st == PX_OK) st = px_shard_parse_header(head, n, size, url, &info);
+  if (st != PX_OK) return st;
+  sh->token_bytes = info.token_bytes;
+  sh->num_tokens = info.num_tokens;
+  return PX_OK;
+}
+
+static px_status open_s3(px_dataset **out, const char *pattern, int64_t T, bool random_offset, size_t vocab_size) {
+  char **urls;
+  uint64_t *sizes;
+  size_t n;
+  px_status st = px_s3_list(pattern, "tokens", &urls, &sizes, &n);
+  if (st != PX_OK) return st;
+  tok_source *src = calloc(1, sizeof *src);
+  tok_shard *shards = calloc(n, sizeof *shards);
+  if (!src || !shards) {
+    free(src);
+    free(shards);
+    px_s3_list_free(urls, sizes, n);
+    return px_error(PX_ERR_NOMEM, "tokens %s: out of memory", pattern);
+  }
+  src->shards = shards;
+  src->T = T;
+  src->random_offset = random_offset;
+  src->vocab_size = vocab_size;
+  for (size_t k = 0; k < n && st == PX_OK; k++) {
+    src->n_shards = k + 1;
+    st = open_s3_shard(&shards[k], urls[k], sizes[k]);
+  }
+  px_s3_list_free(urls, sizes, n);
+  if (st != PX_OK) {
+    source_free(src);
+    return st;
+  }
+  return finish(out, src, pattern);
+}
+
 px_status px_token_dataset_open(px_dataset **out, const char *pattern, int64_t T, bool random_offset,
                                 size_t vocab_size) {
   if (!out) return px_error(PX_ERR_INVALID, "tokens: NULL output");
@@ -341,6 +417,7 @@ px_status px_token_dataset_open(px_dataset **out, const char *pattern, int64_t T
     return px_error(PX_ERR_INVALID, "tokens %s: sequence length T = %lld; expected 1 .. 2^24", pattern, (long long)T);
   if (vocab_size > (size_t)INT32_MAX + 1)
     return px_error(PX_ERR_INVALID, "tokens %s: vocab_size %zu does not fit int32 tokens", pattern, vocab_size);
+  if (px_s3_is_url(pattern)) return open_s3(out, pattern, T, random_offset, vocab_size);
   glob_t g;
   memset(&g, 0, sizeof g);
   int rc = glob(pattern, 0, NULL, &g);

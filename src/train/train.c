@@ -128,7 +128,9 @@ static px_status run_eval(px_trainer *t) {
 
 static px_status save(px_trainer *t) {
   if (!t->o.ckpt_dir || t->last_ckpt_step == t->step) return PX_OK;
-  px_trainer_label(t, "checkpoint");
+  char label[64];
+  snprintf(label, sizeof label, "checkpoint of step %lld", (long long)t->step);
+  px_trainer_label(t, label);
   TRY(px_trainer_save(t));
   t->last_ckpt_step = t->step;
   return px_log_text(t->log, "checkpoint %s (step %lld)", t->last_checkpoint, (long long)t->step);

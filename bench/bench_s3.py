@@ -1,0 +1,68 @@
+"""bench_s3.py -- reading through s3:// on loopback against the local copy.
+
+    PX_BUILD_DIR=build /usr/bin/python3 bench/bench_s3.py [BATCHES]
+
+Starts moto's S3 server on 127.0.0.1 (tests/s3_util.py: IAM authentication
+on, so every request is signed and checked), uploads a 4,000,000-token
+uint16 shard and Fashion-MNIST's training files, and times
+tests/tools/px_data_batches (a loader with 2 workers, batches of 32):
+
+  tokens T=1024  local shard | s3:// (one ranged GET per window) |
+                 s3:// with PX_S3_CACHE, warm (the shard read from the cache)
+  mnist          local directory | s3:// (two whole-object GETs, 26 MB)
+
+Each case runs 3 times, alternating, and the median is printed.  moto is a
+Python server (werkzeug, a new connection per request): the s3:// figures
+are a floor for what a real store on a fast network gives per worker, not
+an estimate of it."""
+
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import s3_util as u  # noqa: E402
+
+batches = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+srv = u.S3()
+try:
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=srv.key_id,
+                      aws_secret_access_key=srv.secret)
+    shard = os.path.join(srv.local, "big", "big_000000.bin")
+    os.makedirs(os.path.dirname(shard))
+    u.write_shard(shard, [(i * 7919) % 50257 for i in range(4_000_000)])
+    with open(shard, "rb") as f:
+        s3.put_object(Bucket=u.BUCKET, Key="big/big_000000.bin", Body=f.read())
+    cache = os.path.join(srv.local, "cache")
+    cases = [
+        ("tokens T=1024, local", "tokens", shard, srv.env(), ["1024"]),
+        ("tokens T=1024, s3:// ranged", "tokens", "s3://%s/big/" % u.BUCKET, srv.env(), ["1024"]),
+        ("tokens T=1024, s3:// cache warm", "tokens", "s3://%s/big/" % u.BUCKET, srv.env(PX_S3_CACHE=cache), ["1024"]),
+        ("mnist, local", "mnist", os.path.join(srv.local, "fmnist"), srv.env(), []),
+        ("mnist, s3:// whole objects", "mnist", "s3://%s/fmnist" % u.BUCKET, srv.env(), []),
+    ]
+    u.batches("tokens", "s3://%s/big/" % u.BUCKET, srv.env(PX_S3_CACHE=cache), 1, ["1024"])  # fill the cache
+    times = {c[0]: [] for c in cases}
+    ref = {}
+    for rep in range(3):
+        for name, kind, path, env, extra in cases:
+            t = time.perf_counter()
+            rc, data, out, _ = u.batches(kind, path, env, batches, extra)
+            times[name].append(time.perf_counter() - t)
+            if rc != 0:
+                sys.exit("bench_s3: %s failed" % name)
+            ref.setdefault(kind, data)
+            if data != ref[kind]:
+                sys.exit("bench_s3: %s gave other batches than the local copy" % name)
+    print("load average %.2f %.2f %.2f; %d batches of 32 per run, 2 workers; median of 3 (s)" %
+          (os.getloadavg() + (batches,)))
+    for name, _, _, _, _ in cases:
+        m = statistics.median(times[name])
+        extra = ""
+        if name.startswith("tokens"):
+            extra = "  %8.0f windows/s" % (batches * 32 / m)
+        print("%-34s %7.3f s%s" % (name, m, extra))
+finally:
+    srv.close()

@@ -1,0 +1,188 @@
+"""Claim: under mpiexec -n 2, `plexus train` (DDP, a checkpoint every 2
+steps, --timeout 4) with rank 1 killed (SIGKILL) or stopped (SIGSTOP)
+mid-backward (as it enters a DDP bucket's all-reduce), mid-all-reduce (just
+after it posted its share of that all-reduce) or mid-checkpoint (between
+writing its files and the save's last collectives) always ends as a job,
+within the watchdog's 4 s plus the launcher's teardown, with a message
+naming the rank that failed and its host: for a stop, rank 0's watchdog
+names rank 1 and its host, the collective, and its label (the DDP step and
+bucket, or "checkpoint of step 4"); for a kill, Open MPI names the rank,
+its host and the signal, and rank 0, ended by the launcher's SIGTERM while
+it waits, prints the same naming of the collective, label and rank 1.  Afterwards every complete checkpoint left
+verifies against its SHA256SUMS, and `--resume auto` (the same command)
+continues from the newest one to step 8 with the same weights, byte for
+byte, and the same final (held-out) loss as a run that was never
+interrupted (resumed after both mid-checkpoint faults, the kill
+mid-backward and the stop mid-all-reduce).
+
+The faults land at the same point every time through PX_COMM_FAULT
+(src/comm/mpi.c: rank 1 sends itself the signal at the N-th collective
+whose label contains a string).
+
+If it fails, a dead or stopped rank leaves the job hanging, or ends it with
+no word of which rank (the MPI watchdog used to say "waiting on ranks:
+unknown under MPI"), or a fault during a save leaves a checkpoint that does
+not verify or a run that does not resume to the same result.
+
+Time: 11 short runs of 2 ranks, three of them waiting out the 4 s
+watchdog: about 45 s on a quiet 2-core machine (95 s with all 6 resumes at
+a load average of 8)."""
+
+import hashlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import cli_util as cu
+
+TIMEOUT = 4
+ARGS = ["train", "--model", "mlp", "--hidden", "64", "--depth", "2", "--data", "mnist", "--data-path", cu.FMNIST,
+        "--train-subset", "512", "--val-subset", "32", "--batch-size", "16", "--optim", "adam", "--lr", "0.001",
+        "--ckpt-every", "2", "--keep-last", "3", "--steps", "8", "--workers", "1", "--progress", "lines",
+        "--timeout", str(TIMEOUT), "--seed", "5"]
+HOST = socket.gethostname()
+# Resumed (to keep the test's time down; every case's checkpoints verify):
+# both mid-checkpoint faults, and one of each of the others.
+RESUMED = {("STOP", "mid-checkpoint"), ("KILL", "mid-checkpoint"), ("KILL", "mid-backward"),
+           ("STOP", "mid-all-reduce")}
+
+# name, PX_COMM_FAULT, the label rank 0's watchdog must give (SIGSTOP cases)
+WHERE = [
+    ("mid-backward", "before:1:DDP step 5, bucket 0", "allreduce (DDP step 5, bucket 0)"),
+    ("mid-all-reduce", "after:1:DDP step 5, bucket 0", "allreduce (DDP step 5, bucket 0)"),
+    ("mid-checkpoint", "before:3:checkpoint of step 4", "(checkpoint of step 4)"),
+]
+
+
+def verifies(ck):
+    sums = os.path.join(ck, "SHA256SUMS")
+    if not os.path.exists(sums):
+        return False
+    for line in open(sums):
+        digest, name = line.rstrip("\n").split("  ", 1)
+        path = os.path.join(ck, name)
+        if not os.path.exists(path):
+            return False
+        with open(path, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != digest:
+                return False
+    return True
+
+
+def final_loss(stdout):
+    """The held-out loss of the final weights ("plexus train: done: ... test loss 1.7675, ...")."""
+    found = re.findall(r"test loss (\S+), accuracy", stdout)
+    return found[-1] if found else None
+
+
+def run_fault(cmd, env):
+    """Runs the job; returns (rc, stderr, seconds from the fault firing to
+    the job's end, total seconds), stderr read line by line as it comes."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    lines, t_fault = [], None
+    killer = threading.Timer(90, proc.kill)
+    killer.start()
+    for line in proc.stderr:
+        if t_fault is None and "PX_COMM_FAULT: signal" in line:
+            t_fault = time.monotonic()
+        lines.append(line)
+    proc.wait()
+    killer.cancel()
+    t_end = time.monotonic()
+    return proc.returncode, "".join(lines), (t_end - t_fault) if t_fault else None, t_end - t0
+
+
+def model_sum(out):
+    ck = cu.checkpoints(os.path.join(out, "checkpoints"))
+    if not ck:
+        return None, None
+    return os.path.basename(ck[-1]), cu.sha256sums(ck[-1]).get("model.safetensors")
+
+
+launcher = cu.mpiexec()
+if launcher is None:
+    print("plexus was built without MPI (or no mpiexec): nothing to test")
+    sys.exit(77)
+
+tmp = tempfile.mkdtemp(prefix="px_mpi_faults_")
+report = []
+try:
+    ref = os.path.join(tmp, "straight")
+    p = cu.run(ARGS + ["--out", ref], mpi_ranks=2, timeout=120)
+    cu.check(p.returncode == 0, "the uninterrupted run failed")
+    ref_name, ref_model = model_sum(ref)
+    ref_loss = final_loss(p.stdout)
+    cu.check(ref_name == "step_00000008" and ref_model, "the uninterrupted run's last checkpoint is %s" % ref_name)
+    cu.check(ref_loss is not None, "the uninterrupted run printed no test loss")
+
+    for sig in ("STOP", "KILL"):
+        for where, spec, label in WHERE:
+            case = "%s %s" % (sig, where)
+            out = os.path.join(tmp, "%s_%s" % (sig, where))
+            env = cu.mpi_env()
+            env["PX_COMM_FAULT"] = "1:%s:%s" % (sig, spec)
+            rc, err, to_end, took = run_fault([launcher, "-n", "2", "--oversubscribe", cu.PLEXUS] + ARGS +
+                                               ["--out", out], env)
+            cu.check(took < 90, "%s: the job did not end within 90 s" % case)
+            fired = "PX_COMM_FAULT: signal" in err
+            cu.check(fired, "%s: the fault never fired (no collective matched %r):\n%s" % (case, spec, err[-3000:]))
+            cu.check(rc != 0, "%s: mpiexec exited 0" % case)
+            if sig == "STOP":
+                m = re.search(r"plexus: rank 0 \(host [^)]*\): watchdog: .*", err)
+                msg = m.group(0) if m else ""
+                cu.check(m is not None, "%s: no watchdog message from rank 0:\n%s" % (case, err[-3000:]))
+                cu.check(label in msg and "did not complete within %d s" % TIMEOUT in msg,
+                         "%s: the watchdog does not name %s and the timeout: %s" % (case, label, msg))
+                cu.check("waiting on ranks [1], which did not reach this collective" in msg and
+                         "rank 1 on host %s sent no word of waiting in a collective" % HOST in msg,
+                         "%s: the watchdog does not name rank 1 and its host: %s" % (case, msg))
+                # The watchdog's deadline and the launcher's teardown.
+                cu.check(to_end is not None and to_end < TIMEOUT + 5,
+                         "%s: the job ended %s s after the fault" % (case, to_end))
+            else:
+                m = re.search(r"process rank 1 with PID \d+ on node (\S+) exited on signal 9", err)
+                cu.check(m is not None and m.group(1) == HOST,
+                         "%s: no message from Open MPI naming rank 1, its host and SIGKILL:\n%s" % (case, err[-3000:]))
+                # Rank 0, ended by the launcher while it waits, says where.
+                t = re.search(r"plexus: rank 0 \(host [^)]*\): SIGTERM .*", err)
+                msg = t.group(0) if t else ""
+                cu.check(t is not None and label in msg and
+                         "waiting on ranks [1], which did not reach this collective" in msg and
+                         "rank 1 on host %s sent no word" % HOST in msg,
+                         "%s: rank 0 does not say where it waited (%s) and for whom: %s" % (case, label, msg))
+                # Open MPI ends the others at once (SIGTERM, then SIGKILL).
+                cu.check(to_end is not None and to_end < 10,
+                         "%s: the job ended %s s after the fault" % (case, to_end))
+            report.append("%-20s ended %4.1f s after the fault: %s" % (case, to_end or -1, msg))
+
+            ck = os.path.join(out, "checkpoints")
+            names = os.listdir(ck) if os.path.isdir(ck) else []
+            good = sorted(n for n in names if n.startswith("step_") and ".partial" not in n)
+            cu.check(good, "%s: no complete checkpoint left: %s" % (case, names))
+            for n in good:
+                cu.check(verifies(os.path.join(ck, n)), "%s: %s does not verify" % (case, n))
+            if where == "mid-checkpoint":
+                cu.check(good and good[-1] == "step_00000002",
+                         "%s: the newest complete checkpoint is %s, expected step_00000002 (step 4's save was "
+                         "interrupted)" % (case, good[-1] if good else None))
+
+            if (sig, where) not in RESUMED:
+                continue
+            p = cu.run(ARGS + ["--out", out, "--resume", "auto"], mpi_ranks=2, timeout=120)
+            cu.check(p.returncode == 0, "%s: --resume auto failed" % case)
+            name, model = model_sum(out)
+            cu.check(name == "step_00000008" and model == ref_model,
+                     "%s: resumed to %s with model %s, the uninterrupted run %s" % (case, name, model, ref_model))
+            loss = final_loss(p.stdout)
+            cu.check(loss == ref_loss, "%s: final loss %s, the uninterrupted run's %s" % (case, loss, ref_loss))
+    print("\n".join(report))
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+cu.finish("test_mpi_faults_name_the_rank_and_resume")
