@@ -342,8 +342,9 @@ static int train_rank(px_comm *comm, void *arg) {
     return 0;
   }
   char world[96], output[3200];
-  snprintf(world, sizeof world, "%d rank%s (%s backend)", px_comm_size(comm), px_comm_size(comm) == 1 ? "" : "s",
-           px_comm_backend_name(px_comm_backend_of(comm)));
+  snprintf(world, sizeof world, "%d rank%s (%s backend%s)", px_comm_size(comm), px_comm_size(comm) == 1 ? "" : "s",
+           px_comm_backend_name(px_comm_backend_of(comm)),
+           px_comm_debug_collectives(comm) ? ", collective fingerprints on" : "");
   describe_output(job, output, sizeof output);
   if (rank == 0 && !c->quiet && c->pp > 1) printf("plexus train: %s; %s\n", world, output);
 
@@ -456,7 +457,8 @@ static void train_usage(FILE *f) {
           "ranks (tensor parallel, --dp M x --tp N = the ranks). Options override the JSON config file; the\n"
           "effective config is saved as OUT/config.json and in every checkpoint (--print-config prints what\n"
           "applies to the model, and exits). --out refuses a directory holding another run unless --resume\n"
-          "auto or --overwrite. Each option's JSON key is in brackets. Example (the README's demo):\n"
+          "auto or --overwrite. --debug-collectives compares every collective's arguments across ranks first\n"
+          "(PX_DEBUG_COLLECTIVES=1). Each option's JSON key is in brackets. Example (the README's demo):\n"
           "\n"
           "  " README_DEMO "\n");
   px_config_print_help(f, CFG_TRAIN);
@@ -497,6 +499,8 @@ int px_cmd_train(int argc, char **argv) {
   int kept = 1;
   for (int a = 1; a < argc; a++) {
     if (strcmp(argv[a], "--print-config") == 0) print_config = true;
+    // Read by every communicator as it is made (include/plexus/comm.h).
+    else if (strcmp(argv[a], "--debug-collectives") == 0) setenv("PX_DEBUG_COLLECTIVES", "1", 1);
     else argv[kept++] = argv[a];
   }
   argc = kept;

@@ -192,6 +192,71 @@ px_status px_print_ordered(px_comm *c, const char *fmt, ...)
 #endif
     ;
 
+/* ---- Debugging: collective fingerprints ------------------------------------
+ * A collective called with different arguments on different ranks (one
+ * rank skips it, or passes another size) hangs or sums mismatched buffers.
+ * With this mode on, every collective (blocking, asynchronous, and split)
+ * first exchanges a small record of what each rank is about to call: the
+ * operation, count, dtype, reduce op, root, the caller's file and line and
+ * the communicator's call number (with the label, shown but not compared,
+ * since labels may name a rank's part).  On the first divergence no rank
+ * runs the collective and every rank returns PX_ERR_COMM with a message
+ * naming both sides, e.g. "collective #17 differs between ranks (count):
+ * rank 0 allreduce 1024 F32 SUM 'DDP step 3, bucket 2' at parallel/ddp.c:96;
+ * rank 1 allreduce 512 F32 SUM ...".  A rank that skips a collective meets
+ * the others with its next one (reported); one that never calls another
+ * leaves the others waiting until the watchdog, whose message then names
+ * the "fingerprint exchange before <op> #<n>".  Point-to-point calls are
+ * not checked (their arguments differ by design).
+ *   On for a communicator when PX_DEBUG_COLLECTIVES=1 (or on, true, yes,
+ * detail) is in the environment as it is made (`plexus train
+ * --debug-collectives` sets it), or after px_comm_set_debug_collectives;
+ * sub-groups made by px_comm_split inherit it.  Every rank of a
+ * communicator must agree (set it on every rank: mpirun -x
+ * PX_DEBUG_COLLECTIVES=1), else the exchanges meet real collectives.  Off,
+ * it costs one branch per collective; on, one blocking all-gather of 232
+ * bytes a rank before each collective, which also makes asynchronous
+ * collectives wait until every rank has started them (docs/RELIABILITY.md). */
+void px_comm_set_debug_collectives(px_comm *c, bool on);
+bool px_comm_debug_collectives(const px_comm *c);
+
+/* The collectives with their caller's file and line, for the fingerprints:
+ * the macros below make every px_comm_allreduce(...) etc. in a program that
+ * includes this header call these with __FILE__ and __LINE__ (define
+ * PX_COMM_NO_CALL_SITES before including it to call the plain functions,
+ * whose site then reads "unknown").  file may be NULL. */
+px_status px_comm_allreduce_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                               px_reduce_op op);
+px_status px_comm_broadcast_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                               int root);
+px_status px_comm_allgather_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                               px_dtype dtype);
+px_status px_comm_reduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
+                                    size_t count, px_dtype dtype, px_reduce_op op);
+px_status px_comm_barrier_at(const char *file, int line, px_comm *c);
+px_status px_comm_iallreduce_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                                px_reduce_op op, px_request **req);
+px_status px_comm_ibroadcast_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                                int root, px_request **req);
+px_status px_comm_iallgather_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                                px_dtype dtype, px_request **req);
+px_status px_comm_ireduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
+                                     size_t count, px_dtype dtype, px_reduce_op op, px_request **req);
+px_status px_comm_split_at(const char *file, int line, px_comm *c, int color, int key, px_comm **out);
+
+#ifndef PX_COMM_NO_CALL_SITES
+#define px_comm_allreduce(...) px_comm_allreduce_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_broadcast(...) px_comm_broadcast_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_allgather(...) px_comm_allgather_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_reduce_scatter(...) px_comm_reduce_scatter_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_barrier(...) px_comm_barrier_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_iallreduce(...) px_comm_iallreduce_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_ibroadcast(...) px_comm_ibroadcast_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_iallgather(...) px_comm_iallgather_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_ireduce_scatter(...) px_comm_ireduce_scatter_at(__FILE__, __LINE__, __VA_ARGS__)
+#define px_comm_split(...) px_comm_split_at(__FILE__, __LINE__, __VA_ARGS__)
+#endif
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

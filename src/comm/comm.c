@@ -4,6 +4,7 @@
 // its message lives here once.
 #define _POSIX_C_SOURCE 200809L
 #include "comm/internal.h"
+#include "comm/fingerprint.h"
 #include "base/internal.h"
 
 #include <math.h>
@@ -20,6 +21,7 @@ px_comm *px_comm_alloc(const px_comm_ops *ops, px_comm_backend backend, int rank
   c->rank = c->local_rank = rank;
   c->size = c->local_size = size;
   c->timeout = PX_COMM_DEFAULT_TIMEOUT;
+  c->debug_collectives = pxf_env_enabled();
   return c;
 }
 
@@ -152,44 +154,88 @@ static px_status check_req(const char *what, px_request **req) {
   return PX_OK;
 }
 
-/* ---- Collectives and point-to-point: check, then hand to the backend ------- */
+/* ---- Collectives and point-to-point: check, then hand to the backend -------
+ * Each collective is defined with its caller's site (px_comm_*_at, what the
+ * header's macros call); the plain names, in parentheses so the macros leave
+ * them alone, are the same with the site unknown.  With the debug mode on,
+ * the fingerprints are compared after the argument checks, before the
+ * backend runs anything (fingerprint.c). */
 
-px_status px_comm_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
+void px_comm_set_debug_collectives(px_comm *c, bool on) {
+  if (c) c->debug_collectives = on;
+}
+
+bool px_comm_debug_collectives(const px_comm *c) { return c && c->debug_collectives; }
+
+static px_status fingerprint(px_comm *c, pxf_kind kind, size_t count, px_dtype dtype, int op, int root,
+                             const char *file, int line) {
+  pxf_call call = {.kind = kind, .count = count, .dtype = dtype, .op = op, .root = root, .file = file, .line = line};
+  return pxf_check(c, &call);
+}
+
+px_status px_comm_allreduce_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                               px_reduce_op op) {
   TRY(check_comm(c, "allreduce"));
   TRY(check_reduction(c, "allreduce", dtype, op));
   TRY(check_buf("allreduce", "buf", buf, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_ALLREDUCE, count, dtype, (int)op, -1, file, line));
   return c->ops->allreduce(c, buf, count, dtype, op);
 }
 
-px_status px_comm_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
+px_status (px_comm_allreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
+  return px_comm_allreduce_at(NULL, 0, c, buf, count, dtype, op);
+}
+
+px_status px_comm_broadcast_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                               int root) {
   TRY(check_comm(c, "broadcast"));
   TRY(check_dtype("broadcast", dtype));
   TRY(check_rank(c, "broadcast", "root", root));
   TRY(check_buf("broadcast", "buf", buf, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_BROADCAST, count, dtype, -1, root, file, line));
   return c->ops->broadcast(c, buf, count, dtype, root);
 }
 
-px_status px_comm_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
+px_status (px_comm_broadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
+  return px_comm_broadcast_at(NULL, 0, c, buf, count, dtype, root);
+}
+
+px_status px_comm_allgather_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                               px_dtype dtype) {
   TRY(check_comm(c, "allgather"));
   TRY(check_dtype("allgather", dtype));
   TRY(check_buf("allgather", "send", send, count));
   TRY(check_buf("allgather", "recv", recv, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_ALLGATHER, count, dtype, -1, -1, file, line));
   return c->ops->allgather(c, send, recv, count, dtype);
 }
 
-px_status px_comm_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                                 px_reduce_op op) {
+px_status (px_comm_allgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
+  return px_comm_allgather_at(NULL, 0, c, send, recv, count, dtype);
+}
+
+px_status px_comm_reduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
+                                    size_t count, px_dtype dtype, px_reduce_op op) {
   TRY(check_comm(c, "reduce_scatter"));
   TRY(check_reduction(c, "reduce_scatter", dtype, op));
   TRY(check_buf("reduce_scatter", "send", send, count));
   TRY(check_buf("reduce_scatter", "recv", recv, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_REDUCE_SCATTER, count, dtype, (int)op, -1, file, line));
   return c->ops->reduce_scatter(c, send, recv, count, dtype, op);
 }
 
-px_status px_comm_barrier(px_comm *c) {
+px_status (px_comm_reduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                   px_reduce_op op) {
+  return px_comm_reduce_scatter_at(NULL, 0, c, send, recv, count, dtype, op);
+}
+
+px_status px_comm_barrier_at(const char *file, int line, px_comm *c) {
   TRY(check_comm(c, "barrier"));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_BARRIER, 0, PX_U8, -1, -1, file, line));
   return c->ops->barrier(c);
 }
+
+px_status (px_comm_barrier)(px_comm *c) { return px_comm_barrier_at(NULL, 0, c); }
 
 px_status px_comm_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag) {
   TRY(check_comm(c, "send"));
@@ -209,43 +255,66 @@ px_status px_comm_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int 
   return c->ops->recv(c, buf, count, dtype, src, tag);
 }
 
-px_status px_comm_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                             px_request **req) {
+px_status px_comm_iallreduce_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                                px_reduce_op op, px_request **req) {
   TRY(check_req("iallreduce", req));
   TRY(check_comm(c, "iallreduce"));
   TRY(check_reduction(c, "iallreduce", dtype, op));
   TRY(check_buf("iallreduce", "buf", buf, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_IALLREDUCE, count, dtype, (int)op, -1, file, line));
   return c->ops->iallreduce(c, buf, count, dtype, op, req);
 }
 
-px_status px_comm_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root,
-                             px_request **req) {
+px_status (px_comm_iallreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
+                               px_request **req) {
+  return px_comm_iallreduce_at(NULL, 0, c, buf, count, dtype, op, req);
+}
+
+px_status px_comm_ibroadcast_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
+                                int root, px_request **req) {
   TRY(check_req("ibroadcast", req));
   TRY(check_comm(c, "ibroadcast"));
   TRY(check_dtype("ibroadcast", dtype));
   TRY(check_rank(c, "ibroadcast", "root", root));
   TRY(check_buf("ibroadcast", "buf", buf, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_IBROADCAST, count, dtype, -1, root, file, line));
   return c->ops->ibroadcast(c, buf, count, dtype, root, req);
 }
 
-px_status px_comm_iallgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                             px_request **req) {
+px_status (px_comm_ibroadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req) {
+  return px_comm_ibroadcast_at(NULL, 0, c, buf, count, dtype, root, req);
+}
+
+px_status px_comm_iallgather_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                                px_dtype dtype, px_request **req) {
   TRY(check_req("iallgather", req));
   TRY(check_comm(c, "iallgather"));
   TRY(check_dtype("iallgather", dtype));
   TRY(check_buf("iallgather", "send", send, count));
   TRY(check_buf("iallgather", "recv", recv, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_IALLGATHER, count, dtype, -1, -1, file, line));
   return c->ops->iallgather(c, send, recv, count, dtype, req);
 }
 
-px_status px_comm_ireduce_scatter(px_comm *c, const void *send, void *recv, size_t count,
-                                  px_dtype dtype, px_reduce_op op, px_request **req) {
+px_status (px_comm_iallgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                               px_request **req) {
+  return px_comm_iallgather_at(NULL, 0, c, send, recv, count, dtype, req);
+}
+
+px_status px_comm_ireduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
+                                     size_t count, px_dtype dtype, px_reduce_op op, px_request **req) {
   TRY(check_req("ireduce_scatter", req));
   TRY(check_comm(c, "ireduce_scatter"));
   TRY(check_reduction(c, "ireduce_scatter", dtype, op));
   TRY(check_buf("ireduce_scatter", "send", send, count));
   TRY(check_buf("ireduce_scatter", "recv", recv, count));
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_IREDUCE_SCATTER, count, dtype, (int)op, -1, file, line));
   return c->ops->ireduce_scatter(c, send, recv, count, dtype, op, req);
+}
+
+px_status (px_comm_ireduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                    px_reduce_op op, px_request **req) {
+  return px_comm_ireduce_scatter_at(NULL, 0, c, send, recv, count, dtype, op, req);
 }
 
 px_status px_comm_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
@@ -280,11 +349,19 @@ px_status px_request_wait(px_request *r) {
   return r->ops->request_wait(r);
 }
 
-px_status px_comm_split(px_comm *c, int color, int key, px_comm **out) {
+px_status px_comm_split_at(const char *file, int line, px_comm *c, int color, int key, px_comm **out) {
   if (!out) return px_error(PX_ERR_INVALID, "split: out is NULL");
   *out = NULL;
   TRY(check_comm(c, "split"));
-  return c->ops->split(c, color, key, out);
+  // color and key differ between ranks by design: only the call is compared.
+  if (c->debug_collectives) TRY(fingerprint(c, PXF_SPLIT, 0, PX_U8, -1, -1, file, line));
+  TRY(c->ops->split(c, color, key, out));
+  if (*out) (*out)->debug_collectives = c->debug_collectives;
+  return PX_OK;
+}
+
+px_status (px_comm_split)(px_comm *c, int color, int key, px_comm **out) {
+  return px_comm_split_at(NULL, 0, c, color, key, out);
 }
 
 /* ---- Helpers for training scripts ----------------------------------------- */

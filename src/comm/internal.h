@@ -53,6 +53,8 @@ struct px_comm {
   double timeout;                  /* seconds; <= 0: no watchdog */
   char label[PX_COMM_LABEL_MAX];   /* printed by the watchdog */
   bool owned_by_run;               /* px_comm_run frees it, px_comm_free ignores it */
+  bool debug_collectives;          /* fingerprint every collective first (fingerprint.c) */
+  uint64_t debug_seq;              /* collectives checked so far on this rank */
   void *impl;                      /* the backend's state */
 };
 

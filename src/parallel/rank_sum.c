@@ -1,5 +1,6 @@
 // Sums over ranks in rank order (rank_sum.h draws the algorithms).
 #include "parallel/rank_sum.h"
+#include "comm/fingerprint.h"  // the sums below are collectives made of messages
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,6 +257,18 @@ static px_status advance(pxr_sum *s, bool block, bool *done) {
   return PX_OK;
 }
 
+/* With the collective fingerprints on (PX_DEBUG_COLLECTIVES), a sum made of
+ * messages is checked as the collective it is, on the caller's
+ * communicator (whose label the caller set), before any message: a rank
+ * that sums another count, or skips a sum, is reported instead of
+ * exchanging mismatched pieces. */
+static px_status fingerprint(pxr_ctx *x, pxf_kind kind, size_t count, int line) {
+  if (!px_comm_debug_collectives(x->comm)) return PX_OK;
+  pxf_call call = {.kind = kind, .count = count, .dtype = PX_F32, .op = PX_SUM, .root = -1, .file = __FILE__,
+                   .line = line};
+  return pxf_check(x->comm, &call);
+}
+
 static px_status start(pxr_sum *s) {
   bool done;
   px_status st = rounds_start(s);
@@ -273,6 +286,8 @@ px_status pxr_reduce_scatter(pxr_ctx *x, float *send, float *recv, size_t piece,
     *out = s;
     return PX_OK;
   }
+  px_status fst = fingerprint(x, PXF_IREDUCE_SCATTER, piece, __LINE__);
+  if (fst != PX_OK) return fst;
   pxr_sum *s = sum_new(x, K_RS, send, piece, 0);
   if (!s) return px_error(PX_ERR_NOMEM, "reduce-scatter: out of memory for the heads of a piece of %zu floats", piece);
   s->out = recv;
@@ -292,6 +307,8 @@ px_status pxr_allreduce(pxr_ctx *x, float *buf, size_t count, pxr_sum **out) {
     *out = s;
     return PX_OK;
   }
+  px_status fst = fingerprint(x, PXF_IALLREDUCE, count, __LINE__);
+  if (fst != PX_OK) return fst;
   const size_t N = (size_t)px_comm_size(x->p2p);
   pxr_sum *s = sum_new(x, K_AR, buf, count / N, count % N);
   if (!s) return px_error(PX_ERR_NOMEM, "all-reduce: out of memory for the heads of %zu floats", count);

@@ -159,4 +159,23 @@ px_status px_trainer_memory(px_trainer *t, px_zero_memory *mine, px_zero_memory 
 /* Human-readable "1.23 MiB" into buf. */
 const char *px_train_bytes_str(size_t bytes, char *buf, size_t cap);
 
+/* ---- state.json (state_file.c) ---------------------------------------------
+ * A checkpoint's training state: "format" PX_TRAIN_STATE_FORMAT, "version"
+ * PX_TRAIN_STATE_VERSION, the position and the layout.  px_train_state_parse
+ * reads any bytes: PX_OK with every field, or PX_ERR_FORMAT naming `path`
+ * and the first key that is missing or not a non-negative integer (at most
+ * 2^53, what a JSON number holds exactly).  zero_stage is 0 when absent,
+ * mesh_dp/mesh_tp world_size and 1 without "mesh"; the optimizer's name is
+ * copied (cut at 31 bytes) when it is a string. */
+#define PX_TRAIN_STATE_FORMAT "plexus-train-state"
+#define PX_TRAIN_STATE_VERSION 1
+typedef struct px_train_state_file {
+  int64_t step, epoch, next_batch, forward_count, optimizer_step;
+  int64_t param_count, world_size, batch_size, accum_steps, zero_stage;
+  int64_t mesh_dp, mesh_tp;
+  bool has_optimizer;
+  char optimizer[32];
+} px_train_state_file;
+px_status px_train_state_parse(const void *bytes, size_t n, const char *path, px_train_state_file *out);
+
 #endif

@@ -38,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STATE_FORMAT "plexus-train-state"
-#define STATE_VERSION 1
+#define STATE_FORMAT PX_TRAIN_STATE_FORMAT
+#define STATE_VERSION PX_TRAIN_STATE_VERSION
 
 static int stage_of(const px_trainer *t) { return t->zero ? t->o.zero.stage : 0; }
 
@@ -382,15 +382,6 @@ typedef struct resume_pos {
   int64_t step, epoch, next_batch, forward_count, optimizer_step, found;
 } resume_pos;
 
-static px_status json_int(const cJSON *j, const char *key, const char *path, int64_t *out) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
-    return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json: \"%s\" is missing or not a non-negative integer",
-                    path, key);
-  *out = (int64_t)v->valuedouble;
-  return PX_OK;
-}
-
 // Every tensor of sd, whole, from the checkpoint's files "<prefix>*":
 // model.safetensors or model.rank*, optim.safetensors or optim.rank*.
 static px_status load_whole(const char *path, const char *prefix, const px_state_dict *sd) {
@@ -440,40 +431,21 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   size_t n;
   st = px_checkpoint_read_file(path, "state.json", &bytes, &n);
   if (st != PX_OK) return st;
-  cJSON *j = cJSON_ParseWithLength(bytes, n);
+  px_train_state_file sf;
+  st = px_train_state_parse(bytes, n, path, &sf);
   free(bytes);
-  if (!j) return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json is not valid JSON", path);
-  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
-  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
-  int64_t params = 0, world = 0, batch = 0, accum = 0, ck_stage = 0;
+  if (st != PX_OK) return st;
+  pos->step = sf.step;
+  pos->epoch = sf.epoch;
+  pos->next_batch = sf.next_batch;
+  pos->forward_count = sf.forward_count;
+  pos->optimizer_step = sf.optimizer_step;
+  int64_t params = sf.param_count, world = sf.world_size, batch = sf.batch_size, accum = sf.accum_steps;
+  const int64_t ck_stage = sf.zero_stage, ck_dp = sf.mesh_dp, ck_tp = sf.mesh_tp;
   const int stage = t->o.zero.stage;
-  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 || !cJSON_IsNumber(ver))
-    st = px_error(PX_ERR_FORMAT, "checkpoint %s: state.json is not a plexus training state (\"format\": \"%s\")",
-                  path, STATE_FORMAT);
-  else if (ver->valueint != STATE_VERSION)
-    st = px_error(PX_ERR_FORMAT, "checkpoint %s: state.json has version %d; this plexus reads version %d", path,
-                  ver->valueint, STATE_VERSION);
-  if (st == PX_OK) st = json_int(j, "step", path, &pos->step);
-  if (st == PX_OK) st = json_int(j, "epoch", path, &pos->epoch);
-  if (st == PX_OK) st = json_int(j, "next_batch", path, &pos->next_batch);
-  if (st == PX_OK) st = json_int(j, "forward_count", path, &pos->forward_count);
-  if (st == PX_OK) st = json_int(j, "optimizer_step", path, &pos->optimizer_step);
-  if (st == PX_OK) st = json_int(j, "param_count", path, &params);
-  if (st == PX_OK) st = json_int(j, "world_size", path, &world);
-  if (st == PX_OK) st = json_int(j, "batch_size", path, &batch);
-  if (st == PX_OK) st = json_int(j, "accum_steps", path, &accum);
-  // Checkpoints from before ZeRO have no "zero_stage": they are DDP's.
-  if (st == PX_OK && cJSON_GetObjectItemCaseSensitive(j, "zero_stage"))
-    st = json_int(j, "zero_stage", path, &ck_stage);
-  // A tensor-parallel run's batches are per dp rank: its data world is dp.
-  int64_t ck_dp = world, ck_tp = 1;
-  const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(j, "mesh");
-  if (st == PX_OK && mesh) st = json_int(mesh, "dp", path, &ck_dp);
-  if (st == PX_OK && mesh) st = json_int(mesh, "tp", path, &ck_tp);
-  const cJSON *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
-  if (st == PX_OK && (!cJSON_IsString(opt) || strcmp(opt->valuestring, optim_name(t->o.optim.kind)) != 0))
+  if (!sf.has_optimizer || strcmp(sf.optimizer, optim_name(t->o.optim.kind)) != 0)
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry over)",
-                  path, cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(t->o.optim.kind));
+                  path, sf.has_optimizer ? sf.optimizer : "?", optim_name(t->o.optim.kind));
   // Any saved layout loads into this one (DESIGN decision 8): every load
   // below intersects the saved pieces with the pieces this rank needs.
   const int tp = t->o.mesh ? t->o.mesh->tp : 1;
@@ -489,7 +461,6 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   if (st == PX_OK && (size_t)params != global_param_count(t))
     st = px_error(PX_ERR_INVALID, "checkpoint %s: saved from a model of %lld parameters; this model has %zu (another "
                   "model or size?)", path, (long long)params, global_param_count(t));
-  cJSON_Delete(j);
   if (st != PX_OK) return st;
 
   // Rank 0 holds the whole model before the wrap (which hands every rank
