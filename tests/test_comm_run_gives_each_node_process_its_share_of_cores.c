@@ -3,7 +3,10 @@
  * share of the cores -- the CPUs it is bound to when the launcher bound it
  * to fewer than the node's, else the node's cores / k -- applied to OpenMP
  * on the rank's thread; an explicit setting still wins (PX_NUM_THREADS, or
- * px_set_num_threads before px_comm_run).  Before, only `plexus train` split
+ * px_set_num_threads before px_comm_run), and PX_NUM_THREADS holds for
+ * every rank of the threads backend ("threads_env", two ranks, no launcher:
+ * before, only the rank that made the first kernel call got it, the other
+ * kept its share of OpenMP's default).  Before, only `plexus train` split
  * the cores, so `mpirun -n 2 ./train_mnist` ran two teams of all the cores.
  *
  * Modes (argv[1]): "default" (run with mpirun --bind-to none -n 2, so each
@@ -33,7 +36,7 @@ static int rank_fn(px_comm *c, void *arg) {
   (void)arg;
   const int local = px_comm_local_size(c);
   int want;
-  if (strcmp(mode, "default") != 0) want = 3;
+  if (strcmp(mode, "default") != 0) want = 3;  // env, set, threads_env: 3 for every rank
   else if (px_comm_backend_of(c) == PX_COMM_MPI && local > 1) want = expected_share(local);
   else want = omp_default;
   // A kernel call takes the default, as a training step's first GEMM would.
@@ -59,17 +62,21 @@ int main(int argc, char **argv) {
     unsetenv("OMP_NUM_THREADS");
   } else if (strcmp(mode, "env") == 0) {
     setenv("PX_NUM_THREADS", "3", 1);
+  } else if (strcmp(mode, "threads_env") == 0) {
+    setenv("PX_NUM_THREADS", "3", 1);
   } else if (strcmp(mode, "set") == 0) {
     unsetenv("PX_NUM_THREADS");
     unsetenv("OMP_NUM_THREADS");
     px_set_num_threads(3);
   } else {
-    fprintf(stderr, "usage: %s [default|env|set]\n", argv[0]);
+    fprintf(stderr, "usage: %s [default|env|set|threads_env]\n", argv[0]);
     return 2;
   }
   omp_default = omp_get_max_threads();
   int code = 1;
-  CHECK_OK(px_comm_run(1, rank_fn, NULL, &code));
+  // threads_env: two ranks of the threads backend (run without a
+  // launcher), each of which must get PX_NUM_THREADS, not only the first.
+  CHECK_OK(px_comm_run(strcmp(mode, "threads_env") == 0 ? 2 : 1, rank_fn, NULL, &code));
   if (code != 0 || px_test_failures) return 1;
   printf("ok: mode %s\n", mode);
   return 0;

@@ -3,7 +3,7 @@
 // Its value, first found applies:
 //   1. px_set_num_threads(n), called by the program (plexus train
 //      --num-threads calls it);
-//   2. PX_NUM_THREADS;
+//   2. PX_NUM_THREADS, per rank (every rank of the threads backend too);
 //   3. when the job's ranks are processes sharing this node (an MPI launch,
 //      recorded by px_comm_run: px_node_processes) and OMP_NUM_THREADS is
 //      not set: this process's share of the cores -- the CPUs it may run on
@@ -33,6 +33,11 @@
 static _Atomic int px_threads = 0;
 static _Atomic bool px_threads_explicit = false;  /* 1 or 2 above: no default applies */
 static _Atomic int px_threads_for = 0;            /* px_node_processes() the default was taken for */
+static _Atomic bool px_threads_from_env = false;  /* 2 above: a count per rank */
+/* OpenMP's setting is per thread: PX_NUM_THREADS, a count per rank, is
+ * applied on every thread that runs kernels (each rank of the threads
+ * backend), not only on the first (the others would keep their share). */
+static _Thread_local bool env_applied_here = false;
 
 static void apply(int n) {
   if (n < 1) n = 1;
@@ -43,6 +48,7 @@ static void apply(int n) {
 
 void px_set_num_threads(int n) {
   px_threads_explicit = true;
+  px_threads_from_env = false;  /* the program's count, for this thread (and the threads backend's split) */
   apply(n);
 }
 
@@ -63,10 +69,19 @@ static int node_share(int procs) {
 
 void px_threads_init(void) {
   const int procs = px_node_processes();
-  if (px_threads && (px_threads_explicit || px_threads_for == procs)) return;
+  if (px_threads && px_threads_explicit) {
+    if (px_threads_from_env && !env_applied_here) {
+      env_applied_here = true;
+      omp_set_num_threads(px_threads);
+    }
+    return;
+  }
+  if (px_threads && px_threads_for == procs) return;
   const char *env = getenv("PX_NUM_THREADS");
   if (env && atoi(env) >= 1) {
     px_threads_explicit = true;
+    px_threads_from_env = true;
+    env_applied_here = true;
     apply(atoi(env));
     return;
   }
