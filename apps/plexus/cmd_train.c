@@ -11,10 +11,9 @@
 //
 //   plexus train --threads 4 --model gpt --tp 2 ...   a dp 2 × tp 2 mesh:
 //                                      each rank its boxes of the GPT (px_tp_gpt)
-#define _GNU_SOURCE  /* sched_getaffinity */
+#define _GNU_SOURCE
 #include "app.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,10 +75,12 @@ static px_train_opts train_opts(const train_job *job) {
   // AdamW's default decay is PyTorch's 0.01 unless the user chose one.
   if (strcmp(c->optim, "adamw") != 0 || px_config_given(c, "optim.weight_decay"))
     o.optim.weight_decay = (float)c->weight_decay;
+  // The base rate is o.optim.lr alone (px_train_schedule); the schedule
+  // gives its shape.
   o.schedule = (px_lr_schedule){.kind = strcmp(c->schedule, "cosine") == 0 ? PX_LR_COSINE
                                         : strcmp(c->schedule, "step") == 0 ? PX_LR_STEP
                                                                             : PX_LR_CONSTANT,
-                                .base_lr = lr, .warmup_steps = c->warmup_steps, .step_size = c->step_size,
+                                .warmup_steps = c->warmup_steps, .step_size = c->step_size,
                                 .gamma = (float)c->gamma, .min_lr = (float)c->min_lr};
   o.clip_grad_norm = (float)c->clip_grad;
   o.accum_steps = (int)c->accum_steps;
@@ -97,10 +98,9 @@ static px_train_opts train_opts(const train_job *job) {
   // ZeRO 1-2 alike (ZeRO's reduce-scatter buckets are DDP's cut in N).
   o.zero.stage = (int)c->zero;
   if (c->bucket_mb > 0) {
+    // (px_ddp_wrap and px_zero_wrap clamp the first bucket to this size.)
     o.ddp.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0);
-    if (o.ddp.first_bucket_bytes > o.ddp.bucket_bytes) o.ddp.first_bucket_bytes = o.ddp.bucket_bytes;
     o.zero.bucket_bytes = o.ddp.bucket_bytes;
-    o.zero.first_bucket_bytes = o.ddp.first_bucket_bytes;
   }
   o.zero.units = job->n_units ? job->units : NULL;
   o.zero.n_units = job->n_units;
@@ -321,20 +321,9 @@ static int train_rank(px_comm *comm, void *arg) {
   const int rank = px_comm_rank(comm);
   if (c->timeout > 0) px_comm_set_timeout(comm, c->timeout);
   else px_comm_set_timeout(comm, 0);
-  // MPI: this node's cores shared among its ranks (threads: px_comm_run
-  // already gave each rank its share).
-  if (job->num_threads > 0) {
-    px_set_num_threads(job->num_threads);
-  } else if (px_comm_backend_of(comm) == PX_COMM_MPI && !getenv("PX_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) {
-    // The CPUs this process may run on: a launcher that binds ranks (Slurm
-    // with --cpus-per-task, mpirun --bind-to) already gave each its own;
-    // otherwise every rank sees the whole node and takes its share.
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    long mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
-    int per = (int)(mine < online ? mine : online / px_comm_local_size(comm));
-    px_set_num_threads(per > 0 ? per : 1);
-  }
+  // --num-threads; without it the library's default applies (under MPI
+  // this process's share of the node's cores, tensor/threads.c).
+  if (job->num_threads > 0) px_set_num_threads(job->num_threads);
   if (claim_run(comm, job) != PX_OK) {
     // Every rank stopped here, agreed: end cleanly (no abort), exit 1.
     if (rank == 0) fprintf(stderr, "plexus train: %s\n", px_last_error());

@@ -175,7 +175,7 @@ static bool due(int64_t step, int64_t every) { return every > 0 && step % every 
 // The loop of px_train (train.c) with one pipeline step per optimizer step.
 static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
   const px_train_opts *o = r->o;
-  px_lr_schedule sched = o->schedule;
+  px_lr_schedule sched;  // resolved below, once the run's length is known
   const int64_t per_epoch = (int64_t)px_loader_num_batches(ld);
   if (per_epoch < 1)
     return px_error(PX_ERR_INVALID, "--pp: the training split has no whole batch of %zu samples", o->batch_size);
@@ -183,8 +183,7 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
   int64_t total;  // max_steps, or epochs × per_epoch, refused when it overflows (train.h)
   if (px_train_total_steps(o, (size_t)per_epoch, NULL, &total) != PX_OK) return PX_ERR_INVALID;
   const int64_t end = o->stop_at_step > 0 && o->stop_at_step < total ? o->stop_at_step : total;
-  if (sched.base_lr == 0.0f) sched.base_lr = o->optim.lr;
-  if (sched.total_steps == 0) sched.total_steps = total;
+  if (px_train_schedule(o, total, &sched) != PX_OK) return PX_ERR_INVALID;
   const double t_start = px_time_now();
   double t_log = t_start, loss_sum = 0, loss_n = 0;
   int64_t samples_log = 0, samples_run = 0;

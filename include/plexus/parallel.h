@@ -39,7 +39,8 @@ typedef struct px_ddp_opts {
   size_t bucket_bytes;        /* bucket capacity (default 25 MiB) */
   size_t first_bucket_bytes;  /* the first bucket to fill, i.e. the model's
                                  last layers (default 1 MiB), so
-                                 communication starts early */
+                                 communication starts early; never more
+                                 than bucket_bytes (px_ddp_wrap clamps it) */
   bool   find_unused_parameters; /* parameters whose module did not run
                                     forward count as ready with zero gradient */
   int    root;                /* rank whose parameters everyone starts from */

@@ -57,7 +57,9 @@ typedef struct px_train_opts {
   bool     skip_bad;         /* skip, count and report bad records instead of failing */
   /* Optimisation */
   px_optim_opts  optim;
-  px_lr_schedule schedule;   /* base_lr 0: optim.lr; total_steps 0: the run's steps */
+  px_lr_schedule schedule;   /* the rate's shape over the steps; its base rate is optim.lr, the one
+                                source (base_lr: leave 0, or equal to optim.lr; another value is
+                                refused); total_steps 0: the run's steps (px_train_schedule) */
   float    clip_grad_norm;   /* 0: no clipping */
   int      accum_steps;      /* micro-batches per optimizer step (>= 1) */
   float    label_smoothing;
@@ -168,6 +170,13 @@ typedef struct px_train_result {
  * would wrap to a negative or zero length). */
 px_status px_train_total_steps(const px_train_opts *opts, size_t batches_per_epoch, int64_t *steps_per_epoch,
                                int64_t *total_steps);
+
+/* The run's learning-rate schedule: opts->schedule with base_lr = optim.lr
+ * (the one base rate) and, when 0, total_steps = the run's total_steps.
+ * px_train and plexus train's pipeline loop use it; the rate of step s is
+ * px_lr_at(out, s).  PX_ERR_INVALID when schedule.base_lr is set to another
+ * rate than optim.lr (two base rates: say it once, in optim.lr). */
+px_status px_train_schedule(const px_train_opts *opts, int64_t total_steps, px_lr_schedule *out);
 
 /* Train on every rank of comm (collective).  val may be NULL (no
  * evaluation).  log may be NULL. */

@@ -44,4 +44,12 @@ px_status px_io_write_chunks_atomic(const char *path, const px_io_chunk *chunks,
 // backend write their shards concurrently); returns buf.
 const char *px_io_strerror(int err, char *buf, size_t len);
 
+/* ---- processes on this node (node.c) -------------------------------------- */
+
+// How many of the job's processes run on this node (1 until comm/ records
+// more at start-up); the default of the thread setting divides the node's
+// cores among them.
+void px_node_set_processes(int n);
+int px_node_processes(void);
+
 #endif

@@ -15,6 +15,7 @@
 // the variables are there for something else (the check is then skipped).
 #define _POSIX_C_SOURCE 200809L
 #include "comm/internal.h"
+#include "base/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +100,12 @@ static int checked_rank(px_comm *c, void *arg) {
   if (bad) snprintf(r->why, sizeof r->why, "%s", px_last_error());
   int32_t any = bad;
   if (px_comm_size(c) > 1 && px_comm_allreduce(c, &any, 1, PX_I32, PX_MAX) != PX_OK) any = 1;
-  if (!any) return r->fn(c, r->arg);
+  if (!any) {
+    // The node's cores are shared among its processes: the thread
+    // setting's default (tensor/threads.c) divides them by this count.
+    px_node_set_processes(px_comm_local_size(c));
+    return r->fn(c, r->arg);
+  }
   // Every rank returns 0 (no abort): px_comm_run returns the error instead.
   r->refused = PX_ERR_COMM;
   if (!bad) snprintf(r->why, sizeof r->why, "px_comm_run: another rank's environment does not match MPI's world "

@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "data/file.h"
 #include "data/vocab.h"
+#include "data/words.h"
 
 #include <stdio.h>
 #include <stdlib.h>

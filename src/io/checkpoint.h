@@ -1,7 +1,7 @@
 // Checkpoint directories, internal to the io layer: names, listing, the
 // SHA256SUMS file, rotation.  The public contract is in plexus/io.h; the
 // files are checkpoint_dir.c (names, listing, removal, rotation),
-// checkpoint_read.c (SHA256SUMS, verify, latest, reads),
+// checkpoint_sums.c (SHA256SUMS), checkpoint_read.c (verify, latest, reads),
 // checkpoint_write.c (write, write0), checkpoint_sharded.c (write_all),
 // checkpoint_pieces.c (files of pieces, format versions 1 and 2),
 // checkpoint_boxes.c (box intersection, the loader), checkpoint_index.c
@@ -145,7 +145,7 @@ px_status px_ckpt_install(const char *dir, const char *tmp, const char *final, i
 // Rotation after step `written` was written: see px_checkpoint_write.
 px_status px_ckpt_rotate(const char *dir, int64_t written, int keep_last);
 
-/* ---- SHA256SUMS (checkpoint_read.c) -------------------------------------- */
+/* ---- SHA256SUMS (checkpoint_sums.c) -------------------------------------- */
 
 typedef struct px_ckpt_sum {
   char          name[PX_CKPT_NAME_MAX + 1];
@@ -163,6 +163,8 @@ void px_ckpt_sums_free(px_ckpt_sums *s);
 // Without hashing: every listed file is present as a regular file, and the
 // directory holds nothing SHA256SUMS does not list.
 px_status px_ckpt_check_files(const char *ckpt, const px_ckpt_sums *sums);
+// The entry of s for file `name`, or NULL.
+const px_ckpt_sum *px_ckpt_sum_find(const px_ckpt_sums *s, const char *name);
 
 /* ---- pieces and boxes (checkpoint_pieces.c, checkpoint_boxes.c) ---------- */
 

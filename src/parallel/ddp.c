@@ -204,6 +204,11 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
   *out = NULL;
   px_ddp_opts o = opts ? *opts : PX_DDP_DEFAULTS;
   if (o.bucket_bytes == 0) o.bucket_bytes = 25u << 20;
+  // The first bucket is the small one that starts communication early: a
+  // bucket size below the default first size (1 MiB) makes it that size
+  // too, so a caller who shrinks the buckets need not know of the first.
+  // ZeRO's px_zero_wrap does the same.
+  if (o.first_bucket_bytes > o.bucket_bytes) o.first_bucket_bytes = o.bucket_bytes;
   if (o.first_bucket_bytes == 0) o.first_bucket_bytes = o.bucket_bytes;
   if (o.root < 0 || o.root >= px_comm_size(comm))
     return px_error(PX_ERR_INVALID, "DDP: root rank %d outside [0, %d)", o.root, px_comm_size(comm));

@@ -87,6 +87,18 @@ px_status px_train_total_steps(const px_train_opts *o, size_t batches_per_epoch,
   return PX_OK;
 }
 
+px_status px_train_schedule(const px_train_opts *o, int64_t total_steps, px_lr_schedule *out) {
+  *out = o->schedule;
+  // Bits, not ==: a NaN in either is a mismatch too.
+  if (o->schedule.base_lr != 0.0f && memcmp(&o->schedule.base_lr, &o->optim.lr, sizeof(float)) != 0)
+    return px_error(PX_ERR_INVALID, "train: schedule.base_lr is %g but optim.lr is %g: the base learning rate has one "
+                    "source, optim.lr (--lr); leave schedule.base_lr 0", (double)o->schedule.base_lr,
+                    (double)o->optim.lr);
+  out->base_lr = o->optim.lr;
+  if (out->total_steps == 0) out->total_steps = total_steps;
+  return PX_OK;
+}
+
 // The batch's targets as one i32 per row of the logits (tensor parallel:
 // this rank's vocabulary columns of every row).
 // targets: b->y's data where the logits are (on a GPU, its device copy).
@@ -149,7 +161,8 @@ static px_status check_norm(const px_trainer *t, double norm) {
 
 // One optimizer step's tail, the gradients already averaged (px_ddp_sync,
 // px_zero_sync in the loop): clip, schedule, update.
-static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm) {
+// lr: this step's rate, px_lr_at(schedule, step), computed once by the loop.
+static px_status optimizer_step(px_trainer *t, float lr, bool want_norm, double *grad_norm) {
   *grad_norm = NAN;
   if (t->zero) {
     // The norm is global: each shard's sum of squares, all-reduced once.
@@ -162,7 +175,7 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
       TRY(px_zero_clip_grad_norm(t->zero, t->o.clip_grad_norm, grad_norm));
     }
     if (t->o.clip_grad_norm > 0.0f || want_norm) TRY(check_norm(t, *grad_norm));
-    px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
+    px_optim_set_lr(t->opt, lr);
     TRY(px_optim_step(t->opt));
     return px_zero_after_step(t->zero);
   }
@@ -177,7 +190,7 @@ static px_status optimizer_step(px_trainer *t, bool want_norm, double *grad_norm
     TRY(px_device_grad_norm(md, t->o.clip_grad_norm, grad_norm));  // on the model's device
   }
   if (t->o.clip_grad_norm > 0.0f || want_norm) TRY(check_norm(t, *grad_norm));
-  px_optim_set_lr(t->opt, px_lr_at(&t->o.schedule, t->step));
+  px_optim_set_lr(t->opt, lr);
   return px_optim_step(t->opt);
 }
 
@@ -317,8 +330,8 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       step_loss = step_n = 0;
       const bool log_now = due(t->step + 1, t->o.log_every) || t->step + 1 == t->total_steps;
       double grad_norm;
-      TRY(optimizer_step(t, log_now, &grad_norm));
-      const float lr = px_lr_at(&t->o.schedule, t->step);
+      const float lr = px_lr_at(&t->o.schedule, t->step);  // once a step: the update's and the log's
+      TRY(optimizer_step(t, lr, log_now, &grad_norm));
       t->step++;
       t->next_batch = b_idx;
       if (t->step == t->start_step + 1) TRY(report_memory(t, res));
@@ -453,8 +466,11 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
     px_loader_free(t.loader);
     return st;
   }
-  if (t.o.schedule.base_lr == 0.0f) t.o.schedule.base_lr = t.o.optim.lr;
-  if (t.o.schedule.total_steps == 0) t.o.schedule.total_steps = t.total_steps;
+  st = px_train_schedule(&t.o, t.total_steps, &t.o.schedule);
+  if (st != PX_OK) {
+    px_loader_free(t.loader);
+    return st;
+  }
   t.end_step = t.o.stop_at_step > 0 && t.o.stop_at_step < t.total_steps ? t.o.stop_at_step : t.total_steps;
 
   bool resumed = false;
