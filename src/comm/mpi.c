@@ -39,6 +39,7 @@
 // Errors: our communicators use MPI_ERRORS_RETURN, and a failed MPI call
 // becomes PX_ERR_COMM with MPI_Error_string's text.
 #define _POSIX_C_SOURCE 200809L
+#include "base/internal.h"
 #include "comm/internal.h"
 #include "comm/mpi_side.h"
 #include "comm/mpi_watch.h"
@@ -828,7 +829,12 @@ px_status px_comm_init_mpi(px_comm **out) {
   // A duplicate, so our messages never match the application's own.
   MPI_TRY("px_comm_init_mpi", MPI_Comm_dup(MPI_COMM_WORLD, &world));
   static uint64_t worlds;  // every rank makes its worlds in the same order
-  return mcomm_wrap(world, mix64(++worlds), out);
+  px_status st = mcomm_wrap(world, mix64(++worlds), out);
+  // A program that starts MPI itself (not through px_comm_run) gets the
+  // core split too: the thread setting's default divides the node's cores
+  // among its processes (tensor/threads.c).
+  if (st == PX_OK) px_node_set_processes(px_comm_local_size(*out));
+  return st;
 }
 
 void px_comm_finalize_mpi(void) {
