@@ -339,9 +339,10 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
  * compressed datasets (deflate; whatever filters the library has).  A
  * per-dataset chunk cache of cache_bytes keeps decompressed chunks (shuffled
  * reads then decompress each chunk about once an epoch when they all fit).
- * Debian's libhdf5 is the serial build, not thread-safe: every HDF5 call of
- * plexus takes one process-wide lock, so the loader's workers read one at a
- * time (their conversion and normalisation still run in parallel).  Errors
+ * Every HDF5 call of plexus takes one process-wide lock (a libhdf5 built
+ * without thread safety must not be entered by two threads; one built with
+ * it, as Debian's is, serialises its calls itself), so the loader's workers
+ * read one at a time; their conversion and normalisation run in parallel.  Errors
  * name the file and the dataset: a missing dataset (with the names the file
  * holds), a wrong rank, shape or type ("hdf5: dataset 'labels' in f.h5:
  * expected 1 dimension of N=60000 integers, found (60000, 2) float64"), a

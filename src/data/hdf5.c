@@ -10,17 +10,21 @@
 // chunk about once.  Labels are small (N integers): they are read whole at
 // open and checked there, like the IDX source's.
 //
-// Threads.  Debian's libhdf5 (libhdf5-103-1) is the serial build:
-// H5is_library_threadsafe() is false, and the library has global state
-// (its error stack, the identifier tables, the chunk caches) that two
-// threads must not touch at once.  So every HDF5 call here runs under one
-// process-wide mutex (h5_lock), whichever dataset it is for: the loader's
-// workers read one at a time, and convert and normalise their rows (uint8 ->
-// f32 through a lookup table, int -> i32 tokens with the vocabulary check)
-// outside the lock, in parallel.  A thread-safe libhdf5 takes its own global
-// lock inside every call anyway, so the mutex costs nothing there.  A
-// program that calls HDF5 itself while a loader runs must not (or must do it
-// from the same thread that reads): the mutex is private to plexus.
+// Threads.  HDF5's library has global state (its error stack, identifier
+// tables, chunk caches), and only a build configured with
+// --enable-threadsafe may be called from two threads at once; that build
+// serialises every API call under its own global lock.  Debian bookworm's
+// "serial" libhdf5 1.10.8 is such a build (h5cc -showconfig: "Threadsafety:
+// yes"; H5is_library_threadsafe() is true), other builds are not.  So every
+// HDF5 call here runs under one process-wide mutex (h5_lock), whichever
+// dataset it is for, and it is correct with either build; it also guards
+// the dataset's one file dataspace, whose selection each read sets.  The
+// loader's workers read one at a time (no parallelism is lost: the library
+// would serialise them anyway), and convert and normalise their rows (uint8
+// -> f32 through a lookup table, int -> i32 tokens with the vocabulary
+// check) outside the lock, in parallel.  A program that calls a non-thread-
+// safe HDF5 itself while a loader runs must do it from one thread between
+// epochs: the mutex is private to plexus.
 //
 // Errors name the file and the dataset; inside the lock, HDF5's automatic
 // printing of its error stack to stderr is turned off and put back after.
