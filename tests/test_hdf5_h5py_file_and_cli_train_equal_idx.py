@@ -10,8 +10,10 @@ and for the held-out split, as the same run from the IDX files.
   over two shuffled epochs with those of the IDX and shard sources.
 - The CLI: --data hdf5 (training file and a --val-path file of the first
   64 test images) against --data mnist --train-subset 640 --val-subset 64,
-  6 steps with 2 loader workers: every train/loss and eval/loss in
-  metrics.jsonl equal.
+  6 steps with 2 loader workers: every step's loss and gradient norm and
+  every evaluation's loss and accuracy in metrics.jsonl equal; and a small
+  GPT, --data hdf5 --h5-layout tokens against --data tokens on the shard:
+  the same 3 step losses.
 
 If it failed, a dataset copied into HDF5 with h5py (the usual way) would
 train on other data than the original files, or the CLI would read the
@@ -104,6 +106,20 @@ def main():
             cu.check(a == b, "losses differ:\n  idx  %s\n  hdf5 %s" % (sorted(a.items()), sorted(b.items())))
             print("CLI: %d losses identical from IDX and HDF5 (last train loss %.6f)" %
                   (len(a), a[("train/loss", 6)][0] if ("train/loss", 6) in a else float("nan")))
+        # The GPT on the token array: --data hdf5 --h5-layout tokens against --data tokens (the shard).
+        gpt = ["train", "--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--context", "16",
+               "--vocab-size", str(VOCAB), "--batch-size", "8", "--steps", "3", "--log-every", "1", "--seed", "4",
+               "--workers", "2", "--progress", "lines", "--quiet"]
+        tok_run, h5tok_run = os.path.join(tmp, "tok"), os.path.join(tmp, "h5tok")
+        p = cu.run(gpt + ["--data", "tokens", "--data-path", shard, "--out", tok_run])
+        cu.check(p.returncode == 0, "the token-shard GPT run failed")
+        p = cu.run(gpt + ["--data", "hdf5", "--h5-layout", "tokens", "--data-path", tok_h5, "--out", h5tok_run])
+        cu.check(p.returncode == 0, "the HDF5 token GPT run failed")
+        if p.returncode == 0:
+            a, b = losses(tok_run), losses(h5tok_run)
+            cu.check(len(a) == 3 and a == b, "GPT losses differ:\n  shard %s\n  hdf5  %s" % (sorted(a.items()),
+                                                                                          sorted(b.items())))
+            print("CLI: GPT %d losses identical from the shard and the HDF5 token array" % len(a))
         # A wrong dataset name on the command line names the file and the dataset.
         p = cu.run(common + ["--data", "hdf5", "--data-path", train_h5, "--h5-y", "targets", "--out",
                              os.path.join(tmp, "bad")], expect_ok=False)
