@@ -6,7 +6,9 @@
  * library in every layout the source reads: contiguous (N, H, W) uint8 with
  * uint8 labels; chunked + deflate (N, 1, H, W) uint8 with int64 labels;
  * contiguous float32 images (v/255) with int32 labels; and 1-D token arrays
- * of uint16 (contiguous), uint32 (chunked + deflate) and int32.
+ * of uint16 (contiguous), uint32 (chunked + deflate) and big-endian int32 —
+ * the contiguous native ones both by pread at their file offset (the
+ * default) and through the library (library_reads).
  * With arguments (tests/test_hdf5_h5py_file_and_cli_train_equal_idx.py):
  *   --h5py-images F.h5 --h5py-tokens T.h5 --shard T.bin --n N
  * it checks files written by h5py the same way.
@@ -101,8 +103,11 @@ static void write_ds(hid_t f, const char *name, hid_t ftype, hid_t mtype, int ra
 
 static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
 
+static bool library_reads;  // read contiguous datasets through libhdf5 as well (not by pread)
+
 static void check_images(const char *path, const char *x, const char *y, px_dataset *ref, const char *what) {
   px_hdf5_opts o = PX_HDF5_DEFAULTS;
+  o.library_reads = library_reads;
   o.path = path;
   o.x = x;
   o.y = y;
@@ -116,6 +121,7 @@ static void check_images(const char *path, const char *x, const char *y, px_data
 
 static void check_tokens(const char *path, const char *x, px_dataset *ref, const char *what) {
   px_hdf5_opts o = PX_HDF5_DEFAULTS;
+  o.library_reads = library_reads;
   o.path = path;
   o.layout = PX_HDF5_TOKENS;
   o.x = x;
@@ -212,6 +218,10 @@ int main(int argc, char **argv) {
   check_images(contiguous, "images", "labels", ref, "contiguous (N, H, W) uint8, uint8 labels");
   check_images(chunked, "/train/x", "train/y", ref, "chunked+deflate (N, 1, H, W) uint8, int64 big-endian labels");
   check_images(floats, "images", "labels", ref, "contiguous float32 images, int32 labels");
+  library_reads = true;
+  check_images(contiguous, "images", "labels", ref, "contiguous uint8 read by the library (library_reads)");
+  check_images(floats, "images", "labels", ref, "contiguous float32 read by the library (library_reads)");
+  library_reads = false;
   px_dataset_free(ref);
   px_dataset_free(base);
 
@@ -243,6 +253,9 @@ int main(int argc, char **argv) {
   check_tokens(toks, "u16", ref, "contiguous uint16 tokens");
   check_tokens(toks, "u32", ref, "chunked+deflate uint32 tokens");
   check_tokens(toks, "i32", ref, "contiguous int32 big-endian tokens");
+  library_reads = true;
+  check_tokens(toks, "u16", ref, "contiguous uint16 tokens read by the library (library_reads)");
+  library_reads = false;
   px_dataset_free(ref);
 
   printf("libhdf5 thread-safe: %s (reads serialised by plexus either way)\n",

@@ -342,7 +342,12 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
  * Every HDF5 call of plexus takes one process-wide lock (a libhdf5 built
  * without thread safety must not be entered by two threads; one built with
  * it, as Debian's is, serialises its calls itself), so the loader's workers
- * read one at a time; their conversion and normalisation run in parallel.  Errors
+ * read chunked datasets one at a time; their conversion and normalisation
+ * run in parallel.  A contiguous, unfiltered dataset stored in the
+ * machine's byte order (u8, little-endian f32 / u16 / u32 / i32 on x86) is
+ * read without the library: its raw data's file offset (H5Dget_offset) is
+ * taken at open and get reads the sample with pread, in parallel, no lock
+ * (library_reads turns this off).  Errors
  * name the file and the dataset: a missing dataset (with the names the file
  * holds), a wrong rank, shape or type ("hdf5: dataset 'labels' in f.h5:
  * expected 1 dimension of N=60000 integers, found (60000, 2) float64"), a
@@ -360,12 +365,14 @@ typedef struct px_hdf5_opts {
   bool           random_offset; /* tokens layout: a random start offset in [0, T) per sample and epoch */
   size_t         vocab_size;    /* tokens layout: tokens in [0, vocab_size) (0: int32 range); num_classes */
   size_t         cache_bytes;   /* chunk cache of each dataset (0: 32 MiB) */
+  bool           library_reads; /* read contiguous datasets through libhdf5 too (see above) */
 } px_hdf5_opts;
 
 #define PX_HDF5_DEFAULTS                                                                    \
   ((px_hdf5_opts){.path = NULL, .layout = PX_HDF5_IMAGES, .x = "images", .y = "labels",     \
                   .mean = {0, 0, 0}, .std = {1, 1, 1}, .num_classes = 0, .T = 0,            \
-                  .random_offset = false, .vocab_size = 0, .cache_bytes = 0})
+                  .random_offset = false, .vocab_size = 0, .cache_bytes = 0,                \
+                  .library_reads = false})
 
 /* Opens the file and its datasets and checks their rank, shape and type
  * (and, images layout, every label); the file stays open until the dataset

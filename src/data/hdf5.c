@@ -3,12 +3,16 @@
 //
 // Reading.  A sample is one hyperslab: image i is the block
 // [i, 0, 0(, 0)] of shape (1, H, W) or (1, C, H, W); token window s is
-// [s, s + T].  The library reads contiguous datasets directly and chunked
-// ones through its chunk cache (decompressing deflate chunks, or any filter
-// it was built with); the cache is sized per dataset (cache_bytes) so that
-// shuffled reads of a dataset whose compressed chunks fit decompress each
-// chunk about once.  Labels are small (N integers): they are read whole at
-// open and checked there, like the IDX source's.
+// [s, s + T].  Chunked datasets are read by the library (H5Sselect_hyperslab
+// + H5Dread) through its chunk cache, which decompresses deflate chunks (or
+// any filter it was built with); the cache is sized per dataset
+// (cache_bytes).  A contiguous, unfiltered dataset in the machine's own
+// type and byte order is read directly: the file offset of its raw data
+// (H5Dget_offset) is taken at open, and sample i is one pread of its bytes
+// (the library's per-read cost, ~15 us, is most of the time of a 28x28
+// image otherwise; measured in bench/run_loader.sh).  Labels are small (N
+// integers): they are read whole at open and checked there, like the IDX
+// source's.
 //
 // Threads.  HDF5's library has global state (its error stack, identifier
 // tables, chunk caches), and only a build configured with
@@ -32,6 +36,7 @@
 #include "plexus/data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
 #include <pthread.h>
@@ -39,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -74,6 +80,10 @@ typedef struct h5_source {
   char          *path;
   char          *xname;
   hid_t          file, dset, fspace, mspace;  // mspace: one sample
+  int            fd;           // direct reads: the file, for pread (else -1)
+  int64_t        direct_off;   // direct reads: file offset of the x dataset's raw data (else -1)
+  hid_t          tok_type;     // tokens, direct reads: the native type the file holds
+  size_t         tok_bytes;
   px_hdf5_layout layout;
   int            rank;         // of the x dataset
   hsize_t        dims[4];
@@ -181,6 +191,26 @@ static px_status describe(h5_source *s, hid_t d, const char *name, int *rank, hs
   return PX_OK;
 }
 
+// Whether the x dataset can be read without the library (lock held): stored
+// contiguous, unfiltered, not external, allocated, in `native` (the
+// memory's own type and byte order), and wholly inside the file.  Then
+// element k's bytes lie at file offset H5Dget_offset() + k·size, and get
+// reads them with pread, in parallel, without the lock.
+static void try_direct(h5_source *s, hid_t type, hid_t native, hsize_t elements, const px_hdf5_opts *o) {
+  s->direct_off = -1;
+  if (o->library_reads || H5Tequal(type, native) <= 0) return;
+  hid_t dcpl = H5Dget_create_plist(s->dset);
+  if (dcpl < 0) return;
+  bool plain = H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0 && H5Pget_external_count(dcpl) == 0;
+  H5Pclose(dcpl);
+  haddr_t off = plain ? H5Dget_offset(s->dset) : HADDR_UNDEF;
+  struct stat sb;
+  if (off == HADDR_UNDEF || stat(s->path, &sb) != 0) return;
+  if ((uint64_t)off + (uint64_t)elements * H5Tget_size(native) > (uint64_t)sb.st_size) return;
+  s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+  if (s->fd >= 0) s->direct_off = (int64_t)off;
+}
+
 static px_status open_images(h5_source *s, const px_hdf5_opts *o) {
   int rank;
   hsize_t dims[8] = {0};
@@ -195,8 +225,13 @@ static px_status open_images(h5_source *s, const px_hdf5_opts *o) {
   for (int k = 0; k < rank; k++) zero |= dims[k] == 0;
   char tn[48], sh[160];
   type_name(type, tn, sizeof tn);
-  H5Tclose(type);
   shape_str(rank, dims, sh, sizeof sh);
+  if (rank >= 3 && (u8 || f32) && !zero) {
+    hsize_t elements = 1;
+    for (int k = 0; k < rank; k++) elements *= dims[k];
+    try_direct(s, type, u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, elements, o);
+  }
+  H5Tclose(type);
   if ((rank != 3 && rank != 4) || !(u8 || f32) || zero)
     return px_error(PX_ERR_FORMAT,
                     "hdf5: dataset '%s' in %s: expected (N, H, W) or (N, C, H, W) images of uint8 or float32, found %s "
@@ -294,8 +329,15 @@ static px_status open_tokens(h5_source *s, const px_hdf5_opts *o) {
   size_t size = H5Tget_size(type);
   char tn[48], sh[160];
   type_name(type, tn, sizeof tn);
-  H5Tclose(type);
   shape_str(rank, dims, sh, sizeof sh);
+  const hid_t natives[3] = {H5T_NATIVE_UINT16, H5T_NATIVE_UINT32, H5T_NATIVE_INT32};
+  for (int k = 0; k < 3 && rank == 1 && s->direct_off < 0; k++)
+    if (H5Tequal(type, natives[k]) > 0) {
+      try_direct(s, type, natives[k], dims[0], o);
+      s->tok_type = natives[k];
+      s->tok_bytes = H5Tget_size(natives[k]);
+    }
+  H5Tclose(type);
   if (rank != 1 || cls != H5T_INTEGER || size > 8)
     return px_error(PX_ERR_FORMAT,
                     "hdf5: dataset '%s' in %s: expected 1 dimension of integer tokens (uint16, uint32 or int32), "
@@ -323,6 +365,24 @@ static px_status read_slab(h5_source *s, const hsize_t *start, const hsize_t *co
   return PX_OK;
 }
 
+// Direct reads: `n` bytes at `at` past the dataset's raw data.
+static px_status read_direct(const h5_source *s, uint64_t at, size_t n, void *buf, size_t sample) {
+  size_t got = 0;
+  const off_t base = (off_t)s->direct_off + (off_t)at;
+  while (got < n) {
+    ssize_t r = pread(s->fd, (char *)buf + got, n - got, base + (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      char why[128] = "the file ends there (cut short since open?)";
+      if (r < 0 && strerror_r(errno, why, sizeof why) != 0) snprintf(why, sizeof why, "error %d", errno);
+      return px_error(PX_ERR_IO, "hdf5: dataset '%s' in %s: sample %zu: reading %zu bytes at file offset %lld failed: %s",
+                      s->xname, s->path, sample, n, (long long)(base + (off_t)got), why);
+    }
+    got += (size_t)r;
+  }
+  return PX_OK;
+}
+
 static px_status h5_get_image(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {
   (void)rng;
   h5_source *s = d->impl;
@@ -330,7 +390,8 @@ static px_status h5_get_image(px_dataset *d, size_t i, px_batch *b, size_t slot,
   hsize_t start[4] = {(hsize_t)i, 0, 0, 0}, count[4] = {1, s->dims[1], s->dims[2], s->dims[3]};
   px_status st;
   if (s->is_float) {
-    st = read_slab(s, start, count, H5T_NATIVE_FLOAT, x, i);
+    st = s->direct_off >= 0 ? read_direct(s, (uint64_t)i * s->pixels * 4, s->pixels * 4, x, i)
+                            : read_slab(s, start, count, H5T_NATIVE_FLOAT, x, i);
     if (st != PX_OK) return st;
     for (size_t k = 0; k < s->pixels; k++) {
       size_t c = s->channels == 3 ? k / s->plane : 0;
@@ -340,7 +401,8 @@ static px_status h5_get_image(px_dataset *d, size_t i, px_batch *b, size_t slot,
     // The bytes land at the start of the row and widen back to front: byte k
     // is read before float k (bytes 4k..4k+3, all at or past k) overwrites it.
     uint8_t *raw = (uint8_t *)x;
-    st = read_slab(s, start, count, H5T_NATIVE_UINT8, raw, i);
+    st = s->direct_off >= 0 ? read_direct(s, (uint64_t)i * s->pixels, s->pixels, raw, i)
+                            : read_slab(s, start, count, H5T_NATIVE_UINT8, raw, i);
     if (st != PX_OK) return st;
     for (size_t k = s->pixels; k-- > 0;) {
       size_t c = s->channels == 3 ? k / s->plane : 0;
@@ -359,8 +421,32 @@ static px_status h5_get_tokens(px_dataset *d, size_t i, px_batch *b, size_t slot
   int64_t small[1024];
   int64_t *tok = T + 1 <= 1024 ? small : malloc((T + 1) * sizeof *tok);
   if (!tok) return px_error(PX_ERR_NOMEM, "hdf5: %s: out of memory for a window of %zu tokens", s->path, T + 1);
-  hsize_t start = (hsize_t)at, count = (hsize_t)T + 1;
-  px_status st = read_slab(s, &start, &count, H5T_NATIVE_INT64, tok, i);
+  px_status st;
+  if (s->direct_off >= 0) {
+    // The raw tokens go to the tail of the buffer and widen front to back:
+    // token k's bytes lie at or past tok[k] and past every tok[j < k].
+    const size_t tb = s->tok_bytes;
+    unsigned char *raw = (unsigned char *)tok + (T + 1) * (sizeof *tok - tb);
+    st = read_direct(s, at * tb, (T + 1) * tb, raw, i);
+    for (size_t k = 0; st == PX_OK && k <= T; k++) {
+      if (s->tok_type == H5T_NATIVE_UINT16) {
+        uint16_t v;
+        memcpy(&v, raw + k * tb, sizeof v);
+        tok[k] = v;
+      } else if (s->tok_type == H5T_NATIVE_UINT32) {
+        uint32_t v;
+        memcpy(&v, raw + k * tb, sizeof v);
+        tok[k] = v;
+      } else {
+        int32_t v;
+        memcpy(&v, raw + k * tb, sizeof v);
+        tok[k] = v;
+      }
+    }
+  } else {
+    hsize_t start = (hsize_t)at, count = (hsize_t)T + 1;
+    st = read_slab(s, &start, &count, H5T_NATIVE_INT64, tok, i);
+  }
   const int64_t bound = s->vocab_size ? (int64_t)s->vocab_size : (int64_t)INT32_MAX + 1;
   for (size_t k = 0; st == PX_OK && k <= T; k++)
     if (tok[k] < 0 || tok[k] >= bound)
@@ -392,6 +478,7 @@ static void source_free(h5_source *s) {
   if (s->dset > 0) H5Dclose(s->dset);
   if (s->file > 0) H5Fclose(s->file);
   h5_leave(&q);
+  if (s->fd >= 0) close(s->fd);
   free(s->labels);
   free(s->path);
   free(s->xname);
@@ -444,6 +531,8 @@ px_status px_hdf5_dataset_open(px_dataset **out, const px_hdf5_opts *o) {
   px_dataset *d = calloc(1, sizeof *d);
   if (s) {
     s->file = s->dset = s->fspace = s->mspace = H5I_INVALID_HID;
+    s->fd = -1;
+    s->direct_off = -1;
     s->path = strdup(o->path);
     s->xname = strdup(o->x);
   }
