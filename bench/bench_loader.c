@@ -11,7 +11,7 @@
 //                                              into FILE ("images" (N, 28, 28) uint8, "labels"
 //                                              int64): contiguous (CHUNK 0), or chunks of CHUNK
 //                                              images compressed with deflate (level 4)
-//   bench_loader hdf5 FILE WORKERS EPOCHS [CACHE_MIB]
+//   bench_loader hdf5 FILE WORKERS EPOCHS [CACHE_MIB]   (or hdf5z: the same, named so)
 //                                              that file through px_hdf5_dataset_open (batch
 //                                              256, normalised as fmnist; chunk cache CACHE_MIB)
 //
@@ -164,14 +164,14 @@ int main(int argc, char **argv) {
     return rc;
   }
   if (argc == 5 && strcmp(argv[1], "make-h5") == 0) return make_h5(argv[2], argv[3], atoi(argv[4]));
-  if ((argc == 5 || argc == 6) && strcmp(argv[1], "hdf5") == 0) {
+  if ((argc == 5 || argc == 6) && (strcmp(argv[1], "hdf5") == 0 || strcmp(argv[1], "hdf5z") == 0)) {
     px_hdf5_opts o = PX_HDF5_DEFAULTS;
     o.path = argv[2];
     if (argc == 6) o.cache_bytes = (size_t)atoi(argv[5]) << 20;  // the chunk cache, MiB
     for (int c = 0; c < 3; c++) o.mean[c] = 0.2860f, o.std[c] = 0.3530f;
     px_dataset *d;
     if (px_hdf5_dataset_open(&d, &o) != PX_OK) return fail("hdf5");
-    int rc = run("hdf5", d, 256, atoi(argv[3]), atoi(argv[4]));
+    int rc = run(argv[1], d, 256, atoi(argv[3]), atoi(argv[4]));
     px_dataset_free(d);
     return rc;
   }

@@ -4,7 +4,10 @@
  * 2 loader workers reading the file at once (serialised by the HDF5 lock)
  * against the reference's 1 — from files this test writes with the HDF5 C
  * library in every layout the source reads: contiguous (N, H, W) uint8 with
- * uint8 labels; chunked + deflate (N, 1, H, W) uint8 with int64 labels;
+ * uint8 labels; chunked + deflate (N, 1, H, W) uint8 with int64 labels
+ * (chunks of 50 whole images, read a chunk at a time through the source's
+ * chunk cache, also with only 2 slots; and chunks of half images, read per
+ * sample);
  * contiguous float32 images (v/255) with int32 labels; and 1-D token arrays
  * of uint16 (contiguous), uint32 (chunked + deflate) and big-endian int32 —
  * the contiguous native ones both by pread at their file offset (the
@@ -104,10 +107,12 @@ static void write_ds(hid_t f, const char *name, hid_t ftype, hid_t mtype, int ra
 static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
 
 static bool library_reads;  // read contiguous datasets through libhdf5 as well (not by pread)
+static size_t cache_bytes;  // 0: the default chunk cache
 
 static void check_images(const char *path, const char *x, const char *y, px_dataset *ref, const char *what) {
   px_hdf5_opts o = PX_HDF5_DEFAULTS;
   o.library_reads = library_reads;
+  o.cache_bytes = cache_bytes;
   o.path = path;
   o.x = x;
   o.y = y;
@@ -190,10 +195,11 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < N_IMG; i++) lab64[i] = lab32[i] = lab[i];
   for (size_t k = 0; k < N_IMG * px; k++) pixf[k] = (float)pix[k] / 255.0f;
 
-  char contiguous[128], chunked[128], floats[128];
+  char contiguous[128], chunked[128], floats[128], tiles[128];
   path_in(contiguous, sizeof contiguous, "contiguous.h5");
   path_in(chunked, sizeof chunked, "chunked.h5");
   path_in(floats, sizeof floats, "float.h5");
+  path_in(tiles, sizeof tiles, "tiles.h5");
   hid_t f = H5Fcreate(contiguous, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   write_ds(f, "images", H5T_STD_U8LE, H5T_NATIVE_UINT8, 3, (hsize_t[]){N_IMG, 28, 28}, NULL, pix);
   write_ds(f, "labels", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, (hsize_t[]){N_IMG}, NULL, lab);
@@ -203,6 +209,11 @@ int main(int argc, char **argv) {
   write_ds(f, "train/x", H5T_STD_U8LE, H5T_NATIVE_UINT8, 4, (hsize_t[]){N_IMG, 1, 28, 28},
            (hsize_t[]){50, 1, 28, 28}, pix);
   write_ds(f, "train/y", H5T_STD_I64BE, H5T_NATIVE_INT64, 1, (hsize_t[]){N_IMG}, (hsize_t[]){128}, lab64);
+  H5Fclose(f);
+  f = H5Fcreate(tiles, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);  // chunks of half images: read per sample
+  write_ds(f, "images", H5T_STD_U8LE, H5T_NATIVE_UINT8, 4, (hsize_t[]){N_IMG, 1, 28, 28}, (hsize_t[]){7, 1, 14, 28},
+           pix);
+  write_ds(f, "labels", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, (hsize_t[]){N_IMG}, NULL, lab);
   H5Fclose(f);
   f = H5Fcreate(floats, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   write_ds(f, "images", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, (hsize_t[]){N_IMG, 28, 28}, NULL, pixf);
@@ -218,6 +229,10 @@ int main(int argc, char **argv) {
   check_images(contiguous, "images", "labels", ref, "contiguous (N, H, W) uint8, uint8 labels");
   check_images(chunked, "/train/x", "train/y", ref, "chunked+deflate (N, 1, H, W) uint8, int64 big-endian labels");
   check_images(floats, "images", "labels", ref, "contiguous float32 images, int32 labels");
+  check_images(tiles, "images", "labels", ref, "chunks of (7, 1, 14, 28) + deflate: per-sample library reads");
+  cache_bytes = 1;  // two chunk slots: chunks evicted all the time
+  check_images(chunked, "/train/x", "train/y", ref, "chunked+deflate through a 2-slot chunk cache");
+  cache_bytes = 0;
   library_reads = true;
   check_images(contiguous, "images", "labels", ref, "contiguous uint8 read by the library (library_reads)");
   check_images(floats, "images", "labels", ref, "contiguous float32 read by the library (library_reads)");
