@@ -11,7 +11,8 @@
 //                                              into FILE ("images" (N, 28, 28) uint8, "labels"
 //                                              int64): contiguous (CHUNK 0), or chunks of CHUNK
 //                                              images compressed with deflate (level 4)
-//   bench_loader hdf5 FILE WORKERS EPOCHS [CACHE_MIB]   (or hdf5z: the same, named so)
+//   bench_loader hdf5 FILE WORKERS EPOCHS [CACHE_MIB | lib]   (or hdf5z: the same, named so;
+//                                              lib: every read through libhdf5, per sample)
 //                                              that file through px_hdf5_dataset_open (batch
 //                                              256, normalised as fmnist; chunk cache CACHE_MIB)
 //
@@ -167,7 +168,10 @@ int main(int argc, char **argv) {
   if ((argc == 5 || argc == 6) && (strcmp(argv[1], "hdf5") == 0 || strcmp(argv[1], "hdf5z") == 0)) {
     px_hdf5_opts o = PX_HDF5_DEFAULTS;
     o.path = argv[2];
-    if (argc == 6) o.cache_bytes = (size_t)atoi(argv[5]) << 20;  // the chunk cache, MiB
+    // A 5th argument: the chunk cache in MiB, or "lib": every read through
+    // libhdf5 (library_reads: per-sample H5Dread under plexus's HDF5 lock).
+    if (argc == 6 && strcmp(argv[5], "lib") == 0) o.library_reads = true;
+    else if (argc == 6) o.cache_bytes = (size_t)atoi(argv[5]) << 20;
     for (int c = 0; c < 3; c++) o.mean[c] = 0.2860f, o.std[c] = 0.3530f;
     px_dataset *d;
     if (px_hdf5_dataset_open(&d, &o) != PX_OK) return fail("hdf5");
@@ -192,7 +196,7 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr,
           "usage: %s make-jpegs DIR COUNT SIZE | fmnist DIR WORKERS EPOCHS | jpeg CSV CROP WORKERS EPOCHS | "
-          "make-h5 DIR FILE CHUNK | hdf5 FILE WORKERS EPOCHS [CACHE_MIB]\n",
+          "make-h5 DIR FILE CHUNK | hdf5 FILE WORKERS EPOCHS [CACHE_MIB|lib]\n",
           argv[0]);
   return 2;
 }

@@ -334,10 +334,11 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
  *           windows of T+1 tokens exactly as px_token_dataset_open cuts one
  *           shard (same sample count, same random offsets from the sample's
  *           stream), each token checked against vocab_size.
- * Samples are read when the loader asks for them: one hyperslab
- * (H5Sselect_hyperslab) per image or window, from contiguous or chunked and
- * compressed datasets (deflate; whatever filters the library has).  A
- * per-dataset chunk cache of cache_bytes keeps decompressed chunks (shuffled
+ * Samples are read when the loader asks for them, from contiguous or
+ * chunked and compressed datasets (deflate; whatever filters the library
+ * has): one hyperslab (H5Sselect_hyperslab) per image or window, except
+ * that a chunked image dataset whose chunks hold whole samples is read a
+ * chunk at a time into a cache of decompressed chunks (cache_bytes; shuffled
  * reads then decompress each chunk about once an epoch when they all fit).
  * Every HDF5 call of plexus takes one process-wide lock (a libhdf5 built
  * without thread safety must not be entered by two threads; one built with
@@ -364,7 +365,7 @@ typedef struct px_hdf5_opts {
   int64_t        T;             /* tokens layout: window length */
   bool           random_offset; /* tokens layout: a random start offset in [0, T) per sample and epoch */
   size_t         vocab_size;    /* tokens layout: tokens in [0, vocab_size) (0: int32 range); num_classes */
-  size_t         cache_bytes;   /* chunk cache of each dataset (0: 32 MiB) */
+  size_t         cache_bytes;   /* decompressed chunks kept per dataset (0: 64 MiB) */
   bool           library_reads; /* read contiguous datasets through libhdf5 too (see above) */
 } px_hdf5_opts;
 

@@ -3,16 +3,22 @@
 //
 // Reading.  A sample is one hyperslab: image i is the block
 // [i, 0, 0(, 0)] of shape (1, H, W) or (1, C, H, W); token window s is
-// [s, s + T].  Chunked datasets are read by the library (H5Sselect_hyperslab
-// + H5Dread) through its chunk cache, which decompresses deflate chunks (or
-// any filter it was built with); the cache is sized per dataset
-// (cache_bytes).  A contiguous, unfiltered dataset in the machine's own
-// type and byte order is read directly: the file offset of its raw data
-// (H5Dget_offset) is taken at open, and sample i is one pread of its bytes
-// (the library's per-read cost, ~15 us, is most of the time of a 28x28
-// image otherwise; measured in bench/run_loader.sh).  Labels are small (N
-// integers): they are read whole at open and checked there, like the IDX
-// source's.
+// [s, s + T].  Three ways to read it, chosen at open:
+//  - a contiguous, unfiltered dataset in the machine's own type and byte
+//    order is read directly: the file offset of its raw data
+//    (H5Dget_offset) is taken at open, and sample i is one pread of its
+//    bytes, no lock (libhdf5's own cost per read, ~15 us, is most of the
+//    time of a 28x28 image otherwise);
+//  - a chunked image dataset whose chunks hold whole samples is read a
+//    chunk at a time into a direct-mapped cache of decompressed chunks
+//    (setup_chunk_cache): one library call and one decompression per chunk
+//    while the cache holds it, not per sample;
+//  - anything else (other chunk shapes, big-endian or converted types,
+//    token arrays that are chunked, library_reads) by H5Sselect_hyperslab +
+//    H5Dread per sample, through libhdf5's chunk cache (cache_bytes), which
+//    decompresses deflate chunks (or any filter it was built with).
+// Labels are small (N integers): they are read whole at open and checked
+// there, like the IDX source's.
 //
 // Threads.  HDF5's library has global state (its error stack, identifier
 // tables, chunk caches), and only a build configured with
@@ -247,7 +253,7 @@ static px_status setup_chunk_cache(h5_source *s, const px_hdf5_opts *o) {
   // into our slot).
   hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
   hid_t again = H5I_INVALID_HID;
-  if (dapl >= 0 && H5Pset_chunk_cache(dapl, 0, 0, 1.0) >= 0) again = H5Dopen2(s->file, o->x, dapl);
+  if (dapl >= 0 && H5Pset_chunk_cache(dapl, 1, 0, 1.0) >= 0) again = H5Dopen2(s->file, o->x, dapl);
   if (dapl >= 0) H5Pclose(dapl);
   if (again >= 0) {
     H5Dclose(s->dset);
