@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
   check_images(chunked, "/train/x", "train/y", ref, "chunked+deflate (N, 1, H, W) uint8, int64 big-endian labels");
   check_images(floats, "images", "labels", ref, "contiguous float32 images, int32 labels");
   check_images(tiles, "images", "labels", ref, "chunks of (7, 1, 14, 28) + deflate: per-sample library reads");
-  cache_bytes = 1;  // two chunk slots: chunks evicted all the time
+  cache_bytes = 2 * 50 * 28 * 28;  // two chunk slots: chunks evicted all the time
   check_images(chunked, "/train/x", "train/y", ref, "chunked+deflate through a 2-slot chunk cache");
   cache_bytes = 0;
   library_reads = true;

@@ -365,7 +365,8 @@ typedef struct px_hdf5_opts {
   int64_t        T;             /* tokens layout: window length */
   bool           random_offset; /* tokens layout: a random start offset in [0, T) per sample and epoch */
   size_t         vocab_size;    /* tokens layout: tokens in [0, vocab_size) (0: int32 range); num_classes */
-  size_t         cache_bytes;   /* decompressed chunks kept per dataset (0: 64 MiB) */
+  size_t         cache_bytes;   /* decompressed chunks kept per dataset (0: 64 MiB; must hold 2 chunks, else
+                                   per-sample reads) */
   bool           library_reads; /* read contiguous datasets through libhdf5 too (see above) */
 } px_hdf5_opts;
 

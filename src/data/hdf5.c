@@ -228,7 +228,7 @@ static void try_direct(h5_source *s, hid_t type, hid_t native, hsize_t elements,
 // A chunked image dataset whose chunks span whole samples ((k, C, H, W)
 // or (k, H, W)) is read a chunk at a time: a read of sample i takes the
 // chunk c holding it into slot c % slots of a direct-mapped cache of
-// decompressed chunks (cache_bytes in all, at least 2 slots; for shuffled
+// decompressed chunks (cache_bytes in all, which must hold 2; for shuffled
 // reads LRU would keep no better chunks), unless the slot has it already,
 // and copies the sample from there.  Shuffled reads then decompress each chunk
 // about once an epoch when the cache holds the dataset, and make one
@@ -248,6 +248,7 @@ static px_status setup_chunk_cache(h5_source *s, const px_hdf5_opts *o) {
   const size_t elem = s->is_float ? 4 : 1, sample_bytes = s->pixels * elem;
   const size_t n = (size_t)cd[0], chunk_bytes = n * sample_bytes;
   const size_t budget = o->cache_bytes ? o->cache_bytes : PX_HDF5_CACHE_DEFAULT;
+  if (budget / chunk_bytes < 2) return PX_OK;  // chunks too big to keep two: per-sample reads
   // The library's own chunk cache would hold the same chunks again: reopen
   // the dataset without one (a read of a whole chunk then goes straight
   // into our slot).
@@ -260,7 +261,6 @@ static px_status setup_chunk_cache(h5_source *s, const px_hdf5_opts *o) {
     s->dset = again;
   }
   size_t slots = budget / chunk_bytes;
-  if (slots < 2) slots = 2;
   const size_t chunks = ((size_t)s->dims[0] + n - 1) / n;
   if (slots > chunks) slots = chunks;
   s->slot_chunk = malloc(slots * sizeof *s->slot_chunk);
