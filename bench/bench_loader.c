@@ -7,6 +7,14 @@
 //   bench_loader make-jpegs DIR COUNT SIZE      write COUNT SIZE×SIZE JPEGs + DIR/list.csv
 //   bench_loader fmnist DIR WORKERS EPOCHS      DIR holds train-images-idx3-ubyte.gz, ...
 //   bench_loader jpeg CSV CROP WORKERS EPOCHS
+//   bench_loader make-h5 DIR FILE CHUNK        Fashion-MNIST's training set from DIR's IDX files
+//                                              into FILE ("images" (N, 28, 28) uint8, "labels"
+//                                              int64): contiguous (CHUNK 0), or chunks of CHUNK
+//                                              images compressed with deflate (level 4)
+//   bench_loader hdf5 FILE WORKERS EPOCHS [CACHE_MIB | lib]   (or hdf5z: the same, named so;
+//                                              lib: every read through libhdf5, per sample)
+//                                              that file through px_hdf5_dataset_open (batch
+//                                              256, normalised as fmnist; chunk cache CACHE_MIB)
 //
 // Each run prints one line:
 //   plexus <case> workers=W samples=N warmup_s=S epoch_s=S samples_per_s=R wait_s=S
@@ -19,6 +27,7 @@
 #include "plexus/plexus.h"
 
 #include <errno.h>
+#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +79,44 @@ static int make_jpegs(const char *dir, int count, int size) {
   return fclose(csv) == 0 ? 0 : 1;
 }
 
+// ---- An HDF5 copy of Fashion-MNIST -------------------------------------------------
+static int make_h5(const char *dir, const char *file, int chunk) {
+  char ip[4096], lp[4096];
+  snprintf(ip, sizeof ip, "%s/train-images-idx3-ubyte.gz", dir);
+  snprintf(lp, sizeof lp, "%s/train-labels-idx1-ubyte.gz", dir);
+  px_idx im, lb;
+  if (px_idx_read(ip, &im) != PX_OK || px_idx_read(lp, &lb) != PX_OK) return fail("make-h5");
+  const hsize_t n = (hsize_t)im.dims[0];
+  int64_t *labels = malloc(n * sizeof *labels);
+  if (!labels) return 1;
+  for (hsize_t i = 0; i < n; i++) labels[i] = ((const uint8_t *)lb.data)[i];
+  hid_t f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (chunk > 0) {
+    H5Pset_chunk(dcpl, 3, (hsize_t[]){(hsize_t)chunk, 28, 28});
+    H5Pset_deflate(dcpl, 4);
+  }
+  hid_t sp = H5Screate_simple(3, (hsize_t[]){n, 28, 28}, NULL);
+  hid_t d = H5Dcreate2(f, "images", H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  herr_t r = H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, im.data);
+  H5Dclose(d);
+  H5Sclose(sp);
+  sp = H5Screate_simple(1, &n, NULL);
+  d = H5Dcreate2(f, "labels", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (r >= 0) r = H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels);
+  H5Dclose(d);
+  H5Sclose(sp);
+  H5Pclose(dcpl);
+  free(labels);
+  px_idx_free(&im);
+  px_idx_free(&lb);
+  if (H5Fclose(f) < 0 || r < 0 || f < 0) {
+    fprintf(stderr, "bench_loader: make-h5: writing %s failed\n", file);
+    return 1;
+  }
+  return 0;
+}
+
 // ---- Timing ---------------------------------------------------------------------
 static int run(const char *name, px_dataset *d, size_t batch, int workers, int epochs) {
   px_loader_opts o = PX_LOADER_DEFAULTS;
@@ -117,6 +164,21 @@ int main(int argc, char **argv) {
     px_dataset_free(d);
     return rc;
   }
+  if (argc == 5 && strcmp(argv[1], "make-h5") == 0) return make_h5(argv[2], argv[3], atoi(argv[4]));
+  if ((argc == 5 || argc == 6) && (strcmp(argv[1], "hdf5") == 0 || strcmp(argv[1], "hdf5z") == 0)) {
+    px_hdf5_opts o = PX_HDF5_DEFAULTS;
+    o.path = argv[2];
+    // A 5th argument: the chunk cache in MiB, or "lib": every read through
+    // libhdf5 (library_reads: per-sample H5Dread under plexus's HDF5 lock).
+    if (argc == 6 && strcmp(argv[5], "lib") == 0) o.library_reads = true;
+    else if (argc == 6) o.cache_bytes = (size_t)atoi(argv[5]) << 20;
+    for (int c = 0; c < 3; c++) o.mean[c] = 0.2860f, o.std[c] = 0.3530f;
+    px_dataset *d;
+    if (px_hdf5_dataset_open(&d, &o) != PX_OK) return fail("hdf5");
+    int rc = run(argv[1], d, 256, atoi(argv[3]), atoi(argv[4]));
+    px_dataset_free(d);
+    return rc;
+  }
   if (argc == 6 && strcmp(argv[1], "jpeg") == 0) {
     px_image_opts o = PX_IMAGE_DEFAULTS;
     o.csv = argv[2];
@@ -133,6 +195,8 @@ int main(int argc, char **argv) {
     return rc;
   }
   fprintf(stderr,
-          "usage: %s make-jpegs DIR COUNT SIZE | fmnist DIR WORKERS EPOCHS | jpeg CSV CROP WORKERS EPOCHS\n", argv[0]);
+          "usage: %s make-jpegs DIR COUNT SIZE | fmnist DIR WORKERS EPOCHS | jpeg CSV CROP WORKERS EPOCHS | "
+          "make-h5 DIR FILE CHUNK | hdf5 FILE WORKERS EPOCHS [CACHE_MIB|lib]\n",
+          argv[0]);
   return 2;
 }

@@ -3,6 +3,7 @@ the same files bench_loader reads, written the way users write it.
 
   bench_loader_torch.py fmnist DIR WORKERS EPOCHS
   bench_loader_torch.py jpeg CSV CROP WORKERS EPOCHS
+  bench_loader_torch.py hdf5 FILE.h5 WORKERS EPOCHS    (h5py; also "hdf5z")
 
 Fashion-MNIST: a Dataset over the decoded uint8 arrays whose __getitem__
 applies ToTensor + Normalize((0.2860,), (0.3530,)) per sample, batch 256.
@@ -41,6 +42,32 @@ class FashionMNIST(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, i):
+        return self.transform(self.images[i]), int(self.labels[i])
+
+
+class Hdf5Images(torch.utils.data.Dataset):
+    """The HDF5 copy of Fashion-MNIST that bench_loader make-h5 writes, read
+    with h5py one sample per __getitem__, the file opened lazily in each
+    worker process (h5py handles do not survive fork), then ToTensor +
+    Normalize as FashionMNIST above."""
+
+    def __init__(self, path):
+        import h5py  # python3-h5py; only this case needs it
+
+        self.h5py = h5py
+        self.path = path
+        with h5py.File(path, "r") as f:
+            self.n = f["images"].shape[0]
+        self.f = None
+        self.transform = T.Compose([T.ToTensor(), T.Normalize((0.2860,), (0.3530,))])
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.f is None:
+            self.f = self.h5py.File(self.path, "r")
+            self.images, self.labels = self.f["images"], self.f["labels"]
         return self.transform(self.images[i]), int(self.labels[i])
 
 
@@ -97,6 +124,8 @@ def main(argv):
     torch.manual_seed(42)
     if len(argv) == 5 and argv[1] == "fmnist":
         run("fmnist", FashionMNIST(argv[2]), 256, int(argv[3]), int(argv[4]))
+    elif len(argv) == 5 and argv[1] in ("hdf5", "hdf5z"):
+        run(argv[1], Hdf5Images(argv[2]), 256, int(argv[3]), int(argv[4]))
     elif len(argv) == 6 and argv[1] == "jpeg":
         run("jpeg", JpegCsv(argv[2], int(argv[3])), 64, int(argv[4]), int(argv[5]))
     else:

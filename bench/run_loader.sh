@@ -9,6 +9,14 @@
 #           (/usr/share/datasets/fashion-mnist), batch 256, normalised;
 #   jpeg:   2,000 generated 256×256 JPEGs listed in a path,label CSV, random
 #           crop 224 + horizontal flip + ImageNet normalisation, batch 64.
+#   hdf5:   the same 60,000 images copied once into one HDF5 file (bench_loader
+#           make-h5: "images" (N, 28, 28) uint8, contiguous; "labels" int64)
+#           and read through px_hdf5_dataset_open (pread at the dataset's
+#           file offset), batch 256, normalised; PyTorch reads it with h5py,
+#           one sample per __getitem__;
+#   hdf5z:  the same, chunked by 64 images and deflate-compressed: every read
+#           goes through libhdf5 (its chunk cache, under plexus's HDF5 lock).
+#           (Both HDF5 cases: the PyTorch side is left out without h5py.)
 # plexus: bench_loader (threads); PyTorch: bench_loader_torch.py
 # (DataLoader with num_workers processes, persistent).  Each run times one
 # warm-up epoch apart, then EPOCHS epochs.  The two sides alternate, ROUNDS
@@ -23,9 +31,10 @@
 #   WORKERS     worker counts                 (default: "1 2 4")
 #   ROUNDS      runs of each case and side    (default: 3)
 #   EPOCHS      timed epochs per run          (default: fmnist 2, jpeg 1)
-#   CASES       which cases                   (default: "fmnist jpeg")
+#   CASES       which cases                   (default: "fmnist jpeg hdf5 hdf5z")
 #   FMNIST_DIR  the IDX files                 (default: /usr/share/datasets/fashion-mnist)
 #   JPEG_DIR    where the JPEGs are made once (default: /tmp/plexus-bench-jpegs)
+#   H5_DIR      where the HDF5 files are made once (default: /tmp/plexus-bench-h5)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,15 +42,24 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 WORKERS=${WORKERS:-"1 2 4"}
 ROUNDS=${ROUNDS:-3}
-CASES=${CASES:-"fmnist jpeg"}
+CASES=${CASES:-"fmnist jpeg hdf5 hdf5z"}
 FMNIST_DIR=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 JPEG_DIR=${JPEG_DIR:-/tmp/plexus-bench-jpegs}
+H5_DIR=${H5_DIR:-/tmp/plexus-bench-h5}
 
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
 cmake --build "$BUILD_DIR" --target bench_loader -j "$(nproc)" >/dev/null
 BENCH="$BUILD_DIR/bench_loader"
+
+case " $CASES " in *" hdf5"*)
+  mkdir -p "$H5_DIR"
+  [ -f "$H5_DIR/fmnist.h5" ] || "$BENCH" make-h5 "$FMNIST_DIR" "$H5_DIR/fmnist.h5" 0
+  [ -f "$H5_DIR/fmnist_z64.h5" ] || "$BENCH" make-h5 "$FMNIST_DIR" "$H5_DIR/fmnist_z64.h5" 64 ;;
+esac
+HAVE_H5PY=1
+"$PYTHON" -c "import h5py" 2>/dev/null || HAVE_H5PY=0
 
 if [ ! -f "$JPEG_DIR/list.csv" ]; then
   echo "making 2,000 JPEGs in $JPEG_DIR (once)" >&2
@@ -52,9 +70,11 @@ args() {  # case -> the arguments after the case name, less WORKERS EPOCHS
   case $1 in
     fmnist) echo "$FMNIST_DIR" ;;
     jpeg) echo "$JPEG_DIR/list.csv 224" ;;
+    hdf5) echo "$H5_DIR/fmnist.h5" ;;
+    hdf5z) echo "$H5_DIR/fmnist_z64.h5" ;;
   esac
 }
-epochs() { case $1 in fmnist) echo "${EPOCHS:-2}" ;; jpeg) echo "${EPOCHS:-1}" ;; esac; }
+epochs() { case $1 in fmnist | hdf5 | hdf5z) echo "${EPOCHS:-2}" ;; jpeg) echo "${EPOCHS:-1}" ;; esac; }
 rate() { sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p'; }
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
@@ -66,7 +86,10 @@ for c in $CASES; do
       # shellcheck disable=SC2046
       px() { "$BENCH" "$c" $(args "$c") "$w" "$(epochs "$c")"; }
       # shellcheck disable=SC2046
-      tv() { "$PYTHON" "$ROOT/bench/bench_loader_torch.py" "$c" $(args "$c") "$w" "$(epochs "$c")" 2>/dev/null; }
+      tv() {
+        if [ "${c#hdf5}" != "$c" ] && [ "$HAVE_H5PY" = 0 ]; then echo "torch $c (no h5py) samples_per_s=nan"; return; fi
+        "$PYTHON" "$ROOT/bench/bench_loader_torch.py" "$c" $(args "$c") "$w" "$(epochs "$c")" 2>/dev/null
+      }
       if [ $((r % 2)) -eq 1 ]; then a=$(px); b=$(tv); else b=$(tv); a=$(px); fi
       echo "$a"
       echo "$b"
@@ -86,4 +109,5 @@ for c in $CASES; do
   done
 done
 echo
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -60,11 +60,11 @@ static const opt_def opts[] = {
    "initial weights: a safetensors file with the model's names (torchvision ResNet, GPT-2, a plexus checkpoint's "
    "model.safetensors), or a plexus checkpoint directory of any layout"},
 
-  {"data", "source", "data", T_STR, F(data), "mnist", "mnist|images|imagenet|tokens|text", 0, 0, ALL,
+  {"data", "source", "data", T_STR, F(data), "mnist", "mnist|images|imagenet|tokens|text|hdf5", 0, 0, ALL,
    "dataset format (docs/DATA.md)"},
   {"data", "path", "data-path", T_STR, F(data_path), "/usr/share/datasets/fashion-mnist", NULL, 0, 0, ALL,
    "training data: mnist: a directory of IDX files; images/imagenet: the CSV listing; tokens: a glob of shards; "
-   "text: a text file"},
+   "text: a text file; hdf5: an HDF5 file"},
   {"data", "val_path", "val-path", T_STR, F(val_path), "", NULL, 0, 0, ALL,
    "held-out data in the same format (mnist: the directory's test split is used when empty)"},
   {"data", "image_root", "image-root", T_STR, F(image_root), "", NULL, 0, 0, ALL,
@@ -83,9 +83,10 @@ static const opt_def opts[] = {
   {"data", "hflip", "hflip", T_BOOL, F(hflip), "false", NULL, 0, 0, CFG_TRAIN,
    "images: random horizontal flips for training"},
   {"data", "mean", "mean", T_STR, F(mean), "", NULL, 0, 0, ALL,
-   "normalisation mean per channel, \"m\" or \"r,g,b\" (default: mnist 0.2860, images 0.485,0.456,0.406)"},
+   "normalisation mean per channel, \"m\" or \"r,g,b\" (default: mnist 0.2860, images 0.485,0.456,0.406, "
+   "hdf5 0)"},
   {"data", "std", "std", T_STR, F(std), "", NULL, 0, 0, ALL,
-   "normalisation std per channel (default: mnist 0.3530, images 0.229,0.224,0.225)"},
+   "normalisation std per channel (default: mnist 0.3530, images 0.229,0.224,0.225, hdf5 1)"},
   {"data", "tokenizer", "tokenizer", T_STR, F(tokenizer), "word", "word|byte", 0, 0, ALL,
    "text: word-level (WikiText-2) or byte-level"},
   {"data", "vocab", "vocab", T_STR, F(vocab), "", NULL, 0, 0, ALL,
@@ -233,6 +234,15 @@ static const opt_def opts[] = {
   {"train", "precision", "precision", T_STR, F(precision), "f32", "f32|bf16", 0, 0, TE,
    "matrix products' operands: f32, or bf16 with --device cuda (f32 accumulation; weights, gradients and "
    "optimizer state stay f32)"},
+  // Added by issue 19: the HDF5 source (--data hdf5).
+  {"data", "h5_layout", "h5-layout", T_STR, F(h5_layout), "images", "images|tokens", 0, 0, ALL,
+   "hdf5: images (an image dataset and a label dataset) or tokens (a 1-D token array cut into windows of "
+   "--context; the vocabulary size from --vocab-size)"},
+  {"data", "h5_x", "h5-x", T_STR, F(h5_x), "", NULL, 0, 0, ALL,
+   "hdf5: the dataset of the inputs, (N, H, W) or (N, C, H, W) uint8 or float32 images, or the 1-D integer "
+   "tokens (default: \"images\", or \"tokens\" with --h5-layout tokens)"},
+  {"data", "h5_y", "h5-y", T_STR, F(h5_y), "labels", NULL, 0, 0, ALL,
+   "hdf5: the dataset of the (N,) integer labels (--h5-layout images)"},
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
 
@@ -756,6 +766,7 @@ static bool applies(const opt_def *d, const px_config *c) {
   if (strcmp(pre, "imagenet") == 0) return strcmp(data, "imagenet") == 0;
   if (strcmp(pre, "tokens/text") == 0) return strcmp(data, "tokens") == 0 || strcmp(data, "text") == 0;
   if (strcmp(pre, "text") == 0) return strcmp(data, "text") == 0;
+  if (strcmp(pre, "hdf5") == 0) return strcmp(data, "hdf5") == 0;
   if (strcmp(pre, "sgd") == 0) return strcmp(optim, "sgd") == 0;
   if (strcmp(pre, "adam/adamw") == 0) return strcmp(optim, "sgd") != 0;
   if (strcmp(pre, "step schedule") == 0) return strcmp(c->schedule, "step") == 0;

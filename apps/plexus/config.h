@@ -25,6 +25,7 @@ typedef struct px_config {
   bool    random_crop, hflip;
   char   *mean, *std;
   char   *tokenizer, *vocab;
+  char   *h5_layout, *h5_x, *h5_y;   /* --data hdf5: layout and dataset names */
   int64_t batch_size, workers, prefetch, train_subset, val_subset;
   bool    skip_bad;
   char   *stage, *stage_verify;  /* data.stage: node-local copy directory ("": none); data.stage_verify: full|size */

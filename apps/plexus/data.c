@@ -47,6 +47,29 @@ static px_status open_images(const px_config *c, bool train, const char *csv, px
   return px_image_dataset_open(out, &io);
 }
 
+// --data hdf5: one file (--data-path, or --val-path for held-out data) with
+// the datasets --h5-x and --h5-y in the layout --h5-layout (data.h).
+static px_status open_hdf5(const px_config *c, bool train, px_vocab **vocab, px_dataset **out) {
+  px_hdf5_opts o = PX_HDF5_DEFAULTS;
+  const bool tokens = strcmp(c->h5_layout, "tokens") == 0;
+  o.path = train ? c->data_path : c->val_path;
+  o.layout = tokens ? PX_HDF5_TOKENS : PX_HDF5_IMAGES;
+  o.x = *c->h5_x ? c->h5_x : tokens ? "tokens" : "images";
+  o.y = c->h5_y;
+  if (*c->mean && px_config_floats3(c->mean, "--mean", o.mean) != PX_OK) return PX_ERR_INVALID;
+  if (*c->std && px_config_floats3(c->std, "--std", o.std) != PX_OK) return PX_ERR_INVALID;
+  if (tokens) {
+    if (*c->vocab) {
+      px_status st = px_vocab_load(vocab, c->vocab);
+      if (st != PX_OK) return st;
+    }
+    o.T = c->context;
+    o.random_offset = train;  // as --data tokens: random window offsets for training
+    o.vocab_size = c->vocab_size > 0 ? (size_t)c->vocab_size : *vocab ? px_vocab_size(*vocab) : 0;
+  }
+  return px_hdf5_dataset_open(out, &o);
+}
+
 static px_status open_vocab(const px_config *c, const char *vocab_out, px_vocab **out) {
   *out = NULL;
   if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "byte") == 0) return px_vocab_byte(out);
@@ -116,6 +139,9 @@ px_status px_app_open_data(const px_config *c, bool train, const char *vocab_out
     } else if (st == PX_OK) {
       st = px_text_dataset_open(&out->base, path, out->vocab, c->context, train);
     }
+  } else if (strcmp(src, "hdf5") == 0) {
+    if (!train && !*c->val_path) return PX_OK;
+    st = open_hdf5(c, train, &out->vocab, &out->base);
   } else {
     st = px_error(PX_ERR_INVALID, "--data %s: unknown source", src);
   }

@@ -3,7 +3,7 @@
  *
  * The pieces, in the order data flows:
  *
- *   source (IDX, token shards, text, images+CSV)  -> px_dataset
+ *   source (IDX, token shards, text, images+CSV, HDF5)  -> px_dataset
  *   px_sampler (which indices this rank reads this epoch)
  *   px_loader  (worker threads fetch samples straight into batch tensors,
  *               batches come out in sampler order, prefetched)
@@ -377,6 +377,71 @@ typedef struct px_image_opts {
  * synsets are errors naming the CSV and the line); images are decoded in
  * get, by the loader's workers. */
 px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
+
+/* ---- HDF5 ------------------------------------------------------------------
+ * One HDF5 file (Debian's libhdf5), in one of two layouts:
+ *   images: x names an (N, H, W) or (N, C, H, W) dataset of uint8 or float32
+ *           images, y an (N,) dataset of integer labels (any integer type).
+ *           Sample i: x = (N-slice i) as (C, H, W) f32 (C = 1 for (N, H, W)),
+ *           uint8: (v/255 - mean[c]) / std[c], exactly as the IDX source
+ *           computes it; float32: (v - mean[c]) / std[c].  y = label i (i32).
+ *           C = 3 takes mean/std per channel; any other C takes mean[0],
+ *           std[0] for every channel.  The labels are read and checked at
+ *           open (in [0, num_classes), num_classes 0: largest label + 1).
+ *   tokens: x names a 1-D dataset of integer tokens (uint16, uint32, int32,
+ *           any integer type), read as one token stream and cut into
+ *           windows of T+1 tokens exactly as px_token_dataset_open cuts one
+ *           shard (same sample count, same random offsets from the sample's
+ *           stream), each token checked against vocab_size.
+ * Samples are read when the loader asks for them, from contiguous or
+ * chunked and compressed datasets (deflate; whatever filters the library
+ * has): one hyperslab (H5Sselect_hyperslab) per image or window, except
+ * that a chunked image dataset whose chunks hold whole samples is read a
+ * chunk at a time into a cache of decompressed chunks (cache_bytes; shuffled
+ * reads then decompress each chunk about once an epoch when they all fit).
+ * Every HDF5 call of plexus takes one process-wide lock (a libhdf5 built
+ * without thread safety must not be entered by two threads; one built with
+ * it, as Debian's is, serialises its calls itself), so the loader's workers
+ * read chunked datasets one at a time; their conversion and normalisation
+ * run in parallel.  A contiguous, unfiltered dataset stored in the
+ * machine's byte order (u8, little-endian f32 / u16 / u32 / i32 on x86) is
+ * read without the library: its raw data's file offset (H5Dget_offset) is
+ * taken at open and get reads the sample with pread, in parallel, no lock
+ * (library_reads turns this off).  Errors
+ * name the file and the dataset: a missing dataset (with the names the file
+ * holds), a wrong rank, shape or type ("hdf5: dataset 'labels' in f.h5:
+ * expected 1 dimension of N=60000 integers, found (60000, 2) float64"), a
+ * label or token out of range. */
+typedef enum px_hdf5_layout { PX_HDF5_IMAGES = 0, PX_HDF5_TOKENS } px_hdf5_layout;
+
+typedef struct px_hdf5_opts {
+  const char    *path;          /* the HDF5 file */
+  px_hdf5_layout layout;
+  const char    *x;             /* images or tokens dataset (a path in the file: "images", "/train/x") */
+  const char    *y;             /* images layout: the labels dataset */
+  float          mean[3], std[3];  /* images layout: normalisation (above) */
+  size_t         num_classes;   /* images layout: labels in [0, num_classes); 0: largest label + 1 */
+  int64_t        T;             /* tokens layout: window length */
+  bool           random_offset; /* tokens layout: a random start offset in [0, T) per sample and epoch */
+  size_t         vocab_size;    /* tokens layout: tokens in [0, vocab_size) (0: int32 range); num_classes */
+  size_t         cache_bytes;   /* decompressed chunks kept per dataset (0: 64 MiB; must hold 2 chunks, else
+                                   per-sample reads) */
+  bool           library_reads; /* read contiguous datasets through libhdf5 too (see above) */
+} px_hdf5_opts;
+
+#define PX_HDF5_DEFAULTS                                                                    \
+  ((px_hdf5_opts){.path = NULL, .layout = PX_HDF5_IMAGES, .x = "images", .y = "labels",     \
+                  .mean = {0, 0, 0}, .std = {1, 1, 1}, .num_classes = 0, .T = 0,            \
+                  .random_offset = false, .vocab_size = 0, .cache_bytes = 0,                \
+                  .library_reads = false})
+
+/* Opens the file and its datasets and checks their rank, shape and type
+ * (and, images layout, every label); the file stays open until the dataset
+ * is freed. */
+px_status px_hdf5_dataset_open(px_dataset **out, const px_hdf5_opts *opts);
+/* Whether the linked libhdf5 is thread-safe (H5is_library_threadsafe); plexus serialises its calls either
+ * way. */
+bool px_hdf5_library_threadsafe(void);
 
 #pragma GCC visibility pop
 
