@@ -259,5 +259,9 @@ void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtyp
  * into every one of them: block by block, each block's sources are read
  * before its destinations are written.  blk: scratch of n pointers. */
 void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count, px_dtype dt, px_reduce_op op);
+/* src (bytes) copied into each of dsts[0..n) but one that is src itself,
+ * block by block so that src is read from memory once; streamed past the
+ * cache (non-temporal stores, fenced) when the copies together are large. */
+void pxt_copy_to_all(void *const *dsts, int n, const void *src, size_t bytes);
 
 #endif

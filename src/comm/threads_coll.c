@@ -89,13 +89,16 @@ static px_status run_allgather(top *op, const deadline *d) {
   tpost p = {.kind = K_ALLGATHER, .send = op->send, .recv = op->recv, .count = op->count, .dtype = op->dtype};
   px_status st = pxt_rendezvous(op, d, &p, true);
   if (st) return st;
+  // Push: this rank copies its own block into block `rank` of every
+  // rank's recv (its own too, unless in place), so it reads its block from
+  // memory once (pxt_copy_to_all) and writes the N copies: N+1 blocks of
+  // traffic against the 2N of reading all blocks and writing them (the
+  // pull it replaced).  Each block of a recv has one writer; the peers
+  // read theirs after the next rendezvous.
   size_t bytes = op->count * px_dtype_size(op->dtype);
   const tpost *post = g->post[tc->ncoll & 1];
-  for (int k = 0; k < g->size && bytes; k++) {
-    char *to = (char *)op->recv + (size_t)k * bytes;
-    // In place (send is my own block of recv): nothing to move.
-    if (to != post[k].send) memcpy(to, post[k].send, bytes);
-  }
+  for (int k = 0; k < g->size; k++) tc->srcs[k] = (char *)post[k].recv + (size_t)tc->rank * bytes;
+  if (bytes) pxt_copy_to_all((void *const *)tc->srcs, g->size, op->send, bytes);
   return pxt_rendezvous(op, d, NULL, false);
 }
 

@@ -33,6 +33,12 @@
 
 #define BLOCK 1024 /* elements of the running value: 4-8 KiB, in L1 */
 #define STREAM_BYTES (4u << 20) /* twice this machine's L2 per core */
+#ifndef SBLOCK
+#define SBLOCK 2048 /* elements of a streamed block: 8-16 KiB, in L1 */
+#endif
+#ifndef CBLOCK
+#define CBLOCK (16u << 10) /* bytes of a block of pxt_copy_to_all: in L1 */
+#endif
 
 /* dst[0 .. bytes) = src with non-temporal stores where the ISA has them;
  * the caller fences once at the end (stream_fence). */
@@ -86,16 +92,26 @@ static void stream_fence(void) {
     (void)nn;                                                                            \
     const T *s0 = srcs[0];                                                               \
     if (stream) {                                                                        \
-      T acc[BLOCK];                                                                      \
-      for (size_t base = 0; base < count; base += BLOCK) {                               \
-        size_t m = count - base < BLOCK ? count - base : BLOCK;                          \
+      _Alignas(64) T acc[SBLOCK];                                                        \
+      for (size_t base = 0; base < count; base += SBLOCK) {                              \
+        size_t m = count - base < SBLOCK ? count - base : SBLOCK;                        \
         const T *a = (const T *)srcs[0] + base;                                          \
-        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = a[i];                \
-        for (int k = 1; k < n; k++) {                                                    \
-          const T *s = (const T *)srcs[k] + base;                                        \
-          _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(acc[i], s[i]); \
+        if (n == 1) {                                                                    \
+          _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(a[i]);         \
+        } else {                                                                         \
+          const T *b = (const T *)srcs[1] + base;                                        \
+          if (n == 2) {                                                                  \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(COMB(a[i], b[i])); \
+          } else {                                                                       \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(a[i], b[i]); \
+            for (int k = 2; k < n - 1; k++) {                                            \
+              const T *s = (const T *)srcs[k] + base;                                    \
+              _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(acc[i], s[i]); \
+            }                                                                            \
+            const T *z = (const T *)srcs[n - 1] + base;                                  \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(COMB(acc[i], z[i])); \
+          }                                                                              \
         }                                                                                \
-        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(acc[i]);         \
         stream_copy(dst + base, acc, m * sizeof(T));                                     \
       }                                                                                  \
       stream_fence();                                                                    \
@@ -170,4 +186,21 @@ void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtyp
   case PX_I64: DISPATCH(i64, int64_t) break;
   default: break; // comm.c admits only the four above
   }
+}
+
+void pxt_copy_to_all(void *const *dsts, int n, const void *src, size_t bytes) {
+  const char *s = src;
+  // Streamed when the copies together outgrow the cache (as a reduction's
+  // output, STREAM_BYTES): the peers will not find them there anyway.
+  const bool stream = bytes * (size_t)n >= STREAM_BYTES;
+  for (size_t base = 0; base < bytes; base += CBLOCK) {
+    size_t m = bytes - base < CBLOCK ? bytes - base : CBLOCK;
+    for (int k = 0; k < n; k++) {
+      char *d = (char *)dsts[k];
+      if (d == s) continue; // in place: already there
+      if (stream) stream_copy(d + base, s + base, m);
+      else memcpy(d + base, s + base, m);
+    }
+  }
+  if (stream) stream_fence();
 }
