@@ -16,8 +16,10 @@
 // overlap checks would otherwise send to the scalar loop.
 //
 // Non-temporal stores.  When dst is none of the sources (a reduce-scatter
-// into its own recv buffer) and at least STREAM_BYTES long, every block is
-// finished in L1 and streamed to dst with non-temporal stores: an ordinary
+// into a recv buffer) and the output at least STREAM_BYTES long (the
+// caller says so for a piece of one: pxt_reduce_as), every block of SBLOCK
+// elements is finished in L1 (the first two sources fused in one loop) and
+// streamed to dst with non-temporal stores: an ordinary
 // store first reads each line of dst from memory (write-allocate), a
 // quarter of the traffic of a 2-rank reduction.  Measured on the 2-core
 // Zen 4 guest, 8-128 MiB: 1.15-1.6x faster.  In place (dst is a source,
@@ -32,9 +34,9 @@
 #endif
 
 #define BLOCK 1024 /* elements of the running value: 4-8 KiB, in L1 */
-#define STREAM_BYTES (4u << 20) /* twice this machine's L2 per core */
 #ifndef SBLOCK
-#define SBLOCK 2048 /* elements of a streamed block: 8-16 KiB, in L1 */
+#define SBLOCK 2048 /* elements of a streamed block: 8-16 KiB, in L1 (512 and
+                       * 8192 measured the same at 256 MiB, docs/PERFORMANCE.md) */
 #endif
 #ifndef CBLOCK
 #define CBLOCK (16u << 10) /* bytes of a block of pxt_copy_to_all: in L1 */
@@ -177,7 +179,11 @@ void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count,
 }
 
 void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op) {
-  bool stream = count * px_dtype_size(dt) >= STREAM_BYTES;
+  pxt_reduce_as(dst, srcs, n, count, dt, op, count * px_dtype_size(dt) >= STREAM_BYTES);
+}
+
+void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op,
+                   bool stream) {
   for (int k = 0; k < n && stream; k++) stream = srcs[k] != dst;
   switch (dt) {
   case PX_F32: DISPATCH(f32, float) break;
@@ -188,11 +194,8 @@ void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtyp
   }
 }
 
-void pxt_copy_to_all(void *const *dsts, int n, const void *src, size_t bytes) {
+void pxt_copy_to_all(void *const *dsts, int n, const void *src, size_t bytes, bool stream) {
   const char *s = src;
-  // Streamed when the copies together outgrow the cache (as a reduction's
-  // output, STREAM_BYTES): the peers will not find them there anyway.
-  const bool stream = bytes * (size_t)n >= STREAM_BYTES;
   for (size_t base = 0; base < bytes; base += CBLOCK) {
     size_t m = bytes - base < CBLOCK ? bytes - base : CBLOCK;
     for (int k = 0; k < n; k++) {
