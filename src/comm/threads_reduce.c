@@ -94,27 +94,61 @@ static void stream_fence(void) {
     (void)nn;                                                                            \
     const T *s0 = srcs[0];                                                               \
     if (stream) {                                                                        \
+      /* Four lanes a quarter of count apart, read in lockstep: 4N streams               \
+       * in flight (threads_reduce.c's opening comment). */                              \
       _Alignas(64) T acc[SBLOCK];                                                        \
-      for (size_t base = 0; base < count; base += SBLOCK) {                              \
-        size_t m = count - base < SBLOCK ? count - base : SBLOCK;                        \
+      const size_t L = SBLOCK / 4, qs = count / 4;                                       \
+      for (size_t base = 0; base < qs; base += L) {                                      \
+        size_t m = qs - base < L ? qs - base : L;                                        \
         const T *a = (const T *)srcs[0] + base;                                          \
         if (n == 1) {                                                                    \
-          _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(a[i]);         \
+          _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                           \
+            acc[i] = FIN(a[i]);                                                          \
+            acc[L + i] = FIN(a[qs + i]);                                                 \
+            acc[2 * L + i] = FIN(a[2 * qs + i]);                                         \
+            acc[3 * L + i] = FIN(a[3 * qs + i]);                                         \
+          }                                                                              \
         } else {                                                                         \
           const T *b = (const T *)srcs[1] + base;                                        \
           if (n == 2) {                                                                  \
-            _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(COMB(a[i], b[i])); \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
+              acc[i] = FIN(COMB(a[i], b[i]));                                            \
+              acc[L + i] = FIN(COMB(a[qs + i], b[qs + i]));                              \
+              acc[2 * L + i] = FIN(COMB(a[2 * qs + i], b[2 * qs + i]));                  \
+              acc[3 * L + i] = FIN(COMB(a[3 * qs + i], b[3 * qs + i]));                  \
+            }                                                                            \
           } else {                                                                       \
-            _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(a[i], b[i]); \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
+              acc[i] = COMB(a[i], b[i]);                                                 \
+              acc[L + i] = COMB(a[qs + i], b[qs + i]);                                   \
+              acc[2 * L + i] = COMB(a[2 * qs + i], b[2 * qs + i]);                       \
+              acc[3 * L + i] = COMB(a[3 * qs + i], b[3 * qs + i]);                       \
+            }                                                                            \
             for (int k = 2; k < n - 1; k++) {                                            \
-              const T *s = (const T *)srcs[k] + base;                                    \
-              _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(acc[i], s[i]); \
+              const T *c = (const T *)srcs[k] + base;                                    \
+              _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                       \
+                acc[i] = COMB(acc[i], c[i]);                                             \
+                acc[L + i] = COMB(acc[L + i], c[qs + i]);                                \
+                acc[2 * L + i] = COMB(acc[2 * L + i], c[2 * qs + i]);                    \
+                acc[3 * L + i] = COMB(acc[3 * L + i], c[3 * qs + i]);                    \
+              }                                                                          \
             }                                                                            \
             const T *z = (const T *)srcs[n - 1] + base;                                  \
-            _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(COMB(acc[i], z[i])); \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
+              acc[i] = FIN(COMB(acc[i], z[i]));                                          \
+              acc[L + i] = FIN(COMB(acc[L + i], z[qs + i]));                             \
+              acc[2 * L + i] = FIN(COMB(acc[2 * L + i], z[2 * qs + i]));                 \
+              acc[3 * L + i] = FIN(COMB(acc[3 * L + i], z[3 * qs + i]));                 \
+            }                                                                            \
           }                                                                              \
         }                                                                                \
-        stream_copy(dst + base, acc, m * sizeof(T));                                     \
+        for (int j = 0; j < 4; j++) stream_copy(dst + (size_t)j * qs + base, acc + (size_t)j * L, m * sizeof(T));\
+      }                                                                                  \
+      /* The last count % 4 elements, one lane. */                                       \
+      for (size_t i = 4 * qs; i < count; i++) {                                          \
+        T v = ((const T *)srcs[0])[i];                                                   \
+        for (int k = 1; k < n; k++) v = COMB(v, ((const T *)srcs[k])[i]);                \
+        dst[i] = FIN(v);                                                                 \
       }                                                                                  \
       stream_fence();                                                                    \
       return;                                                                            \
