@@ -26,6 +26,16 @@
 // as in the all-reduce) its lines are already in the cache, and streaming
 // them out measured 1.2-1.5x slower, so those stores stay ordinary; so do
 // small outputs, which the caller will likely read from the cache.
+//
+// Four lanes.  A streamed reduction is mostly reads (N sources, one
+// output), and on the 2-core guest reading is what costs: two threads
+// reading 256 MiB each took 1.4-1.7x as long as each copying 3/4 of that
+// (bench/membw_read_vs_copy.c), and 0.83-1.16x when reading four pages at
+// once.  So the streamed path splits its piece into four lanes a quarter
+// apart and reduces them in lockstep (4N read streams in flight): at
+// 256 MiB 1.21x (2 ranks) and 1.12x (4 ranks) faster than one lane; a
+// software prefetch of the next block instead was slower
+// (docs/PERFORMANCE.md, "Threads all-gather and reduce-scatter").
 #include "comm/threads.h"
 
 #include <string.h>
@@ -95,7 +105,7 @@ static void stream_fence(void) {
     const T *s0 = srcs[0];                                                               \
     if (stream) {                                                                        \
       /* Four lanes a quarter of count apart, read in lockstep: 4N streams               \
-       * in flight (threads_reduce.c's opening comment). */                              \
+       * in flight (above, "Four lanes"). */                                             \
       _Alignas(64) T acc[SBLOCK];                                                        \
       const size_t L = SBLOCK / 4, qs = count / 4;                                       \
       for (size_t base = 0; base < qs; base += L) {                                      \
