@@ -48,10 +48,19 @@
 //     split, rank r reducing slice r, moves (3N-1)/(2N) of that, 1.25x at
 //     N = 2; it served above 32 MiB until it measured 1.3-1.8x slower
 //     than the chunks there.)
-// A reduce-scatter reduces block r of all send buffers into recv; an
-// all-gather and a broadcast are memcpy from the peers' buffers.  The
-// reductions are one fused pass (threads_reduce.c); memcpy streams large
-// copies past the cache by itself.
+// A reduce-scatter and an all-gather work on N blocks (block q: rank q's
+// recv, resp. rank q's send): up to SMALL_BYTES in all each rank does its
+// own block; past that, ranks claim pieces of all blocks from the same
+// kind of counter, so a rank slowed by other load does less.  A
+// reduce-scatter piece is reduced in rank order straight into its owner's
+// recv (the same bits whoever computes it); an all-gather piece is pushed
+// from its owner's send into all N recvs, read from memory once and
+// written N times (N+1 blocks of traffic against the 2N of every rank
+// pulling every block into its own recv).  A broadcast is a memcpy from
+// the root's buffer.  The reductions are one fused pass
+// (threads_reduce.c); outputs past STREAM_BYTES are written with
+// non-temporal stores (reductions, the all-gather's pushes) or by memcpy,
+// which streams large copies past the cache by itself.
 //
 // The copy bound.  A large collective can be no faster than the memory
 // traffic it needs; the least, per rank, with B the buffer (all-reduce,

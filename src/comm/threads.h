@@ -23,6 +23,12 @@
 #ifndef SMALL_BYTES
 #define SMALL_BYTES (16u << 10)
 #endif
+/* Outputs from this many bytes are written with non-temporal stores
+ * (threads_reduce.c): twice this machine's L2 per core, so they would not
+ * stay in the cache for the caller anyway. */
+#ifndef STREAM_BYTES
+#define STREAM_BYTES (4u << 20)
+#endif
 /* A wait polls with a cpu pause for SPIN_PAUSE_NS, then with sched_yield
  * until its budget is spent (SPIN_NS; fewer when ranks outnumber cores,
  * which yield from the start), then blocks.  Yielding lets a peer that
@@ -255,9 +261,18 @@ void pxt_wait_queued(top *op);
  * serial rank-order reduction.  dst may be one of the sources exactly,
  * never a partial overlap. */
 void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op);
+/* The same, with non-temporal stores or not as `stream` says (a piece of a
+ * large output; never when dst is a source); pxt_reduce streams outputs of
+ * STREAM_BYTES and more. */
+void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op,
+                   bool stream);
 /* The same reduction of bufs[0..n) (count elements each), written back
  * into every one of them: block by block, each block's sources are read
  * before its destinations are written.  blk: scratch of n pointers. */
 void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count, px_dtype dt, px_reduce_op op);
+/* src (bytes) copied into each of dsts[0..n) but one that is src itself,
+ * block by block so that src is read from memory once; `stream`: past the
+ * cache (non-temporal stores, fenced before returning). */
+void pxt_copy_to_all(void *const *dsts, int n, const void *src, size_t bytes, bool stream);
 
 #endif

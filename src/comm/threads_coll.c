@@ -83,18 +83,63 @@ static px_status run_broadcast(top *op, const deadline *d) {
   return pxt_rendezvous(op, d, NULL, false);
 }
 
+/* Claimed pieces of the N blocks of an all-gather or reduce-scatter
+ * (`count` elements each), as in the large all-reduce: a claim is one
+ * atomic add, and a rank slowed by other load claims fewer.  False when
+ * all are taken; else block *q, elements [*lo, *lo + *m). */
+typedef struct claims {
+  atomic_size_t *next;
+  size_t count, chunk, per_block, total;
+} claims;
+
+static claims claims_of(tcomm *tc, size_t count, size_t es) {
+  int n = tc->g->size;
+  claims c = {.next = &tc->g->claim[tc->ncoll & 1], .count = count};
+  c.chunk = chunk_elems(count * (size_t)n, es, n);
+  c.per_block = (count + c.chunk - 1) / c.chunk;
+  c.total = c.per_block * (size_t)n;
+  return c;
+}
+
+static bool claim_next(claims *c, int *q, size_t *lo, size_t *m) {
+  size_t k = atomic_fetch_add_explicit(c->next, 1, memory_order_relaxed);
+  if (k >= c->total) return false;
+  *q = (int)(k / c->per_block);
+  *lo = k % c->per_block * c->chunk;
+  *m = c->count - *lo < c->chunk ? c->count - *lo : c->chunk;
+  return true;
+}
+
 static px_status run_allgather(top *op, const deadline *d) {
   tcomm *tc = op->tc;
   tgroup *g = tc->g;
   tpost p = {.kind = K_ALLGATHER, .send = op->send, .recv = op->recv, .count = op->count, .dtype = op->dtype};
   px_status st = pxt_rendezvous(op, d, &p, true);
   if (st) return st;
+  // Push: block q (rank q's send) is copied into block q of every rank's
+  // recv (but an in-place one, where it already is) by pxt_copy_to_all,
+  // which reads it from memory once: N+1 blocks of traffic per block
+  // against the 2N of each rank reading all blocks into its own recv (the
+  // pull this replaced).  Small: each rank pushes its own block.  Large:
+  // pieces of all blocks are claimed, and streamed past the cache when the
+  // output is too large to stay there.  Each byte of a recv has one
+  // writer; its owner reads it after the next rendezvous.
+  // (Peers' dtypes may differ: the bytes agree, so count bytes.)
+  int n = g->size;
   size_t bytes = op->count * px_dtype_size(op->dtype);
   const tpost *post = g->post[tc->ncoll & 1];
-  for (int k = 0; k < g->size && bytes; k++) {
-    char *to = (char *)op->recv + (size_t)k * bytes;
-    // In place (send is my own block of recv): nothing to move.
-    if (to != post[k].send) memcpy(to, post[k].send, bytes);
+  if (bytes * (size_t)n <= SMALL_BYTES) {
+    for (int k = 0; k < n; k++) tc->srcs[k] = (char *)post[k].recv + (size_t)tc->rank * bytes;
+    if (bytes) pxt_copy_to_all((void *const *)tc->srcs, n, op->send, bytes, false);
+  } else {
+    bool stream = bytes * (size_t)n >= STREAM_BYTES;
+    claims c = claims_of(tc, bytes, 1);
+    int q;
+    size_t lo, m;
+    while (claim_next(&c, &q, &lo, &m)) {
+      for (int k = 0; k < n; k++) tc->srcs[k] = (char *)post[k].recv + (size_t)q * bytes + lo;
+      pxt_copy_to_all((void *const *)tc->srcs, n, (const char *)post[q].send + lo, m, stream);
+    }
   }
   return pxt_rendezvous(op, d, NULL, false);
 }
@@ -106,10 +151,27 @@ static px_status run_reduce_scatter(top *op, const deadline *d) {
              .dtype = op->dtype, .op = op->op};
   px_status st = pxt_rendezvous(op, d, &p, true);
   if (st) return st;
-  size_t block = op->count * px_dtype_size(op->dtype) * (size_t)tc->rank;
+  // Block q of the result (rank q's recv) reduces block q of every send,
+  // in rank order (pxt_reduce: one pass, the same bits whoever computes
+  // it).  Small: each rank reduces its own block.  Large: pieces of all
+  // blocks are claimed, each reduced into its owner's recv, streamed when
+  // a recv is too large to stay in the cache.
+  int n = g->size;
+  size_t es = px_dtype_size(op->dtype), bytes = op->count * es;
   const tpost *post = g->post[tc->ncoll & 1];
-  for (int k = 0; k < g->size; k++) tc->srcs[k] = (const char *)post[k].send + block;
-  if (op->count) pxt_reduce(op->recv, tc->srcs, g->size, op->count, op->dtype, op->op);
+  if (bytes * (size_t)n <= SMALL_BYTES) {
+    for (int k = 0; k < n; k++) tc->srcs[k] = (const char *)post[k].send + bytes * (size_t)tc->rank;
+    if (op->count) pxt_reduce(op->recv, tc->srcs, n, op->count, op->dtype, op->op);
+  } else {
+    bool stream = bytes >= STREAM_BYTES;
+    claims c = claims_of(tc, op->count, es);
+    int q;
+    size_t lo, m;
+    while (claim_next(&c, &q, &lo, &m)) {
+      for (int k = 0; k < n; k++) tc->srcs[k] = (const char *)post[k].send + (bytes * (size_t)q + lo * es);
+      pxt_reduce_as((char *)post[q].recv + lo * es, tc->srcs, n, m, op->dtype, op->op, stream);
+    }
+  }
   return pxt_rendezvous(op, d, NULL, false);
 }
 

@@ -16,14 +16,26 @@
 // overlap checks would otherwise send to the scalar loop.
 //
 // Non-temporal stores.  When dst is none of the sources (a reduce-scatter
-// into its own recv buffer) and at least STREAM_BYTES long, every block is
-// finished in L1 and streamed to dst with non-temporal stores: an ordinary
+// into a recv buffer) and the output at least STREAM_BYTES long (the
+// caller says so for a piece of one: pxt_reduce_as), every block of SBLOCK
+// elements is finished in L1 (the first two sources fused in one loop) and
+// streamed to dst with non-temporal stores: an ordinary
 // store first reads each line of dst from memory (write-allocate), a
 // quarter of the traffic of a 2-rank reduction.  Measured on the 2-core
 // Zen 4 guest, 8-128 MiB: 1.15-1.6x faster.  In place (dst is a source,
 // as in the all-reduce) its lines are already in the cache, and streaming
 // them out measured 1.2-1.5x slower, so those stores stay ordinary; so do
 // small outputs, which the caller will likely read from the cache.
+//
+// Four lanes.  A streamed reduction is mostly reads (N sources, one
+// output), and on the 2-core guest reading is what costs: two threads
+// reading 256 MiB each took 1.4-1.7x as long as each copying 3/4 of that
+// (bench/membw_read_vs_copy.c), and 0.83-1.16x when reading four pages at
+// once.  So the streamed path splits its piece into four lanes a quarter
+// apart and reduces them in lockstep (4N read streams in flight): at
+// 256 MiB 1.21x (2 ranks) and 1.12x (4 ranks) faster than one lane; a
+// software prefetch of the next block instead was slower
+// (docs/PERFORMANCE.md, "Threads all-gather and reduce-scatter").
 #include "comm/threads.h"
 
 #include <string.h>
@@ -32,7 +44,13 @@
 #endif
 
 #define BLOCK 1024 /* elements of the running value: 4-8 KiB, in L1 */
-#define STREAM_BYTES (4u << 20) /* twice this machine's L2 per core */
+#ifndef SBLOCK
+#define SBLOCK 2048 /* elements of a streamed block: 8-16 KiB, in L1 (512 and
+                       * 8192 measured the same at 256 MiB, docs/PERFORMANCE.md) */
+#endif
+#ifndef CBLOCK
+#define CBLOCK (16u << 10) /* bytes of a block of pxt_copy_to_all: in L1 */
+#endif
 
 /* dst[0 .. bytes) = src with non-temporal stores where the ISA has them;
  * the caller fences once at the end (stream_fence). */
@@ -86,17 +104,61 @@ static void stream_fence(void) {
     (void)nn;                                                                            \
     const T *s0 = srcs[0];                                                               \
     if (stream) {                                                                        \
-      T acc[BLOCK];                                                                      \
-      for (size_t base = 0; base < count; base += BLOCK) {                               \
-        size_t m = count - base < BLOCK ? count - base : BLOCK;                          \
+      /* Four lanes a quarter of count apart, read in lockstep: 4N streams               \
+       * in flight (above, "Four lanes"). */                                             \
+      _Alignas(64) T acc[SBLOCK];                                                        \
+      const size_t L = SBLOCK / 4, qs = count / 4;                                       \
+      for (size_t base = 0; base < qs; base += L) {                                      \
+        size_t m = qs - base < L ? qs - base : L;                                        \
         const T *a = (const T *)srcs[0] + base;                                          \
-        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = a[i];                \
-        for (int k = 1; k < n; k++) {                                                    \
-          const T *s = (const T *)srcs[k] + base;                                        \
-          _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(acc[i], s[i]); \
+        if (n == 1) {                                                                    \
+          _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                           \
+            acc[i] = FIN(a[i]);                                                          \
+            acc[L + i] = FIN(a[qs + i]);                                                 \
+            acc[2 * L + i] = FIN(a[2 * qs + i]);                                         \
+            acc[3 * L + i] = FIN(a[3 * qs + i]);                                         \
+          }                                                                              \
+        } else {                                                                         \
+          const T *b = (const T *)srcs[1] + base;                                        \
+          if (n == 2) {                                                                  \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
+              acc[i] = FIN(COMB(a[i], b[i]));                                            \
+              acc[L + i] = FIN(COMB(a[qs + i], b[qs + i]));                              \
+              acc[2 * L + i] = FIN(COMB(a[2 * qs + i], b[2 * qs + i]));                  \
+              acc[3 * L + i] = FIN(COMB(a[3 * qs + i], b[3 * qs + i]));                  \
+            }                                                                            \
+          } else {                                                                       \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
+              acc[i] = COMB(a[i], b[i]);                                                 \
+              acc[L + i] = COMB(a[qs + i], b[qs + i]);                                   \
+              acc[2 * L + i] = COMB(a[2 * qs + i], b[2 * qs + i]);                       \
+              acc[3 * L + i] = COMB(a[3 * qs + i], b[3 * qs + i]);                       \
+            }                                                                            \
+            for (int k = 2; k < n - 1; k++) {                                            \
+              const T *c = (const T *)srcs[k] + base;                                    \
+              _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                       \
+                acc[i] = COMB(acc[i], c[i]);                                             \
+                acc[L + i] = COMB(acc[L + i], c[qs + i]);                                \
+                acc[2 * L + i] = COMB(acc[2 * L + i], c[2 * qs + i]);                    \
+                acc[3 * L + i] = COMB(acc[3 * L + i], c[3 * qs + i]);                    \
+              }                                                                          \
+            }                                                                            \
+            const T *z = (const T *)srcs[n - 1] + base;                                  \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
+              acc[i] = FIN(COMB(acc[i], z[i]));                                          \
+              acc[L + i] = FIN(COMB(acc[L + i], z[qs + i]));                             \
+              acc[2 * L + i] = FIN(COMB(acc[2 * L + i], z[2 * qs + i]));                 \
+              acc[3 * L + i] = FIN(COMB(acc[3 * L + i], z[3 * qs + i]));                 \
+            }                                                                            \
+          }                                                                              \
         }                                                                                \
-        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = FIN(acc[i]);         \
-        stream_copy(dst + base, acc, m * sizeof(T));                                     \
+        for (int j = 0; j < 4; j++) stream_copy(dst + (size_t)j * qs + base, acc + (size_t)j * L, m * sizeof(T));\
+      }                                                                                  \
+      /* The last count % 4 elements, one lane. */                                       \
+      for (size_t i = 4 * qs; i < count; i++) {                                          \
+        T v = ((const T *)srcs[0])[i];                                                   \
+        for (int k = 1; k < n; k++) v = COMB(v, ((const T *)srcs[k])[i]);                \
+        dst[i] = FIN(v);                                                                 \
       }                                                                                  \
       stream_fence();                                                                    \
       return;                                                                            \
@@ -161,7 +223,11 @@ void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count,
 }
 
 void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op) {
-  bool stream = count * px_dtype_size(dt) >= STREAM_BYTES;
+  pxt_reduce_as(dst, srcs, n, count, dt, op, count * px_dtype_size(dt) >= STREAM_BYTES);
+}
+
+void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op,
+                   bool stream) {
   for (int k = 0; k < n && stream; k++) stream = srcs[k] != dst;
   switch (dt) {
   case PX_F32: DISPATCH(f32, float) break;
@@ -170,4 +236,18 @@ void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtyp
   case PX_I64: DISPATCH(i64, int64_t) break;
   default: break; // comm.c admits only the four above
   }
+}
+
+void pxt_copy_to_all(void *const *dsts, int n, const void *src, size_t bytes, bool stream) {
+  const char *s = src;
+  for (size_t base = 0; base < bytes; base += CBLOCK) {
+    size_t m = bytes - base < CBLOCK ? bytes - base : CBLOCK;
+    for (int k = 0; k < n; k++) {
+      char *d = (char *)dsts[k];
+      if (d == s) continue; // in place: already there
+      if (stream) stream_copy(d + base, s + base, m);
+      else memcpy(d + base, s + base, m);
+    }
+  }
+  if (stream) stream_fence();
 }
