@@ -60,7 +60,6 @@ static struct {
   atomic_uint_least64_t throttled;  /* seq of the call the last signal was for */
   _Atomic double start, spin, timeout;
   _Atomic(const char *) what;
-  _Atomic(const char *) label;
   atomic_int world_rank, peer;
   _Atomic(pthread_t) waiter;
   /* The armed collective for the side channel; has_call false for
@@ -68,6 +67,12 @@ static struct {
    * them and keeps the copy only if seq did not change meanwhile. */
   px_mpi_call call;
   bool has_call;
+  /* The armed call's label, copied by the caller at arm time: the label
+   * the caller passes may live in its stack frame, which is gone by the
+   * time the watcher reads a call that has meanwhile completed (the
+   * seqlock then discards the copy, but the read itself must stay inside
+   * memory that outlives every call). */
+  char label_buf[PX_COMM_LABEL_MAX];
   atomic_int sleeping;              /* the watcher waits on `wake` */
   pthread_mutex_t mu;
   pthread_cond_t wake;
@@ -199,21 +204,21 @@ static void *watch_main(void *arg) {
     const double spin = atomic_load_explicit(&W.spin, memory_order_relaxed);
     const double timeout = atomic_load_explicit(&W.timeout, memory_order_relaxed);
     const char *what = atomic_load_explicit(&W.what, memory_order_relaxed);
-    const char *label = atomic_load_explicit(&W.label, memory_order_relaxed);
     const int rank = atomic_load_explicit(&W.world_rank, memory_order_relaxed);
     const int peer = atomic_load_explicit(&W.peer, memory_order_relaxed);
     const pthread_t waiter = atomic_load_explicit(&W.waiter, memory_order_relaxed);
     const bool has_call = W.has_call;
     px_mpi_call call = W.call;
-    char call_label[PX_COMM_LABEL_MAX];
-    snprintf(call_label, sizeof call_label, "%s", has_call && label ? label : "");
-    call.label = call_label;
+    char label[PX_COMM_LABEL_MAX];
+    memcpy(label, W.label_buf, sizeof label);
+    label[sizeof label - 1] = 0;
+    call.label = label;
     if (atomic_load(&W.seq) != s) continue;  // it changed while we read
     const double waited = now - start;
     if (timeout > 0 && waited > timeout) {
-      // The caller is blocked in MPI for the whole time we print, so its
-      // label and `what` (string literals, its own mreq) stay put, and so
-      // do the members of its communicator.
+      // The caller is blocked in MPI for the whole time we print, so
+      // `what` (a string literal) and its own mreq stay put, and so do the
+      // members of its communicator.
       char verdict[VERDICT_MAX];
       if (has_call) px_mpi_side_verdict(&call, verdict, sizeof verdict);
       else px_mpi_watch_peer_verdict(peer, peer, verdict, sizeof verdict);
@@ -227,7 +232,7 @@ static void *watch_main(void *arg) {
       if (has_call && told != s) {
         // Stalled: tell the members once (mpi_side.h).
         told_call = call;
-        snprintf(told_label, sizeof told_label, "%s", call_label);
+        snprintf(told_label, sizeof told_label, "%s", label);
         told_call.label = told_label;
         px_mpi_side_stalled(&told_call);
         told = s;
@@ -240,7 +245,7 @@ static void *watch_main(void *arg) {
         char verdict[VERDICT_MAX];
         if (has_call) px_mpi_side_verdict(&call, verdict, sizeof verdict);
         else px_mpi_watch_peer_verdict(peer, peer, verdict, sizeof verdict);
-        px_mpi_watch_term_message(rank, what, call_label[0] ? call_label : label, waited, verdict);
+        px_mpi_watch_term_message(rank, what, label, waited, verdict);
       }
       atomic_store_explicit(&W.throttled, s, memory_order_relaxed);
       pthread_kill(waiter, W.signo);
@@ -301,7 +306,7 @@ bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int p
   atomic_store_explicit(&W.spin, spin, memory_order_relaxed);
   atomic_store_explicit(&W.timeout, timeout, memory_order_relaxed);
   atomic_store_explicit(&W.what, what, memory_order_relaxed);
-  atomic_store_explicit(&W.label, label, memory_order_relaxed);
+  snprintf(W.label_buf, sizeof W.label_buf, "%s", label ? label : "");
   atomic_store_explicit(&W.world_rank, world_rank, memory_order_relaxed);
   atomic_store_explicit(&W.peer, peer, memory_order_relaxed);
   atomic_store_explicit(&W.waiter, pthread_self(), memory_order_relaxed);

@@ -25,8 +25,8 @@
 bool px_mpi_watch_start(void);
 
 /* The calling thread is about to block in `what` on a communicator whose
- * world rank is world_rank; label is printed at expiry and must stay valid
- * until disarm (the communicator's own label: its owner is blocked).
+ * world rank is world_rank; label (copied, up to PX_COMM_LABEL_MAX - 1
+ * bytes) is printed at expiry.
  * peer >= 0 for point-to-point.  timeout <= 0: no deadline, still throttled.
  * call (copied; NULL for point-to-point): the collective for the side
  * channel (mpi_side.h): once the call stalls the watcher tells the members,
