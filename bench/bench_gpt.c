@@ -3,6 +3,7 @@
  *   bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]
  *             [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]
  *             [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS] [--overlap on|off|none]
+ *             [--bucket-mb MB]
  *   bench_gpt --peak --threads T     cblas_sgemm GFLOP/s on large square matrices
  *   bench_gpt --info                 the BLAS in use, for the record
  *
@@ -79,13 +80,14 @@ typedef struct bench_opts {
   bool   prefetch, reshard;    /* stage 3 */
   int    memory_steps;         /* > 0: the memory report instead of timing */
   int    overlap;              /* DDP: 1 buckets during backward, 0 one all-reduce after it, -1 none */
+  double bucket_mb;            /* DDP bucket capacity in MiB; 0: the library's default */
 } bench_opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]\n"
              "                 [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]\n"
              "                 [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS]\n"
-             "                 [--overlap on|off|none]\n"
+             "                 [--overlap on|off|none] [--bucket-mb MB]\n"
              "       bench_gpt --peak --threads T\n"
              "       bench_gpt --info\n");
 }
@@ -115,6 +117,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     if (known) continue;
     if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
     else if (strcmp(a, "--warmup") == 0) o->warmup = atof(v);
+    else if (strcmp(a, "--bucket-mb") == 0 && atof(v) > 0) o->bucket_mb = atof(v);
     else if (strcmp(a, "--overlap") == 0 && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "none")))
       o->overlap = strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? 0 : -1;
     else { fprintf(stderr, "bench_gpt: unknown option %s\n", a); usage(stderr); return -1; }
@@ -257,7 +260,10 @@ static int bench_rank(px_comm *comm, void *arg) {
   const size_t baseline = px_train_peak_rss();  // before the model: program, MPI, BLAS
   px_status st = px_model_create(&s.model, px_zoo_gpt(&o->cfg), 42);
   if (st != PX_OK) { fprintf(stderr, "bench_gpt: model: %s\n", px_last_error()); return 1; }
-  if (o->zero == 0 && o->overlap >= 0 && comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, NULL)) != PX_OK) {
+  // DDP's options: the library's defaults, or --bucket-mb's capacity.
+  px_ddp_opts dopts = PX_DDP_DEFAULTS;
+  if (o->bucket_mb > 0) dopts.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
+  if (o->zero == 0 && o->overlap >= 0 && comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, &dopts)) != PX_OK) {
     fprintf(stderr, "bench_gpt: DDP: %s\n", px_last_error());
     return 1;
   }
@@ -390,9 +396,10 @@ int main(int argc, char **argv) {
   const double step_tokens = (double)o.batch * c->context * o.ranks;
   printf("plexus gpt batch=%d threads=%d ranks=%d zero=%d prefetch=%d reshard=%d tokens_per_s=%.1f gflops=%.2f "
          "best_tokens_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.5g params=%zu flops_per_token=%.0f "
-         "overlap=%s\n",
+         "overlap=%s bucket_mb=%g\n",
          o.batch, o.threads, o.ranks, o.zero, o.prefetch, o.reshard, tokens / sh.elapsed, tokens * fpt / sh.elapsed * 1e-9, step_tokens / sh.best,
          sh.steps, sh.elapsed, sh.cpu, sh.loss, sh.params, fpt,
-         o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none");
+         o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none",
+         o.bucket_mb > 0 ? o.bucket_mb : (double)PX_DDP_DEFAULTS.bucket_bytes / 1048576.0);
   return 0;
 }

@@ -2,6 +2,7 @@
  *
  *   bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T
  *               [--seconds S] [--warmup W] [--ranks N] [--overlap on|off|none]
+ *               [--bucket-mb MB]
  *   bench_train --info      (one line about the BLAS in use, for the record)
  *
  * Data parallel (bench/run_comm.sh's scaling table): under an MPI launcher
@@ -75,11 +76,13 @@ typedef struct bench_opts {
   double warmup;   /* untimed budget before it */
   int ranks;       /* threads-backend ranks (an MPI launcher decides its own) */
   int overlap;     /* DDP: 1 all-reduce buckets during backward, 0 one all-reduce after it, -1 none */
+  double bucket_mb; /* DDP bucket capacity in MiB; 0: the library's default */
 } bench_opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T\n"
              "                   [--seconds S] [--warmup W] [--ranks N] [--overlap on|off|none]\n"
+             "                   [--bucket-mb MB]\n"
              "       bench_train --info\n"
              "  Trains the quick-start MLP, the 28x28 CNN or a model of the zoo for about S seconds\n"
              "  (default 2.5) after W seconds of warm-up (default 0.5) and prints samples/s.\n");
@@ -118,6 +121,12 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         return -1;
       }
       o->overlap = strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? 0 : -1;
+    } else if (strcmp(a, "--bucket-mb") == 0) {
+      o->bucket_mb = atof(v);
+      if (!(o->bucket_mb > 0)) {
+        fprintf(stderr, "bench_train: --bucket-mb is a size in MiB > 0, not \"%s\"\n", v);
+        return -1;
+      }
     } else {
       fprintf(stderr, "bench_train: unknown option %s\n", a);
       usage(stderr);
@@ -250,6 +259,10 @@ static int rank_main(px_comm *comm, void *arg) {
   px_set_num_threads(o.threads);
 
   bench b = {.o = &o, .comm = comm};
+  // DDP's options: the library's defaults, or --bucket-mb's capacity (the
+  // first bucket clamped to it by px_ddp_wrap).
+  px_ddp_opts dopts = PX_DDP_DEFAULTS;
+  if (o.bucket_mb > 0) dopts.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
   const int rank = px_comm_rank(comm), world = px_comm_size(comm);
   px_module *root = o.model == MODEL_MLP            ? build_mlp()
                     : o.model == MODEL_CNN          ? build_cnn()
@@ -263,7 +276,7 @@ static int rank_main(px_comm *comm, void *arg) {
   if (o.model != MODEL_MLP) oo.momentum = 0.9f;
   if (px_optim_create(&b.optim, b.model->param_data, b.model->grad_data, b.model->n_param_elems, &oo) != PX_OK)
     return fail("optimizer");
-  if (world > 1 && o.overlap >= 0 && px_ddp_wrap(&b.ddp, b.model, comm, NULL) != PX_OK) return fail("DDP");
+  if (world > 1 && o.overlap >= 0 && px_ddp_wrap(&b.ddp, b.model, comm, &dopts) != PX_OK) return fail("DDP");
 
   // Data, generated once.
   const size_t B = (size_t)o.batch;
@@ -299,11 +312,11 @@ static int rank_main(px_comm *comm, void *arg) {
   } else if (rank == 0) {
     // Every rank's samples; cpu_s is this process's (all ranks under threads).
     printf("plexus %s batch=%d threads=%d samples_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.6g "
-           "ranks=%d backend=%s overlap=%s\n",
+           "ranks=%d backend=%s overlap=%s bucket_mb=%g\n",
            model_names[o.model], o.batch, px_get_num_threads(),
            (double)steps * (double)B * world / elapsed, steps, elapsed, cpu, (double)b.last_loss, world,
            px_comm_backend_name(px_comm_backend_of(comm)),
-           o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none");
+           o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none", (double)dopts.bucket_bytes / 1048576.0);
   }
   fflush(stdout);
 

@@ -33,6 +33,8 @@
 #   CNN_BATCH        bench_train --batch per rank    (default: 64)
 #   GPT_BATCH        bench_gpt --batch per rank      (default: 8)
 #   MODELS           "cnn gpt" or one of them        (default: both)
+#   BUCKETS          DDP bucket capacities in MiB for "on", one row each
+#                    (default: "25", the library's default; e.g. "1 5 25")
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,6 +47,7 @@ THREADS=${THREADS:-1}
 CNN_BATCH=${CNN_BATCH:-64}
 GPT_BATCH=${GPT_BATCH:-8}
 MODELS=${MODELS:-"cnn gpt"}
+BUCKETS=${BUCKETS:-25}
 RIG=$ROOT/tests/rig/netns_hosts.sh
 
 bash "$RIG" check  # prints why and exits 77 if this machine cannot make the rig
@@ -74,17 +77,22 @@ for rate in $RATES; do
   echo "# $shaped"
   for model in $MODELS; do
     for ((round = 0; round < ROUNDS; round++)); do
-      for mode in on off none; do
+      modes=(off none)
+      for b in $BUCKETS; do modes=("on:$b" "${modes[@]}"); done
+      for m in "${modes[@]}"; do
+        mode=${m%%:*}
+        bucket=25
+        [[ $m == *:* ]] && bucket=${m#*:}
         if [[ $model == cnn ]]; then
           cmd=("$BUILD_DIR/bench_train" --model zoo_cnn --batch "$CNN_BATCH" --threads "$THREADS"
-               --seconds "$SECONDS_PER_RUN" --warmup 1 --overlap "$mode")
+               --seconds "$SECONDS_PER_RUN" --warmup 1 --overlap "$mode" --bucket-mb "$bucket")
         else
           cmd=("$BUILD_DIR/bench_gpt" --batch "$GPT_BATCH" --threads "$THREADS"
-               --seconds "$SECONDS_PER_RUN" --warmup 1 --overlap "$mode")
+               --seconds "$SECONDS_PER_RUN" --warmup 1 --overlap "$mode" --bucket-mb "$bucket")
         fi
         line=$("${mpi[@]}" "${cmd[@]}" | grep '^plexus ')
         echo "$line"
-        echo "rate=$rate model=$model mode=$mode load=$(cut -d' ' -f1 /proc/loadavg) $line" >>"$raw"
+        echo "rate=$rate model=$model mode=$m load=$(cut -d' ' -f1 /proc/loadavg) $line" >>"$raw"
       done
     done
   done
@@ -94,20 +102,22 @@ done
 import re, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    kv = dict(re.findall(r"(\w+)=(\S+)", line))
+    kv = dict(re.findall(r"(\w+)=(\S+)", line.split(" plexus ")[0]))
+    kv.update({k: v for k, v in re.findall(r"(\w+)=(\S+)", line.split(" plexus ")[1]) if k not in kv})
     step_ms = 1e3 * float(kv["seconds"]) / float(kv["steps"])
     cpu = float(kv["cpu_s"]) / (float(kv["threads"]) * float(kv["seconds"]))
     rows.setdefault((kv["rate"], kv["model"]), {}).setdefault(kv["mode"], []).append((step_ms, float(kv["load"]), cpu))
 print()
-print("| link | model | step, no comm (ms) | step, overlap off (ms) | step, overlap on (ms) | comm (off − none, ms) | hidden | load | cpu |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| link | model | bucket (MiB) | step, no comm (ms) | step, overlap off (ms) | step, overlap on (ms) | comm (off − none, ms) | hidden | load | cpu |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (rate, model), modes in rows.items():
     med = {m: statistics.median(t for t, _, _ in v) for m, v in modes.items()}
     load = max(l for v in modes.values() for _, l, _ in v)
     cpu = min(c for v in modes.values() for _, _, c in v)
     comm = med["off"] - med["none"]
-    hidden = 1 - (med["on"] - med["none"]) / comm if comm > 0 else float("nan")
     name = "CNN" if model == "cnn" else "GPT"
-    print("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |" %
-          (rate, name, med["none"], med["off"], med["on"], comm, 100 * hidden, load, 100 * cpu))
+    for m in sorted((m for m in med if m.startswith("on:")), key=lambda m: float(m[3:])):
+        hidden = 1 - (med[m] - med["none"]) / comm if comm > 0 else float("nan")
+        print("| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |" %
+              (rate, name, m[3:], med["none"], med["off"], med[m], comm, 100 * hidden, load, 100 * cpu))
 PY
