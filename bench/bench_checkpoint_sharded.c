@@ -26,6 +26,15 @@
 //
 //   RESULT op=save ranks=2 bytes=629145600 median_s=.. best_s=.. agg_MBps=.. per_rank_MBps=.. cpu_s=..
 //
+// A timed save is px_checkpoint_write_all with keep_last 0: until the
+// checkpoint is committed (files fsynced, SHA256SUMS, rename).  Removing
+// the previous checkpoint (what keep_last's rotation does in training) is
+// not writing and dd's figure leaves out its own rm, so it is timed apart:
+// after each repeat's loads rank 0 removes the checkpoint just written and
+// reports the median time ("NOTE removing ...").  Until 2026-11-25 the
+// timed save ran with keep_last 1 and so included deleting the previous
+// repeat's 629 MB in repeats 2 and 3.
+//
 // cpu_s: CPU seconds (user + system, getrusage) per save or load: of every
 // rank under the threads backend (one process), of rank 0's process under
 // MPI.  On a machine shared with other work the wall times follow the CPU
@@ -41,6 +50,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "io/sha256.h"
 
 enum { N_TENSORS = 24, MAX_REPEATS = 64 };
@@ -248,14 +258,14 @@ static int run_rank(px_comm *c, void *arg) {
                            {.name = optim_file, .tensors = &osd, .metadata = ometa, .n_metadata = 6},
                            {.name = "state.json", .bytes = json, .n_bytes = strlen(json)}};
   const size_t bytes = 3 * b->params * sizeof(float);
-  double t_save[MAX_REPEATS] = {0}, t_cold[MAX_REPEATS] = {0}, t_warm[MAX_REPEATS] = {0};
+  double t_save[MAX_REPEATS] = {0}, t_cold[MAX_REPEATS] = {0}, t_warm[MAX_REPEATS] = {0}, t_rm[MAX_REPEATS] = {0};
   double cpu_save = 0, cpu_load[2] = {0, 0};
   char path[1024];
   int rc = 0;
   for (int rep = 0; rep < b->repeats && rc == 0; rep++) {
     px_comm_barrier(c);
     double t0 = px_time_now(), c0 = cpu_now();
-    st = px_checkpoint_write_all(c, dir, 1000 + rep, items, r == 0 ? 3 : 2, 1, path, sizeof path);
+    st = px_checkpoint_write_all(c, dir, 1000 + rep, items, r == 0 ? 3 : 2, 0, path, sizeof path);
     t_save[rep] = max_over_ranks(c, px_time_now() - t0);
     cpu_save += cpu_now() - c0;
     if (st != PX_OK) {
@@ -281,6 +291,15 @@ static int run_rank(px_comm *c, void *arg) {
         rc = 1;
       }
     }
+    // The checkpoint removed, untimed (as dd's rm): the next save writes
+    // into a directory without it, and the removal's own time is reported.
+    px_comm_barrier(c);
+    if (r == 0 && rc == 0) {
+      if (N == 1 && rep == b->repeats - 1) breakdown(path, bytes);
+      t0 = px_time_now();
+      if (px_ckpt_remove_tree(path) != PX_OK) fprintf(stderr, "bench_checkpoint_sharded: %s\n", px_last_error());
+      t_rm[rep] = px_time_now() - t0;
+    }
   }
   if (rc == 0) {
     report(c, "save", N, bytes, t_save, b->repeats, cpu_save);
@@ -291,7 +310,8 @@ static int run_rank(px_comm *c, void *arg) {
       // (pread, adjacent pieces in one read), plus each file's header.
       printf("NOTE each rank reads its %zu bytes of pieces per load (found through metadata.json) plus the "
              "headers\n", bytes / (size_t)N);
-      if (N == 1) breakdown(path, bytes);
+      printf("NOTE removing a checkpoint (what keep_last's rotation does; outside the timed save): %.3f s median\n",
+             median(t_rm, b->repeats));
       char cmd[1200];
       snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
       if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

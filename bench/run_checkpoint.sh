@@ -12,6 +12,11 @@
 # writing, fsync of every file, SHA256SUMS, rename), then loads its slice
 # back with px_checkpoint_load_boxes, first with the files dropped from the
 # page cache ("cold": from the disk), then again ("warm": from the cache).
+# The timed save ends at the commit (keep_last 0); removing the checkpoint
+# afterwards, as rotation would, is timed apart and printed on stderr
+# ("NOTE removing a checkpoint"), as dd's rm is left out of dd's time.
+# Before 2026-11-25 the timed save included deleting the previous repeat's
+# checkpoint (keep_last 1) in repeats 2 and 3.
 #
 # dd, for each rank count N: N dd processes at once, each writing 1/N of the
 # checkpoint's bytes to its own file with conv=fsync (the data on the disk

@@ -221,6 +221,9 @@ typedef struct px_ckpt_loader {
   px_ckpt_hit           *hits;
   size_t                 n_hits, cap_hits;
   bool                   strict;   // a saved piece of a key nothing wants is an error
+  void                 **maps;     // files mapped read-only (px_ckpt_loader_keep_map), unmapped by _free
+  size_t                *map_len;
+  int                    n_maps, cap_maps;
 } px_ckpt_loader;
 
 px_status px_ckpt_loader_init(px_ckpt_loader *L, const char *ckpt, const char *prefix, const px_tensor_piece *want,
@@ -242,6 +245,15 @@ float *px_ckpt_loader_direct(const px_ckpt_loader *L, const px_ckpt_box *s, int 
 // Records that s's elements were read into the staging address that
 // px_ckpt_loader_direct gave for wanted piece w (from file `file`).
 px_status px_ckpt_loader_took(px_ckpt_loader *L, int w, const px_ckpt_box *s, const char *file);
+// Records that s's elements, checked, are at src (s's count floats, in a
+// file mapping the loader keeps: px_ckpt_loader_keep_map), for wanted piece
+// w as px_ckpt_loader_direct found it: px_ckpt_loader_finish copies them
+// from there into the caller's memory, without staging them.
+px_status px_ckpt_loader_took_from(px_ckpt_loader *L, int w, const px_ckpt_box *s, const char *file,
+                                   const unsigned char *src);
+// The loader keeps the mapping [map, map + len) until px_ckpt_loader_free
+// (which unmaps it); on failure the caller still owns it.
+px_status px_ckpt_loader_keep_map(px_ckpt_loader *L, void *map, size_t len);
 // Every wanted element found exactly once, then copied out (all or nothing).
 px_status px_ckpt_loader_finish(px_ckpt_loader *L);
 

@@ -27,6 +27,7 @@ struct px_ckpt_hit {
   int         want;
   size_t      lo, hi;    // flat elements of the wanted piece's box
   const char *file;      // a name the loader's caller keeps alive (SHA256SUMS)
+  const unsigned char *src;  // where the elements are: in a file mapping (checked), or NULL: in staging
 };
 
 /* ---- boxes ----------------------------------------------------------------- */
@@ -198,7 +199,8 @@ px_status px_ckpt_loader_init(px_ckpt_loader *L, const char *ckpt, const char *p
   // only once every wanted element is found exactly once.  A large one is
   // mapped with huge pages asked for: the first touch of freshly allocated
   // 4 KiB pages (a fault and a zeroing each) cost more than the read itself
-  // (0.7 CPU s/GB reading into new malloc'ed memory, 0.2 into huge pages).
+  // (docs/PERFORMANCE.md, "Figures behind code comments").  Pieces checked
+  // in a file mapping (checkpoint_index.c) never touch their staging.
   L->buf_bytes = (total ? total : 1) * sizeof(float);
 #if defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
   if (L->buf_bytes >= STAGE_MAP_MIN) {
@@ -222,6 +224,9 @@ px_status px_ckpt_loader_init(px_ckpt_loader *L, const char *ckpt, const char *p
 
 void px_ckpt_loader_free(px_ckpt_loader *L) {
   free(L->hits);
+  for (int i = 0; i < L->n_maps; i++) munmap(L->maps[i], L->map_len[i]);
+  free(L->maps);
+  free(L->map_len);
 #if defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
   if (L->buf_mapped) munmap(L->buf, L->buf_bytes);
   else
@@ -254,10 +259,12 @@ bool px_ckpt_loader_needs(const px_ckpt_loader *L, const px_ckpt_box *s, bool *k
   return false;
 }
 
-static px_status note_hit(px_ckpt_loader *L, int w, size_t lo, size_t hi, const char *file) {
+static px_status note_hit(px_ckpt_loader *L, int w, size_t lo, size_t hi, const char *file, const unsigned char *src) {
   if (L->n_hits) {
     px_ckpt_hit *last = &L->hits[L->n_hits - 1];
-    if (last->want == w && last->file == file && last->hi == lo) {  // the next run of the same copy
+    // The next run of the same copy (from the bytes that follow in the same mapping).
+    if (last->want == w && last->file == file && last->hi == lo &&
+        (last->src ? src == last->src + (last->hi - last->lo) * sizeof(float) : !src)) {
       last->hi = hi;
       return PX_OK;
     }
@@ -269,7 +276,7 @@ static px_status note_hit(px_ckpt_loader *L, int w, size_t lo, size_t hi, const 
     L->hits = grown;
     L->cap_hits = cap;
   }
-  L->hits[L->n_hits++] = (px_ckpt_hit){w, lo, hi, file};
+  L->hits[L->n_hits++] = (px_ckpt_hit){w, lo, hi, file, src};
   return PX_OK;
 }
 
@@ -303,7 +310,7 @@ px_status px_ckpt_loader_add(px_ckpt_loader *L, const char *path, const char *fi
         for (;;) {
           const size_t fw = flat_in(W, g), fs = flat_in(s, g);
           memcpy(L->stage[w] + (fw - W->offset), data + (fs - s->offset) * sizeof(float), run * sizeof(float));
-          px_status st = note_hit(L, w, fw, fw + run, file);
+          px_status st = note_hit(L, w, fw, fw + run, file, NULL);
           if (st != PX_OK) return st;
           int d = nd - 2;
           for (; d >= 0; d--) {
@@ -340,7 +347,28 @@ float *px_ckpt_loader_direct(const px_ckpt_loader *L, const px_ckpt_box *s, int 
 }
 
 px_status px_ckpt_loader_took(px_ckpt_loader *L, int w, const px_ckpt_box *s, const char *file) {
-  return s->count ? note_hit(L, w, s->offset, s->offset + s->count, file) : PX_OK;
+  return s->count ? note_hit(L, w, s->offset, s->offset + s->count, file, NULL) : PX_OK;
+}
+
+px_status px_ckpt_loader_took_from(px_ckpt_loader *L, int w, const px_ckpt_box *s, const char *file,
+                                   const unsigned char *src) {
+  return s->count ? note_hit(L, w, s->offset, s->offset + s->count, file, src) : PX_OK;
+}
+
+px_status px_ckpt_loader_keep_map(px_ckpt_loader *L, void *map, size_t len) {
+  if (L->n_maps == L->cap_maps) {
+    int cap = L->cap_maps ? 2 * L->cap_maps : 8;
+    void **m = realloc(L->maps, (size_t)cap * sizeof *m);
+    if (!m) return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", L->ckpt);
+    L->maps = m;
+    size_t *l = realloc(L->map_len, (size_t)cap * sizeof *l);
+    if (!l) return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", L->ckpt);
+    L->map_len = l;
+    L->cap_maps = cap;
+  }
+  L->maps[L->n_maps] = map;
+  L->map_len[L->n_maps++] = len;
+  return PX_OK;
 }
 
 static int by_want_lo(const void *a, const void *b) {
@@ -395,6 +423,22 @@ px_status px_ckpt_loader_finish(px_ckpt_loader *L) {
                       W->offset + W->count, w_at, L->prefix);
     }
   }
-  for (int w = 0; w < L->n; w++) memcpy(L->want[w].data, L->stage[w], L->want[w].count * sizeof(float));
+  // Every element found exactly once: now, and only now, the caller's
+  // memory.  Each hit's run from where it is: a file mapping (its CRC-32C
+  // checked when it was recorded) or staging (runs of staging that follow
+  // each other in one copy).
+  for (size_t i = 0; i < L->n_hits;) {
+    const px_ckpt_hit *h = &L->hits[i];
+    const size_t base = L->wbox[h->want].offset;
+    float *dst = L->want[h->want].data + (h->lo - base);
+    size_t j = i + 1, hi = h->hi;
+    if (h->src) {
+      memcpy(dst, h->src, (h->hi - h->lo) * sizeof(float));
+    } else {
+      while (j < L->n_hits && !L->hits[j].src && L->hits[j].want == h->want && L->hits[j].lo == hi) hi = L->hits[j++].hi;
+      memcpy(dst, L->stage[h->want] + (h->lo - base), (hi - h->lo) * sizeof(float));
+    }
+    i = j;
+  }
   return PX_OK;
 }

@@ -22,7 +22,7 @@
 // whole pieces of themselves.  The index is covered by SHA256SUMS like
 // every other file; the per-piece checksums let a reader that skips most of
 // a file still check every byte it uses.
-#define _POSIX_C_SOURCE 200809L  // pread, posix_fadvise
+#define _POSIX_C_SOURCE 200809L  // pread, posix_fadvise, mmap
 #include "io/checkpoint.h"
 #include "io/internal.h"
 
@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -468,10 +469,30 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
   // each run is read, the disk is asked for the bytes up to READ_AHEAD past
   // it (POSIX_FADV_WILLNEED), so a cold load's disk reads overlap its CRCs
   // and copies.
+  //
+  // The file is mapped read-only instead (where mmap works), and its pieces are checked in
+  // place, in the page cache: a direct piece is then not staged at all (the
+  // loader keeps the mapping and copies from it into the caller's memory
+  // once every wanted element is found, px_ckpt_loader_took_from), and the
+  // others are fed to px_ckpt_loader_add from the mapping.  That saves, per
+  // byte, the kernel's copy into staging and the zeroing of staging's fresh
+  // pages, two of the four passes over memory of a load (docs/PERFORMANCE.md,
+  // "Figures behind code comments").  The file's size was checked against
+  // the index above; checkpoint files are never rewritten in place (a save
+  // writes a new directory), so the mapping reads what was checked.  Where
+  // mmap fails, the file is read as above.
   qsort(needs, (size_t)n_needs, sizeof *needs, by_begin);
   for (int i = 0; i < n_needs && st == PX_OK; i++) {
     if ((st = check_need(L, name, path, h, table, of_pieces, ver, &needs[i])) != PX_OK) break;
     needs[i].direct = px_ckpt_loader_direct(L, &needs[i].box, &needs[i].w);
+  }
+  unsigned char *map = NULL;
+  if (st == PX_OK && bytes > hbytes && bytes <= (uint64_t)SIZE_MAX) {
+    void *m = mmap(NULL, (size_t)bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) {
+      if (px_ckpt_loader_keep_map(L, m, (size_t)bytes) == PX_OK) map = m;
+      else munmap(m, (size_t)bytes);
+    }  // else: read as below
   }
   size_t cap = 0;
   int ahead = 0;  // the bytes of needs[ahead] from ahead_at on are not advised yet
@@ -481,7 +502,7 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
     uint64_t run = needs[i].end - needs[i].begin;
     unsigned char *into = (unsigned char *)needs[i].direct;
     while (j < n_needs && needs[j].begin == needs[j - 1].end && run + (needs[j].end - needs[j].begin) <= READ_RUN_MAX &&
-           (into ? (unsigned char *)needs[j].direct == into + run : !needs[j].direct)) {
+           (map || (into ? (unsigned char *)needs[j].direct == into + run : !needs[j].direct))) {
       run += needs[j].end - needs[j].begin;
       j++;
     }
@@ -498,7 +519,9 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
       if (ahead_at == needs[ahead].end && ++ahead < n_needs) ahead_at = needs[ahead].begin;
     }
 #endif
-    if (!into) {
+    if (map) {
+      into = map + hbytes + needs[i].begin;
+    } else if (!into) {
       if (run > cap || !data) {
         free(data);
         cap = (size_t)run;
@@ -506,7 +529,7 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
       }
       into = data;
     }
-    if ((st = pread_all(fd, into, (size_t)run, hbytes + needs[i].begin)) != PX_OK) {
+    if (!map && (st = pread_all(fd, into, (size_t)run, hbytes + needs[i].begin)) != PX_OK) {
       st = px_error(st, "checkpoint %s: reading tensor \"%s\" from \"%s\" failed (truncated?)", L->ckpt, needs[i].box.key,
                     name);
       break;
@@ -523,7 +546,9 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
                       PX_CKPT_INDEX, q->crc);
         break;
       }
-      st = q->direct ? px_ckpt_loader_took(L, q->w, &q->box, name) : px_ckpt_loader_add(L, path, name, &q->box, at);
+      if (!q->direct) st = px_ckpt_loader_add(L, path, name, &q->box, at);
+      else if (map) st = px_ckpt_loader_took_from(L, q->w, &q->box, name, at);
+      else st = px_ckpt_loader_took(L, q->w, &q->box, name);
     }
     i = j;
   }

@@ -71,8 +71,9 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
 
 // SHA-256 of the concatenation of chunks, and each chunk's CRC-32C, on a
 // thread of its own while the caller's thread writes the same bytes: both
-// only read them, and hashing (~1.5 GB/s with SHA-NI) would otherwise add
-// its time to the write's.  The CRC runs block by block right after the
+// only read them, and hashing, even with SHA-NI, is slow enough to add
+// noticeably to the write's time otherwise (docs/PERFORMANCE.md, "Figures
+// behind code comments").  The CRC runs block by block right after the
 // SHA-256 of the same block, while it is still in cache: one pass over
 // memory for both checksums.
 typedef struct hash_job {
