@@ -46,8 +46,9 @@
 
 #define BLOCK 1024 /* elements of the running value: 4-8 KiB, in L1 */
 #ifndef SBLOCK
-#define SBLOCK 2048 /* elements of a streamed block: 8-16 KiB, in L1 (512 and
-                       * 8192 measured the same at 256 MiB, docs/PERFORMANCE.md) */
+/* Elements of a streamed block: 8-16 KiB, in L1 (512 and 8192 measured the
+ * same at 256 MiB, docs/PERFORMANCE.md). */
+#define SBLOCK 2048
 #endif
 #ifndef CBLOCK
 #define CBLOCK (16u << 10) /* bytes of a block of pxt_copy_to_all: in L1 */
