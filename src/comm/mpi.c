@@ -16,11 +16,13 @@
 // The wait (wait_req) polls MPI_Test back to back, with the deadline checked
 // at every poll: Open MPI moves a non-blocking collective only inside MPI
 // calls, so a rank that slept between polls held its collective still (the
-// old 10 µs-1 ms naps made a 4 KiB all-reduce 200 µs instead of 2).  When
-// ranks outnumber the node's cores, or once the wait passes 50 µs (it is
-// then waiting for a peer, not for the transport), each poll yields the
-// core to whatever else is runnable (on a loaded 2-core machine this made
-// 2-rank DDP of the MLP 1.4-2x faster than polling without it).  After 0.25 s
+// old naps made a small all-reduce two orders of magnitude slower than raw
+// MPI's).  When ranks outnumber the node's cores, or once the wait passes
+// 50 µs (it is then waiting for a peer, not for the transport), each poll
+// yields the core to whatever else is runnable (on a loaded machine
+// polling without yielding lost to the old naps, and yielding won it back).
+// The figures behind both: docs/PERFORMANCE.md, "Figures behind code
+// comments".  After 0.25 s
 // without completion (plus 4 ns a byte: a 256 MiB one gets 1.3 s) the
 // operation has stalled, and the wait naps between polls (growing to 2 ms),
 // so a rank waiting for a late peer costs a few % of a core, not all of it.
@@ -342,7 +344,7 @@ static px_status watchdog_abort(mreq *r) {
  * 0.25 s, more for big messages).  When ranks outnumber the node's cores,
  * or after YIELD_AFTER_SECONDS, each poll is followed by sched_yield, so a
  * peer (or whatever it waits for) that shares the core gets it; a call
- * that no one else wants costs well under a microsecond.  After r->spin
+ * that no one else wants returns at once.  After r->spin
  * the operation has stalled: naps grow from 20 µs to 2 ms, and a rank
  * waiting for a stalled peer uses a few % of a core instead of all of it.
  * The watchdog's deadline is checked at every poll either way. */
@@ -796,16 +798,17 @@ px_status px_comm_init_mpi(px_comm **out) {
   if (!inited) {
     // MULTIPLE: the watchdog thread (mpi_watch.c) calls MPI_Abort while
     // the caller sits in a blocking collective; measured at 2 ranks, raw
-    // MPI's collectives ran as fast as under SERIALIZED (docs/PERFORMANCE.md).
+    // MPI's collectives ran about as fast as under SERIALIZED (docs/PERFORMANCE.md,
+    // "Figures behind code comments").
     // PX_COMM_MPI_WAIT=poll asks for SERIALIZED and keeps every wait on
     // plexus's polling loop (the behaviour before the watchdog thread).
     //
     // Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial
     // tree (reduce to rank 0, then broadcast: twice the data through one
     // rank) for fewer than 4 ranks or an in-place buffer, which is every
-    // call of ours: measured at 2 ranks it ran at half the speed of
-    // MPI_Allreduce from 1 MiB up, and 3 µs against 2 at 4 KiB.  Its ring
-    // matched MPI_Allreduce at every size (docs/PERFORMANCE.md).  Unless
+    // call of ours: measured at 2 ranks it fell well behind MPI_Allreduce
+    // from 1 MiB up, and its ring matched MPI_Allreduce at every size (the
+    // figures: docs/PERFORMANCE.md, "Figures behind code comments").  Unless
     // the user chose an algorithm, ask for the ring; other MPIs ignore it.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;

@@ -4,8 +4,8 @@
 // (chosen per size by its decision tables), its non-blocking ones libnbc's
 // (fewer algorithms, one per operation for every size, and a schedule that
 // moves only when MPI_Test is called).  Measured on 2 ranks the blocking
-// ones were up to 20% faster at 1 MiB (all-reduce) and 3 µs faster at
-// 4 KiB (reduce-scatter).  But a blocking MPI call cannot time out, and it
+// ones were faster at some sizes (docs/PERFORMANCE.md, "Figures behind
+// code comments").  But a blocking MPI call cannot time out, and it
 // spins while it waits: the deadline and the back-off of a stalled wait
 // have to come from outside it.
 //

@@ -46,8 +46,8 @@
 //     traffic, below), two rendezvous in all, and a rank slowed by other
 //     load simply claims fewer chunks.  (A reduce-scatter + all-gather
 //     split, rank r reducing slice r, moves (3N-1)/(2N) of that, 1.25x at
-//     N = 2; it served above 32 MiB until it measured 1.3-1.8x slower
-//     than the chunks there.)
+//     N = 2; it served above 32 MiB until it measured slower than the
+//     chunks there: docs/PERFORMANCE.md, "Figures behind code comments".)
 // A reduce-scatter and an all-gather work on N blocks (block q: rank q's
 // recv, resp. rank q's send): up to SMALL_BYTES in all each rank does its
 // own block; past that, ranks claim pieces of all blocks from the same

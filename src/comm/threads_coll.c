@@ -58,8 +58,8 @@ static px_status run_allreduce(top *op, const deadline *d) {
   // Every buffer read once and written once is the copy bound's traffic
   // exactly (threads.c), at every size: the reduce-scatter + all-gather
   // split it replaced above 32 MiB moved 1.25x that at 2 ranks (0.8 of the
-  // bound at best), and measured 1.3-1.8x slower at 64-256 MiB on the
-  // 2-core guest (docs/PERFORMANCE.md).
+  // bound at best), and measured slower at 64-256 MiB (docs/PERFORMANCE.md,
+  // "Figures behind code comments").
   atomic_size_t *claim = &g->claim[tc->ncoll & 1];
   size_t chunk = chunk_elems(op->count, es, n), nchunks = (op->count + chunk - 1) / chunk;
   for (;;) {

@@ -21,21 +21,22 @@
 // elements is finished in L1 (the first two sources fused in one loop) and
 // streamed to dst with non-temporal stores: an ordinary
 // store first reads each line of dst from memory (write-allocate), a
-// quarter of the traffic of a 2-rank reduction.  Measured on the 2-core
-// Zen 4 guest, 8-128 MiB: 1.15-1.6x faster.  In place (dst is a source,
-// as in the all-reduce) its lines are already in the cache, and streaming
-// them out measured 1.2-1.5x slower, so those stores stay ordinary; so do
-// small outputs, which the caller will likely read from the cache.
+// quarter of the traffic of a 2-rank reduction; streaming measured faster
+// at 8-128 MiB.  In place (dst is a source, as in the all-reduce) its
+// lines are already in the cache, and streaming them out measured slower,
+// so those stores stay ordinary; so do small outputs, which the caller will
+// likely read from the cache.  (The figures of this comment:
+// docs/PERFORMANCE.md, "Figures behind code comments".)
 //
 // Four lanes.  A streamed reduction is mostly reads (N sources, one
 // output), and on the 2-core guest reading is what costs: two threads
-// reading 256 MiB each took 1.4-1.7x as long as each copying 3/4 of that
-// (bench/membw_read_vs_copy.c), and 0.83-1.16x when reading four pages at
-// once.  So the streamed path splits its piece into four lanes a quarter
-// apart and reduces them in lockstep (4N read streams in flight): at
-// 256 MiB 1.21x (2 ranks) and 1.12x (4 ranks) faster than one lane; a
-// software prefetch of the next block instead was slower
-// (docs/PERFORMANCE.md, "Threads all-gather and reduce-scatter").
+// reading 256 MiB each took longer than each copying 3/4 of that, unless
+// each read four pages at once (bench/membw_read_vs_copy.c).  So the
+// streamed path splits its piece into four lanes a quarter apart and
+// reduces them in lockstep (4N read streams in flight), which measured
+// faster than one lane at 2 and 4 ranks; a software prefetch of the next
+// block instead was slower (docs/PERFORMANCE.md, "Threads all-gather and
+// reduce-scatter" and "Figures behind code comments").
 #include "comm/threads.h"
 
 #include <string.h>
@@ -45,8 +46,9 @@
 
 #define BLOCK 1024 /* elements of the running value: 4-8 KiB, in L1 */
 #ifndef SBLOCK
-#define SBLOCK 2048 /* elements of a streamed block: 8-16 KiB, in L1 (512 and
-                       * 8192 measured the same at 256 MiB, docs/PERFORMANCE.md) */
+/* Elements of a streamed block: 8-16 KiB, in L1 (512 and 8192 measured the
+ * same at 256 MiB, docs/PERFORMANCE.md). */
+#define SBLOCK 2048
 #endif
 #ifndef CBLOCK
 #define CBLOCK (16u << 10) /* bytes of a block of pxt_copy_to_all: in L1 */

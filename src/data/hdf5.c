@@ -7,8 +7,9 @@
 //  - a contiguous, unfiltered dataset in the machine's own type and byte
 //    order is read directly: the file offset of its raw data
 //    (H5Dget_offset) is taken at open, and sample i is one pread of its
-//    bytes, no lock (libhdf5's own cost per read, ~15 us, is most of the
-//    time of a 28x28 image otherwise);
+//    bytes, no lock (libhdf5's own cost per read is most of the time of a
+//    28x28 image otherwise: docs/PERFORMANCE.md, "Figures behind code
+//    comments");
 //  - a chunked image dataset whose chunks hold whole samples is read a
 //    chunk at a time into a direct-mapped cache of decompressed chunks
 //    (setup_chunk_cache): one library call and one decompression per chunk
@@ -267,7 +268,8 @@ static px_status setup_chunk_cache(h5_source *s, const px_hdf5_opts *o) {
   s->slot_chunk = malloc(slots * sizeof *s->slot_chunk);
   s->slot_data = malloc(slots * chunk_bytes);
   // The memory space has the file selection's shape: with another rank
-  // libhdf5 maps element runs one by one (measured ~100 ns an element).
+  // libhdf5 maps element runs one by one (slow per element: the figure is in
+  // docs/PERFORMANCE.md, "Figures behind code comments").
   hsize_t mdims[4] = {(hsize_t)n, s->dims[1], s->dims[2], s->dims[3]};
   s->chunk_mspace = H5Screate_simple(s->rank, mdims, NULL);
   if (!s->slot_chunk || !s->slot_data || s->chunk_mspace < 0)

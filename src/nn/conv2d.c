@@ -85,14 +85,15 @@ typedef struct conv2d {
 
 // The direct 3×3 kernels apply.  By default only up to 64 channels in and
 // out, where they were measured faster (ResNet-20, the zoo's and the
-// benchmark's CNNs: 1.07-1.30× less CPU per step); on ResNet-18 with them
-// for every layer (128-512 channels, where OpenBLAS's GEMMs are efficient)
-// the step took 7 % more.  PX_CONV_DIRECT=0: never; =1: every 3×3
+// benchmark's CNNs); on ResNet-18 with them for every layer (128-512
+// channels, where OpenBLAS's GEMMs are efficient) the step took longer
+// (docs/PERFORMANCE.md, "Figures behind code comments").  PX_CONV_DIRECT=0:
+// never; =1: every 3×3
 // stride-1 padding-1 layer.  Only in a -march=native build (PX_NATIVE) by
 // default: the portable build's run-time clones of these kernels
 // (PX_KERNEL) lose the register pinning that needs __AVX__ at compile time
-// and measured slower than im2col + GEMM (ResNet-20, 1 thread: 127 against
-// 168 samples/s; the zoo's CNN 1204 against 1773; docs/PERFORMANCE.md).
+// and measured slower than im2col + GEMM (docs/PERFORMANCE.md, "Figures
+// behind code comments").
 static bool use_direct(const conv2d *c) {
   if (c->k != 3 || c->stride != 1 || c->pad != 1) return false;
   const char *e = getenv("PX_CONV_DIRECT");

@@ -2,10 +2,10 @@
 //
 // Why: ResNet-20's layers (16–64 channels at 32×32 … 8×8) make im2col +
 // GEMM GEMMs with M = 16..64 where OpenBLAS's packing, the im2col copy (9×
-// the input), col2im and their memsets cost a third of the step (perf of
-// bench_train resnet_small, 1 thread, AVX2 kernels: sgemm kernel 42 %,
-// memset 8.5 %, im2col 8 %, packing 11 %, col2im 3 %).  These kernels read
-// the input once per tap from a padded copy that stays in cache.
+// the input), col2im and their memsets cost a third of the step (the perf
+// profile: docs/PERFORMANCE.md, "Figures behind code comments").  These
+// kernels read the input once per tap from a padded copy that stays in
+// cache.
 //
 // Layout (conv2d_3x3.h): every plane padded by one zero pixel and stored flat
 // with rows of Wp = W + 2, so tap (i, j) of output position q = h·Wp + w is
@@ -64,8 +64,9 @@ void px_c3_geom(int H, int W, px_c3 *g) {
   g->W = W;
   g->Wp = W + 2;
   g->Q = (size_t)H * g->Wp;
-  // Chunks of 3 vectors (12 accumulators), or of 2 (8, about 20 % slower
-  // per position) where 3 would compute ≥ 1/8 more positions (8×8: Q = 80
+  // Chunks of 3 vectors (12 accumulators), or of 2 (8, slower per position:
+  // docs/PERFORMANCE.md, "Figures behind code comments") where 3 would
+  // compute ≥ 1/8 more positions (8×8: Q = 80
   // is 5 chunks of 16 but 4 of 24, 96 positions).
   const size_t r2 = round_up(g->Q, 2 * VL), r3 = round_up(g->Q, 3 * VL);
   g->nv = r3 - r2 >= r2 / 8 ? 2 : 3;
