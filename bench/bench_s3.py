@@ -1,6 +1,6 @@
 """bench_s3.py -- reading through s3:// on loopback against the local copy.
 
-    PX_BUILD_DIR=build /usr/bin/python3 bench/bench_s3.py [BATCHES]
+    PX_BUILD_DIR=build [BENCH_S3_DELAY_MS=10] /usr/bin/python3 bench/bench_s3.py [BATCHES]
 
 Starts moto's S3 server on 127.0.0.1 (tests/s3_util.py: IAM authentication
 on, so every request is signed and checked), uploads a 4,000,000-token
@@ -11,7 +11,13 @@ tests/tools/px_data_batches (a loader with 2 workers, batches of 32):
                  s3:// with PX_S3_CACHE, warm (the shard read from the cache)
   mnist          local directory | s3:// (two whole-object GETs, 26 MB)
 
-Each case runs 3 times, alternating, and the median is printed.  moto is a
+and the requests in flight per loader worker (PX_S3_IN_FLIGHT, data/s3.h):
+
+  tokens T=1024  s3:// straight to moto, 1 | 8 in flight;
+                 s3:// through a proxy that holds every GET DELAY ms (an
+                 object store's latency; loopback has none), 1 | 8 in flight
+
+DELAY: BENCH_S3_DELAY_MS (default 10).  Each case runs 3 times, alternating, and the median is printed.  moto is a
 Python server (werkzeug, a new connection per request): the s3:// figures
 are a floor for what a real store on a fast network gives per worker, not
 an estimate of it."""
@@ -36,9 +42,17 @@ try:
     with open(shard, "rb") as f:
         s3.put_object(Bucket=u.BUCKET, Key="big/big_000000.bin", Body=f.read())
     cache = os.path.join(srv.local, "cache")
+    delay_ms = float(os.environ.get("BENCH_S3_DELAY_MS", "10"))
+    proxy = u.CuttingProxy(srv.port, "big_000000.bin", after=0, cuts=0, delay=delay_ms / 1000)
+    big = "s3://%s/big/" % u.BUCKET
     cases = [
         ("tokens T=1024, local", "tokens", shard, srv.env(), ["1024"]),
-        ("tokens T=1024, s3:// ranged", "tokens", "s3://%s/big/" % u.BUCKET, srv.env(), ["1024"]),
+        ("tokens T=1024, s3:// 1 in flight", "tokens", big, srv.env(PX_S3_IN_FLIGHT="1"), ["1024"]),
+        ("tokens T=1024, s3:// 8 in flight", "tokens", big, srv.env(PX_S3_IN_FLIGHT="8"), ["1024"]),
+        ("tokens T=1024, s3:// +%g ms, 1 in flight" % delay_ms, "tokens", big,
+         srv.env(proxy.endpoint, PX_S3_IN_FLIGHT="1"), ["1024"]),
+        ("tokens T=1024, s3:// +%g ms, 8 in flight" % delay_ms, "tokens", big,
+         srv.env(proxy.endpoint, PX_S3_IN_FLIGHT="8"), ["1024"]),
         ("tokens T=1024, s3:// cache warm", "tokens", "s3://%s/big/" % u.BUCKET, srv.env(PX_S3_CACHE=cache), ["1024"]),
         ("mnist, local", "mnist", os.path.join(srv.local, "fmnist"), srv.env(), []),
         ("mnist, s3:// whole objects", "mnist", "s3://%s/fmnist" % u.BUCKET, srv.env(), []),
@@ -63,6 +77,6 @@ try:
         extra = ""
         if name.startswith("tokens"):
             extra = "  %8.0f windows/s" % (batches * 32 / m)
-        print("%-34s %7.3f s%s" % (name, m, extra))
+        print("%-40s %7.3f s%s" % (name, m, extra))
 finally:
     srv.close()
