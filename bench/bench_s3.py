@@ -17,18 +17,54 @@ and the requests in flight per loader worker (PX_S3_IN_FLIGHT, data/s3.h):
                  s3:// through a proxy that holds every GET DELAY ms (an
                  object store's latency; loopback has none), 1 | 8 in flight
 
-DELAY: BENCH_S3_DELAY_MS (default 10).  Each case runs 3 times, alternating, and the median is printed.  moto is a
+DELAY: BENCH_S3_DELAY_MS (default 10).  (`bench_s3.py serve ...`: the S3
+server of bench/run_loader.sh's jpeg-s3 case, below.)  Each case runs 3 times, alternating, and the median is printed.  moto is a
 Python server (werkzeug, a new connection per request): the s3:// figures
 are a floor for what a real store on a fast network gives per worker, not
 an estimate of it."""
 
 import os
+import signal
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import s3_util as u  # noqa: E402
+
+
+def serve(jpeg_dir, count, env_file):
+    """bench_s3.py serve JPEG_DIR COUNT ENV_FILE (for bench/run_loader.sh):
+    moto on 127.0.0.1 with the first COUNT images of JPEG_DIR/list.csv under
+    s3://px-data/jpegs/ (and their CSV); writes `export` lines for a reader
+    (credentials, endpoint) to ENV_FILE, then serves until SIGTERM."""
+    import boto3
+    srv = u.S3()
+    s3 = boto3.client("s3", endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=srv.key_id,
+                      aws_secret_access_key=srv.secret)
+    with open(os.path.join(jpeg_dir, "list.csv")) as f:
+        rows = f.read().splitlines()
+    rows = rows[:1 + count]
+    for row in rows[1:]:
+        name = row.split(",")[0]
+        with open(os.path.join(jpeg_dir, name), "rb") as f:
+            s3.put_object(Bucket=u.BUCKET, Key="jpegs/" + name, Body=f.read())
+    s3.put_object(Bucket=u.BUCKET, Key="jpegs/list.csv", Body=("\n".join(rows) + "\n").encode())
+    env = srv.env()
+    with open(env_file + ".tmp", "w") as f:
+        for k in sorted(env):
+            if k.startswith("AWS_") or k.startswith("PX_S3_") or k.lower() == "no_proxy":
+                f.write("export %s='%s'\n" % (k, env[k]))
+        f.write("export S3_JPEG_CSV='s3://%s/jpegs/list.csv'\n" % u.BUCKET)
+    os.rename(env_file + ".tmp", env_file)
+    signal.signal(signal.SIGTERM, lambda *a: (srv.close(), os._exit(0)))
+    while True:
+        time.sleep(3600)
+
+
+if len(sys.argv) == 5 and sys.argv[1] == "serve":
+    serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    sys.exit(0)
 
 batches = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 srv = u.S3()
