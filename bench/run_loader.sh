@@ -4,7 +4,7 @@
 #
 #   bench/run_loader.sh                  (from the repository root or anywhere)
 #
-# Two cases, each at every worker count:
+# The cases, each at every worker count:
 #   fmnist: Fashion-MNIST's 60,000 training images from Debian's IDX files
 #           (/usr/share/datasets/fashion-mnist), batch 256, normalised;
 #   jpeg:   2,000 generated 256×256 JPEGs listed in a path,label CSV, random
