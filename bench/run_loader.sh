@@ -4,7 +4,7 @@
 #
 #   bench/run_loader.sh                  (from the repository root or anywhere)
 #
-# Two cases, each at every worker count:
+# The cases, each at every worker count:
 #   fmnist: Fashion-MNIST's 60,000 training images from Debian's IDX files
 #           (/usr/share/datasets/fashion-mnist), batch 256, normalised;
 #   jpeg:   2,000 generated 256×256 JPEGs listed in a path,label CSV, random
@@ -16,7 +16,18 @@
 #           one sample per __getitem__;
 #   hdf5z:  the same, chunked by 64 images and deflate-compressed: every read
 #           goes through libhdf5 (its chunk cache, under plexus's HDF5 lock).
-#           (Both HDF5 cases: the PyTorch side is left out without h5py.)
+#           (Both HDF5 cases: the PyTorch side is left out without h5py,
+#           and the output says so.)
+# The jpeg case from three places (each image one read per sample):
+#   jpeg:     JPEG_DIR on local disk (/tmp; the files in the page cache);
+#   jpeg-shm: a copy in /dev/shm (SHM_DIR), as node-local staging makes;
+#   jpeg-s3:  the first S3_COUNT images (default 256) and their CSV in moto's
+#             S3 server on 127.0.0.1 (started here by bench/bench_s3.py serve,
+#             stopped at the end; every request SigV4-signed and checked),
+#             read as s3:// (one whole-object GET per image,
+#             PX_S3_IN_FLIGHT requests in flight per worker); PyTorch has no
+#             s3:// reader here: its column is "n/a".  Skipped, saying why,
+#             where moto or boto3 is missing.
 # plexus: bench_loader (threads); PyTorch: bench_loader_torch.py
 # (DataLoader with num_workers processes, persistent).  Each run times one
 # warm-up epoch apart, then EPOCHS epochs.  The two sides alternate, ROUNDS
@@ -31,7 +42,9 @@
 #   WORKERS     worker counts                 (default: "1 2 4")
 #   ROUNDS      runs of each case and side    (default: 3)
 #   EPOCHS      timed epochs per run          (default: fmnist 2, jpeg 1)
-#   CASES       which cases                   (default: "fmnist jpeg hdf5 hdf5z")
+#   CASES       which cases                   (default: "fmnist jpeg jpeg-shm jpeg-s3 hdf5 hdf5z")
+#   SHM_DIR     the /dev/shm copy of JPEG_DIR (default: /dev/shm/plexus-bench-jpegs, removed at the end)
+#   S3_COUNT    images in the S3 bucket        (default: 256)
 #   FMNIST_DIR  the IDX files                 (default: /usr/share/datasets/fashion-mnist)
 #   JPEG_DIR    where the JPEGs are made once (default: /tmp/plexus-bench-jpegs)
 #   H5_DIR      where the HDF5 files are made once (default: /tmp/plexus-bench-h5)
@@ -42,7 +55,9 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 WORKERS=${WORKERS:-"1 2 4"}
 ROUNDS=${ROUNDS:-3}
-CASES=${CASES:-"fmnist jpeg hdf5 hdf5z"}
+CASES=${CASES:-"fmnist jpeg jpeg-shm jpeg-s3 hdf5 hdf5z"}
+SHM_DIR=${SHM_DIR:-/dev/shm/plexus-bench-jpegs}
+S3_COUNT=${S3_COUNT:-256}
 FMNIST_DIR=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 JPEG_DIR=${JPEG_DIR:-/tmp/plexus-bench-jpegs}
 H5_DIR=${H5_DIR:-/tmp/plexus-bench-h5}
@@ -60,35 +75,78 @@ case " $CASES " in *" hdf5"*)
 esac
 HAVE_H5PY=1
 "$PYTHON" -c "import h5py" 2>/dev/null || HAVE_H5PY=0
+NOTES=""
+if [ "$HAVE_H5PY" = 0 ]; then
+  NOTES="$NOTES
+note: PyTorch's HDF5 side is left out: $PYTHON cannot import h5py (apt-get install python3-h5py)"
+fi
 
 if [ ! -f "$JPEG_DIR/list.csv" ]; then
   echo "making 2,000 JPEGs in $JPEG_DIR (once)" >&2
   "$BENCH" make-jpegs "$JPEG_DIR" 2000 256
 fi
 
+S3_PID=""
+cleanup() {
+  rm -f "${RESULTS:-}" "${S3_ENV:-}"
+  if [ -n "$S3_PID" ]; then kill "$S3_PID" 2>/dev/null || true; wait "$S3_PID" 2>/dev/null || true; fi
+  case " $CASES " in *" jpeg-shm "*) rm -rf "$SHM_DIR" ;; esac
+}
+trap cleanup EXIT
+
+case " $CASES " in *" jpeg-shm "*)
+  rm -rf "$SHM_DIR"
+  cp -r "$JPEG_DIR" "$SHM_DIR" ;;
+esac
+case " $CASES " in *" jpeg-s3 "*)
+  if ! "$PYTHON" -c "import moto, boto3" 2>/dev/null; then
+    NOTES="$NOTES
+note: jpeg-s3 skipped: $PYTHON cannot import moto and boto3 (pip install 'moto[server]' boto3)"
+    CASES=$(echo " $CASES " | sed 's/ jpeg-s3 / /')
+  else
+    S3_ENV=$(mktemp -u /tmp/plexus-bench-s3-env.XXXXXX)
+    PX_BUILD_DIR="$BUILD_DIR" "$PYTHON" "$ROOT/bench/bench_s3.py" serve "$JPEG_DIR" "$S3_COUNT" "$S3_ENV" &
+    S3_PID=$!
+    for _ in $(seq 600); do [ -f "$S3_ENV" ] && break; kill -0 "$S3_PID" 2>/dev/null || break; sleep 0.1; done
+    if [ ! -f "$S3_ENV" ]; then
+      NOTES="$NOTES
+note: jpeg-s3 skipped: moto's server did not start (see above)"
+      CASES=$(echo " $CASES " | sed 's/ jpeg-s3 / /')
+    else
+      # shellcheck disable=SC1090
+      . "$S3_ENV"
+      echo "moto's S3 server on $AWS_ENDPOINT_URL: $S3_COUNT JPEGs at $S3_JPEG_CSV" >&2
+    fi
+  fi ;;
+esac
+
+mode() { case $1 in jpeg*) echo jpeg ;; *) echo "$1" ;; esac; }
 args() {  # case -> the arguments after the case name, less WORKERS EPOCHS
   case $1 in
     fmnist) echo "$FMNIST_DIR" ;;
     jpeg) echo "$JPEG_DIR/list.csv 224" ;;
+    jpeg-shm) echo "$SHM_DIR/list.csv 224" ;;
+    jpeg-s3) echo "$S3_JPEG_CSV 224" ;;
     hdf5) echo "$H5_DIR/fmnist.h5" ;;
     hdf5z) echo "$H5_DIR/fmnist_z64.h5" ;;
   esac
 }
-epochs() { case $1 in fmnist | hdf5 | hdf5z) echo "${EPOCHS:-2}" ;; jpeg) echo "${EPOCHS:-1}" ;; esac; }
+epochs() { case $1 in fmnist | hdf5 | hdf5z) echo "${EPOCHS:-2}" ;; jpeg*) echo "${EPOCHS:-1}" ;; esac; }
 rate() { sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p'; }
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 RESULTS=$(mktemp)
-trap 'rm -f "$RESULTS"' EXIT
 for c in $CASES; do
   for w in $WORKERS; do
     for r in $(seq "$ROUNDS"); do
       # shellcheck disable=SC2046
-      px() { "$BENCH" "$c" $(args "$c") "$w" "$(epochs "$c")"; }
+      px() { "$BENCH" "$(mode "$c")" $(args "$c") "$w" "$(epochs "$c")" | sed "s/^plexus [a-z0-9]* /plexus $c /"; }
       # shellcheck disable=SC2046
       tv() {
         if [ "${c#hdf5}" != "$c" ] && [ "$HAVE_H5PY" = 0 ]; then echo "torch $c (no h5py) samples_per_s=nan"; return; fi
-        "$PYTHON" "$ROOT/bench/bench_loader_torch.py" "$c" $(args "$c") "$w" "$(epochs "$c")" 2>/dev/null
+        if [ "$c" = jpeg-s3 ]; then echo "torch $c (no s3:// reader) samples_per_s=nan"; return; fi
+        "$PYTHON" "$ROOT/bench/bench_loader_torch.py" "$(mode "$c")" $(args "$c") "$w" "$(epochs "$c")" 2>/dev/null |
+          sed "s/^torch [a-z0-9]* /torch $c /"
       }
       if [ $((r % 2)) -eq 1 ]; then a=$(px); b=$(tv); else b=$(tv); a=$(px); fi
       echo "$a"
@@ -105,9 +163,12 @@ for c in $CASES; do
   for w in $WORKERS; do
     p=$(awk -v c="$c" -v w="$w" '$1 == c && $2 == w {print $3}' "$RESULTS" | median)
     t=$(awk -v c="$c" -v w="$w" '$1 == c && $2 == w {print $4}' "$RESULTS" | median)
-    awk -v c="$c" -v w="$w" -v p="$p" -v t="$t" 'BEGIN {printf "| %s | %d | %.0f | %.0f | %.1f× |\n", c, w, p, t, p / t}'
+    awk -v c="$c" -v w="$w" -v p="$p" -v t="$t" 'BEGIN {
+      if (t == "nan" || t == "" || t + 0 <= 0) printf "| %s | %d | %.0f | n/a | n/a |\n", c, w, p
+      else printf "| %s | %d | %.0f | %.0f | %.1f× |\n", c, w, p, t, p / t }'
   done
 done
+[ -z "$NOTES" ] || echo "$NOTES"
 echo
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u '+%Y-%m-%d %H:%M UTC')"

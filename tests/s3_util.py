@@ -14,6 +14,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 import zlib
 
 import sys
@@ -192,10 +193,14 @@ class CuttingProxy:
     `cuts` responses to a GET whose request line contains `match` are cut after their headers and
     `after` bytes of body (the connection closed, as a dropped one is).
     Counts its cuts, and in `gets` every GET whose request line matches
-    (cuts=0: a counting proxy)."""
+    (cuts=0: a counting proxy).  delay > 0: each matching GET is held that
+    many seconds before it goes on (an object store's latency);
+    `max_pending` is then the most GETs held at once (requests in flight)."""
 
-    def __init__(self, port, match, after, cuts=1, skip=0):
+    def __init__(self, port, match, after, cuts=1, skip=0, delay=0.0):
         self.target, self.match, self.after, self.cuts_left, self.skip = port, match.encode(), after, cuts, skip
+        self.delay = delay
+        self.pending = self.max_pending = 0
         self.cut = 0
         self.gets = 0
         self.lock = threading.Lock()
@@ -232,6 +237,12 @@ class CuttingProxy:
                         elif self.cuts_left > 0:
                             self.cuts_left -= 1
                             state["budget"] = self.after
+                        self.pending += 1
+                        self.max_pending = max(self.max_pending, self.pending)
+                    if self.delay > 0:
+                        time.sleep(self.delay)
+                    with self.lock:
+                        self.pending -= 1
                 s.sendall(data)
         except OSError:
             pass

@@ -10,7 +10,10 @@
 // stream keyed by (seed, epoch, index).
 #include "plexus/data.h"
 
+#include "data/s3.h"
+
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,7 @@ struct px_loader {
   char            first_skip[512];
   bool            reported;
   double          wait_s;
+  atomic_bool     no_s3;  // a batch's dry run recorded no S3 read: the dataset reads none
 };
 
 // The sample's own stream: a function of (seed, epoch, index) only.
@@ -71,6 +75,21 @@ static void fill(px_loader *l, slot *s, size_t number, size_t *skipped, char *sk
   size_t row = 0;
   s->status = PX_OK;
   s->error[0] = '\0';
+  // S3 reads, several in flight (s3.h, "Batch fetch"): a dry run of the
+  // batch's gets records the requests they make, which go out together;
+  // the real gets below are then answered from what came back.  A dataset
+  // whose first sample reads nothing from S3 is not dry-run again.
+  bool batched = false;
+  if (!atomic_load_explicit(&l->no_s3, memory_order_relaxed) && px_s3_batch_begin()) {
+    for (size_t k = first; k < last; k++) {
+      size_t index = l->sampler.indices[k];
+      px_rng rng = sample_rng(l->o.seed, l->epoch, index);
+      (void)px_dataset_get(l->d, index, b, k - first, &rng);  // its rows are written again below
+      if (k == first && px_s3_batch_planned() == 0) break;
+    }
+    batched = px_s3_batch_fetch();
+    if (!batched) atomic_store_explicit(&l->no_s3, true, memory_order_relaxed);
+  }
   for (size_t k = first; k < last; k++) {
     size_t index = l->sampler.indices[k];
     px_rng rng = sample_rng(l->o.seed, l->epoch, index);
@@ -88,6 +107,7 @@ static void fill(px_loader *l, slot *s, size_t number, size_t *skipped, char *sk
     snprintf(s->error, sizeof s->error, "%s", px_last_error());
     break;
   }
+  if (batched) px_s3_batch_end();
   b->n = row;
   b->x.shape[0] = (int64_t)row;
   b->y.shape[0] = (int64_t)row;

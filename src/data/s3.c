@@ -42,6 +42,7 @@ typedef struct s3_conf {
   int  attempts;
   long backoff_ms;
   long list_max_keys;  // 0: the store's default (1000); tests set a small page
+  int  in_flight;      // requests of one loader batch sent at once (PX_S3_IN_FLIGHT)
 } s3_conf;
 
 static s3_conf conf;
@@ -138,6 +139,9 @@ static void conf_init(void) {
   c->attempts = a && atoi(a) > 0 ? atoi(a) : 5;
   c->backoff_ms = b && atol(b) >= 0 ? atol(b) : 200;
   c->list_max_keys = m && atol(m) > 0 ? atol(m) : 0;
+  const char *f = getenv("PX_S3_IN_FLIGHT");
+  c->in_flight = f && atoi(f) > 0 ? atoi(f) : 8;
+  if (c->in_flight > 64) c->in_flight = 64;
   curl_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
 }
 
@@ -354,123 +358,472 @@ static void sleep_ms(long ms) {
   }
 }
 
-// One request with retries.  range_n > 0: "Range: bytes=off-(off+range_n-1)",
-// and exactly range_n bytes must come.  The body lands in s (dst or buf).
-static px_status request(req_method method, const char *what, const char *url, const s3_obj *o, const char *key,
-                         const char *query, uint64_t off, size_t range_n, sink *s, req_result *r) {
-  char req_url[8192];
-  px_status st = request_url(o, key, query, req_url, sizeof req_url, what, url);
+// One request: its URL, signature provider and headers, and the checks of
+// each attempt's outcome.  request() runs it (blocking, retried in place);
+// the batch fetch (below) runs many of them at once on a multi handle.
+typedef struct req_spec {
+  req_method         method;
+  const char        *what, *url;
+  const s3_obj      *o;
+  uint64_t           off;
+  size_t             range_n;
+  char               req_url[8192];
+  char               provider[128];
+  struct curl_slist *hdrs;
+} req_spec;
+
+static px_status req_prepare(req_spec *q, req_method method, const char *what, const char *url, const s3_obj *o,
+                             const char *key, const char *query, uint64_t off, size_t range_n) {
+  q->method = method;
+  q->what = what;
+  q->url = url;
+  q->o = o;
+  q->off = off;
+  q->range_n = range_n;
+  q->hdrs = NULL;
+  px_status st = request_url(o, key, query, q->req_url, sizeof q->req_url, what, url);
   if (st != PX_OK) return st;
-  CURL *h = handle_take();
-  if (!h) return px_error(PX_ERR_NOMEM, "%s %s: libcurl could not make a handle", what, url);
-  char provider[128], hdr_range[96], hdr_token[4200];
-  snprintf(provider, sizeof provider, "aws:amz:%s:s3", conf.region);
+  char hdr_range[96], hdr_token[4200];
+  snprintf(q->provider, sizeof q->provider, "aws:amz:%s:s3", conf.region);
   struct curl_slist *hdrs = curl_slist_append(NULL, "x-amz-content-sha256: " EMPTY_SHA256);
   if (hdrs && *conf.token) {
     snprintf(hdr_token, sizeof hdr_token, "x-amz-security-token: %s", conf.token);
-    hdrs = curl_slist_append(hdrs, hdr_token);
+    struct curl_slist *h2 = curl_slist_append(hdrs, hdr_token);
+    if (!h2) curl_slist_free_all(hdrs);
+    hdrs = h2;
   }
   if (hdrs && range_n > 0) {
     snprintf(hdr_range, sizeof hdr_range, "Range: bytes=%llu-%llu", (unsigned long long)off,
              (unsigned long long)(off + range_n - 1));
-    hdrs = curl_slist_append(hdrs, hdr_range);
+    struct curl_slist *h2 = curl_slist_append(hdrs, hdr_range);
+    if (!h2) curl_slist_free_all(hdrs);
+    hdrs = h2;
   }
-  if (!hdrs) {
-    handle_give(h);
-    return px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, url);
+  if (!hdrs) return px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, url);
+  q->hdrs = hdrs;
+  return PX_OK;
+}
+
+// Set up h (reset) for one attempt of q into s.
+static void req_setopt(const req_spec *q, CURL *h, sink *s) {
+  curl_easy_reset(h);
+  s->h = h;
+  s->len = 0;
+  s->err_len = 0;
+  s->err[0] = '\0';
+  s->overflow = false;
+  curl_easy_setopt(h, CURLOPT_URL, q->req_url);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, q->hdrs);
+  curl_easy_setopt(h, CURLOPT_AWS_SIGV4, q->provider);
+  curl_easy_setopt(h, CURLOPT_USERNAME, conf.key_id);
+  curl_easy_setopt(h, CURLOPT_PASSWORD, conf.secret);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 20L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // a stalled transfer: 60 s without a byte
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+  if (q->method == REQ_HEAD) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+}
+
+typedef enum { ATTEMPT_DONE, ATTEMPT_FAILED, ATTEMPT_RETRY } attempt_verdict;
+
+// Judge one finished attempt (rc: curl's result).  DONE: the body is in s,
+// r filled; FAILED: *st is the error (px_error set); RETRY: `last` says why.
+static attempt_verdict req_judge(const req_spec *q, CURL *h, CURLcode rc, sink *s, req_result *r, char *last,
+                                 size_t last_cap, px_status *st) {
+  const char *what = q->what, *url = q->url;
+  uint64_t off = q->off;
+  size_t range_n = q->range_n;
+  long code = 0;
+  curl_off_t cl = -1;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+  r->code = code;
+  if (rc == CURLE_WRITE_ERROR && s->overflow) {
+    *st = px_error(PX_ERR_FORMAT, "%s %s: the store sent more than the %zu bytes asked for (bytes %llu..)", what, url,
+                   range_n, (unsigned long long)off);
+    return ATTEMPT_FAILED;
+  }
+  if (rc == CURLE_WRITE_ERROR) {
+    *st = px_error(PX_ERR_NOMEM, "%s %s: out of memory after %zu bytes", what, url, s->len);
+    return ATTEMPT_FAILED;
+  }
+  // Below, a failure that is worth another try sets `last` and returns
+  // RETRY; anything else is final.
+  if (rc != CURLE_OK) {
+    // A dropped connection (CURLE_PARTIAL_FILE: the body ended before its
+    // Content-Length), a refused one, a timeout...
+    if (cl >= 0 && (code >= 200 && code < 300))
+      snprintf(last, last_cap, "%s (truncated object: Content-Length %lld, received %zu bytes)",
+               curl_easy_strerror(rc), (long long)cl, s->len);
+    else
+      snprintf(last, last_cap, "%s (curl error %d)", curl_easy_strerror(rc), (int)rc);
+    return ATTEMPT_RETRY;
+  }
+  if (code >= 200 && code < 300) {
+    if (q->method == REQ_GET && cl >= 0 && (uint64_t)cl != s->len) {
+      snprintf(last, last_cap, "truncated object: Content-Length %lld, received %zu bytes", (long long)cl, s->len);
+      return ATTEMPT_RETRY;
+    }
+    if (range_n > 0 && s->len != range_n) {
+      *st = px_error(PX_ERR_FORMAT, "%s %s: asked for bytes %llu..%llu (%zu), the store sent %zu%s", what, url,
+                     (unsigned long long)off, (unsigned long long)(off + range_n - 1), range_n, s->len,
+                     code == 200 ? " (HTTP 200: it ignored the Range header)" : " (the object is shorter)");
+      return ATTEMPT_FAILED;
+    }
+    if (range_n > 0) {
+      // Content-Range: bytes a-b/TOTAL
+      struct curl_header *ch;
+      if (curl_easy_header(h, "Content-Range", 0, CURLH_HEADER, -1, &ch) == CURLHE_OK) {
+        const char *slash = strrchr(ch->value, '/');
+        if (slash) r->total_size = strtoull(slash + 1, NULL, 10);
+      }
+    } else if (cl >= 0) {
+      r->total_size = (uint64_t)cl;
+    }
+    *st = PX_OK;
+    return ATTEMPT_DONE;
+  }
+  if (code >= 500 || code == 429) {
+    char ecode[128] = "";
+    xml_tag(s->err, "Code", ecode, sizeof ecode, NULL);
+    snprintf(last, last_cap, "HTTP %ld%s%s", code, *ecode ? " " : "", ecode);
+    return ATTEMPT_RETRY;
+  }
+  *st = client_error(what, url, q->o, code, s);
+  return ATTEMPT_FAILED;
+}
+
+// A failed attempt that will be tried again: counted, and one line on stderr.
+static void note_retry(const char *url, int attempt, const char *last, long wait) {
+  pthread_mutex_lock(&stat_mu);
+  retries_total++;
+  pthread_mutex_unlock(&stat_mu);
+  fprintf(stderr, "plexus: s3: %s: attempt %d of %d failed: %s; retrying in %.2f s\n", url, attempt, conf.attempts,
+          last, (double)wait / 1000.0);
+}
+
+static px_status gave_up(const char *what, const char *url, int attempt, const char *last) {
+  return px_error(PX_ERR_IO, "%s %s: gave up after %d attempts; the last: %s", what, url, attempt, last);
+}
+
+static long next_wait(long wait) { return wait * 2 > 10000 ? 10000 : wait * 2; }
+
+// One request with retries.  range_n > 0: "Range: bytes=off-(off+range_n-1)",
+// and exactly range_n bytes must come.  The body lands in s (dst or buf).
+static px_status request(req_method method, const char *what, const char *url, const s3_obj *o, const char *key,
+                         const char *query, uint64_t off, size_t range_n, sink *s, req_result *r) {
+  req_spec q;
+  px_status st = req_prepare(&q, method, what, url, o, key, query, off, range_n);
+  if (st != PX_OK) return st;
+  CURL *h = handle_take();
+  if (!h) {
+    curl_slist_free_all(q.hdrs);
+    return px_error(PX_ERR_NOMEM, "%s %s: libcurl could not make a handle", what, url);
   }
   char last[600] = "";
   long wait = conf.backoff_ms;
-  s->h = h;
   st = PX_ERR_IO;
   for (int attempt = 1; attempt <= conf.attempts; attempt++) {
-    curl_easy_reset(h);
-    s->len = 0;
-    s->err_len = 0;
-    s->err[0] = '\0';
-    s->overflow = false;
-    curl_easy_setopt(h, CURLOPT_URL, req_url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, provider);
-    curl_easy_setopt(h, CURLOPT_USERNAME, conf.key_id);
-    curl_easy_setopt(h, CURLOPT_PASSWORD, conf.secret);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 20L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // a stalled transfer: 60 s without a byte
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
-    if (method == REQ_HEAD) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    req_setopt(&q, h, s);
     CURLcode rc = curl_easy_perform(h);
-    long code = 0;
-    curl_off_t cl = -1;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-    r->code = code;
-    if (rc == CURLE_WRITE_ERROR && s->overflow) {
-      st = px_error(PX_ERR_FORMAT, "%s %s: the store sent more than the %zu bytes asked for (bytes %llu..)", what, url,
-                    range_n, (unsigned long long)off);
-      break;
-    }
-    if (rc == CURLE_WRITE_ERROR) {
-      st = px_error(PX_ERR_NOMEM, "%s %s: out of memory after %zu bytes", what, url, s->len);
-      break;
-    }
-    // Below, a failure that is worth another try sets `last` and falls
-    // through to the retry; anything else ends the loop.
-    if (rc != CURLE_OK) {
-      // A dropped connection (CURLE_PARTIAL_FILE: the body ended before its
-      // Content-Length), a refused one, a timeout...
-      if (cl >= 0 && (code >= 200 && code < 300))
-        snprintf(last, sizeof last, "%s (truncated object: Content-Length %lld, received %zu bytes)",
-                 curl_easy_strerror(rc), (long long)cl, s->len);
-      else
-        snprintf(last, sizeof last, "%s (curl error %d)", curl_easy_strerror(rc), (int)rc);
-    } else if (code >= 200 && code < 300) {
-      if (method == REQ_GET && cl >= 0 && (uint64_t)cl != s->len) {
-        snprintf(last, sizeof last, "truncated object: Content-Length %lld, received %zu bytes", (long long)cl, s->len);
-      } else if (range_n > 0 && s->len != range_n) {
-        st = px_error(PX_ERR_FORMAT, "%s %s: asked for bytes %llu..%llu (%zu), the store sent %zu%s", what, url,
-                      (unsigned long long)off, (unsigned long long)(off + range_n - 1), range_n, s->len,
-                      code == 200 ? " (HTTP 200: it ignored the Range header)" : " (the object is shorter)");
-        break;
-      } else {
-        if (range_n > 0) {
-          // Content-Range: bytes a-b/TOTAL
-          struct curl_header *ch;
-          if (curl_easy_header(h, "Content-Range", 0, CURLH_HEADER, -1, &ch) == CURLHE_OK) {
-            const char *slash = strrchr(ch->value, '/');
-            if (slash) r->total_size = strtoull(slash + 1, NULL, 10);
-          }
-        } else if (cl >= 0) {
-          r->total_size = (uint64_t)cl;
-        }
-        st = PX_OK;
-        break;
-      }
-    } else if (code >= 500 || code == 429) {
-      char ecode[128] = "";
-      xml_tag(s->err, "Code", ecode, sizeof ecode, NULL);
-      snprintf(last, sizeof last, "HTTP %ld%s%s", code, *ecode ? " " : "", ecode);
-    } else {
-      st = client_error(what, url, o, code, s);
-      break;
-    }
+    attempt_verdict v = req_judge(&q, h, rc, s, r, last, sizeof last, &st);
+    if (v != ATTEMPT_RETRY) break;
     if (attempt == conf.attempts) {
-      st = px_error(PX_ERR_IO, "%s %s: gave up after %d attempts; the last: %s", what, url, attempt, last);
+      st = gave_up(what, url, attempt, last);
       break;
     }
-    pthread_mutex_lock(&stat_mu);
-    retries_total++;
-    pthread_mutex_unlock(&stat_mu);
-    fprintf(stderr, "plexus: s3: %s: attempt %d of %d failed: %s; retrying in %.2f s\n", url, attempt, conf.attempts,
-            last, (double)wait / 1000.0);
+    note_retry(url, attempt, last, wait);
     sleep_ms(wait);
-    wait = wait * 2 > 10000 ? 10000 : wait * 2;
+    wait = next_wait(wait);
   }
-  curl_slist_free_all(hdrs);
+  curl_slist_free_all(q.hdrs);
   handle_give(h);
   return st;
+}
+
+// ---- Batches: a loader worker's requests, several in flight -------------------
+//
+// px_s3_batch_begin puts this thread in "plan" mode: the reads it makes are
+// recorded (and answered with zeros / an empty object, nothing sent); the
+// loader runs the batch's gets once so, then px_s3_batch_fetch sends every
+// recorded request on one multi handle, at most conf.in_flight at a time,
+// each retried as request() retries it, and keeps the bodies (or each one's
+// error message) for this thread.  The loader's second, real pass of gets
+// then finds its reads answered from them (a read is served only by a
+// recorded request of exactly the same object and bytes; anything else is
+// sent as before).  px_s3_batch_end drops what is left.
+
+typedef struct held {
+  char     *url;
+  char     *what;    // the reader's ("tokens", "image", ...), for messages
+  uint64_t  off;
+  size_t    n;       // ranged: the bytes asked for; whole: 0
+  bool      whole;
+  bool      used;
+  px_status st;
+  void     *data;    // ranged: n bytes; whole: len bytes (malloc'ed, at least 1)
+  size_t    len;
+  char     *msg;     // st != PX_OK: the message the sequential read would have given
+} held;
+
+enum { BATCH_OFF = 0, BATCH_PLAN, BATCH_SERVE };
+
+static _Thread_local struct {
+  int    mode;
+  held  *v;
+  size_t n, cap;
+} tb;
+
+static void held_clear(void) {
+  for (size_t k = 0; k < tb.n; k++) {
+    free(tb.v[k].url);
+    free(tb.v[k].what);
+    free(tb.v[k].data);
+    free(tb.v[k].msg);
+  }
+  free(tb.v);
+  tb.v = NULL;
+  tb.n = tb.cap = 0;
+}
+
+// Record a read in plan mode; false when out of memory (then the batch is
+// fetched without it: the real pass sends it itself).
+static bool plan_record(const char *url, const char *what, uint64_t off, size_t n, bool whole) {
+  if (tb.n == tb.cap) {
+    size_t cap = tb.cap ? 2 * tb.cap : 64;
+    held *v = realloc(tb.v, cap * sizeof *v);
+    if (!v) return false;
+    tb.v = v;
+    tb.cap = cap;
+  }
+  char *u = strdup(url), *w = strdup(what);
+  if (!u || !w) {
+    free(u);
+    free(w);
+    return false;
+  }
+  tb.v[tb.n++] = (held){.url = u, .what = w, .off = off, .n = n, .whole = whole, .st = PX_OK};
+  return true;
+}
+
+static held *serve_find(const char *url, uint64_t off, size_t n, bool whole) {
+  if (tb.mode != BATCH_SERVE) return NULL;
+  for (size_t k = 0; k < tb.n; k++) {
+    held *e = &tb.v[k];
+    if (!e->used && e->whole == whole && e->off == off && e->n == n && strcmp(e->url, url) == 0) {
+      e->used = true;
+      return e;
+    }
+  }
+  return NULL;
+}
+
+// The error a held request ended with, raised again on this thread.
+static px_status held_error(const held *e) {
+  return px_error(e->st, "%s", e->msg ? e->msg : "(no message)");
+}
+
+#define MULTI_MAX 64
+static pthread_mutex_t multi_mu = PTHREAD_MUTEX_INITIALIZER;
+static CURLM *multi_pool[MULTI_MAX];
+static int multi_n;
+
+// A multi handle keeps its connections between batches: one per worker,
+// taken for a batch and given back.
+static CURLM *multi_take(void) {
+  CURLM *m = NULL;
+  pthread_mutex_lock(&multi_mu);
+  if (multi_n > 0) m = multi_pool[--multi_n];
+  pthread_mutex_unlock(&multi_mu);
+  if (!m && (m = curl_multi_init()) != NULL) curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)conf.in_flight);
+  return m;
+}
+
+static void multi_give(CURLM *m) {
+  pthread_mutex_lock(&multi_mu);
+  if (multi_n < MULTI_MAX) {
+    multi_pool[multi_n++] = m;
+    m = NULL;
+  }
+  pthread_mutex_unlock(&multi_mu);
+  if (m) curl_multi_cleanup(m);
+}
+
+typedef struct xfer {
+  held      *e;
+  s3_obj     o;
+  req_spec   q;
+  sink       s;
+  req_result r;
+  CURL      *h;
+  int        attempt;  // the attempt running or next
+  long       wait;     // the backoff before the next retry
+  double     ready_at; // px_time_now() from which the next attempt may start
+  int        state;    // 0 waiting, 1 in flight, 2 done
+  char       last[600];
+} xfer;
+
+static void xfer_finish(xfer *x, px_status st) {
+  held *e = x->e;
+  e->st = st;
+  if (st == PX_OK) {
+    if (x->e->whole) {
+      if (!x->s.buf) x->s.buf = malloc(1);
+      if (!x->s.buf) {
+        e->st = px_error(PX_ERR_NOMEM, "%s %s: out of memory", x->q.what, x->q.url);
+      } else {
+        e->data = x->s.buf;
+        e->len = x->s.len;
+        x->s.buf = NULL;
+      }
+    }
+  } else {
+    free(e->data);
+    e->data = NULL;
+  }
+  if (e->st != PX_OK) e->msg = strdup(px_last_error());
+  free(x->s.buf);
+  x->s.buf = NULL;
+  curl_slist_free_all(x->q.hdrs);
+  x->q.hdrs = NULL;
+  if (x->h) handle_give(x->h);
+  x->h = NULL;
+  x->state = 2;
+}
+
+// Send tb's recorded requests, at most conf.in_flight at a time.
+static void fetch_all(void) {
+  size_t n = tb.n;
+  xfer *xs = calloc(n, sizeof *xs);
+  CURLM *m = xs ? multi_take() : NULL;
+  if (!m) {  // no multi handle: every read is sent by the real pass itself
+    free(xs);
+    for (size_t k = 0; k < n; k++) tb.v[k].used = true;
+    return;
+  }
+  size_t done = 0;
+  int active = 0;
+  for (size_t k = 0; k < n; k++) {
+    xfer *x = &xs[k];
+    x->e = &tb.v[k];
+    x->attempt = 1;
+    x->wait = conf.backoff_ms;
+    const char *what = x->e->what;
+    px_status st = parse_url(x->e->url, what, &x->o);
+    if (st == PX_OK)
+      st = req_prepare(&x->q, REQ_GET, what, x->e->url, &x->o, x->o.key, NULL, x->e->off, x->e->n);
+    if (st == PX_OK && !x->e->whole) {
+      x->e->data = malloc(x->e->n ? x->e->n : 1);
+      if (!x->e->data) st = px_error(PX_ERR_NOMEM, "%s %s: out of memory for %zu bytes", what, x->e->url, x->e->n);
+      x->s.dst = x->e->data;
+      x->s.dst_cap = x->e->n;
+    }
+    if (st != PX_OK) {
+      xfer_finish(x, st);
+      done++;
+    }
+  }
+  while (done < n) {
+    double now = px_time_now(), soonest = -1;
+    for (size_t k = 0; k < n && active < conf.in_flight; k++) {
+      xfer *x = &xs[k];
+      const char *what = x->e->what;
+      if (x->state != 0) continue;
+      if (x->ready_at > now) {
+        if (soonest < 0 || x->ready_at < soonest) soonest = x->ready_at;
+        continue;
+      }
+      if (!x->h) x->h = handle_take();
+      if (!x->h) {
+        xfer_finish(x, px_error(PX_ERR_NOMEM, "%s %s: libcurl could not make a handle", what, x->e->url));
+        done++;
+        continue;
+      }
+      req_setopt(&x->q, x->h, &x->s);
+      curl_easy_setopt(x->h, CURLOPT_PRIVATE, (void *)x);
+      if (curl_multi_add_handle(m, x->h) != CURLM_OK) {
+        xfer_finish(x, px_error(PX_ERR_INTERNAL, "%s %s: libcurl could not start the request", what, x->e->url));
+        done++;
+        continue;
+      }
+      x->state = 1;
+      active++;
+    }
+    int running = 0;
+    curl_multi_perform(m, &running);
+    CURLMsg *msg;
+    int queued;
+    while ((msg = curl_multi_info_read(m, &queued)) != NULL) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      CURL *h = msg->easy_handle;
+      CURLcode rc = msg->data.result;
+      xfer *x = NULL;
+      curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&x);
+      curl_multi_remove_handle(m, h);
+      active--;
+      const char *what = x->e->what;
+      px_status st = PX_ERR_IO;
+      attempt_verdict v = req_judge(&x->q, h, rc, &x->s, &x->r, x->last, sizeof x->last, &st);
+      if (v == ATTEMPT_RETRY && x->attempt == conf.attempts) {
+        st = gave_up(what, x->e->url, x->attempt, x->last);
+        v = ATTEMPT_FAILED;
+      }
+      if (v == ATTEMPT_RETRY) {
+        note_retry(x->e->url, x->attempt, x->last, x->wait);
+        x->ready_at = px_time_now() + (double)x->wait / 1000.0;
+        x->wait = next_wait(x->wait);
+        x->attempt++;
+        x->state = 0;
+        continue;
+      }
+      xfer_finish(x, st);
+      done++;
+    }
+    if (done == n) break;
+    // Wait for the sockets, or until the next retry is due.
+    int ms = 100;
+    if (active == 0 && soonest > 0) {
+      double d = (soonest - px_time_now()) * 1000.0;
+      ms = d < 0 ? 0 : d > 100 ? 100 : (int)d + 1;
+    }
+    if (active > 0 || ms > 0) curl_multi_poll(m, NULL, 0, ms, NULL);
+  }
+  multi_give(m);
+  free(xs);
+}
+
+int px_s3_in_flight(void) {
+  pthread_once(&conf_once, conf_init);
+  return conf.in_flight;
+}
+
+bool px_s3_batch_begin(void) {
+  pthread_once(&conf_once, conf_init);
+  held_clear();
+  tb.mode = BATCH_OFF;
+  if (conf.in_flight <= 1 || !curl_ok || !*conf.key_id) return false;
+  tb.mode = BATCH_PLAN;
+  return true;
+}
+
+size_t px_s3_batch_planned(void) { return tb.mode == BATCH_PLAN ? tb.n : 0; }
+
+bool px_s3_batch_fetch(void) {
+  if (tb.mode != BATCH_PLAN) return false;
+  if (tb.n == 0) {
+    tb.mode = BATCH_OFF;
+    return false;
+  }
+  fetch_all();
+  tb.mode = BATCH_SERVE;
+  return true;
+}
+
+void px_s3_batch_end(void) {
+  tb.mode = BATCH_OFF;
+  held_clear();
 }
 
 // ---- Objects -------------------------------------------------------------------
@@ -525,6 +878,17 @@ px_status px_s3_read_range(const char *url, const char *what, uint64_t offset, s
   px_status st = parse_url(url, what, &o);
   if (st == PX_OK) st = conf_get(what, url);
   if (st != PX_OK || n == 0) return st;
+  if (tb.mode == BATCH_PLAN) {  // record it; the real pass gets the bytes
+    memset(dst, 0, n);
+    plan_record(url, what, offset, n, false);
+    return PX_OK;
+  }
+  const held *e = serve_find(url, offset, n, false);
+  if (e) {
+    if (e->st != PX_OK) return held_error(e);
+    memcpy(dst, e->data, n);
+    return PX_OK;
+  }
   sink s = {.dst = dst, .dst_cap = n};
   req_result r = {0};
   st = request(REQ_GET, what, url, &o, o.key, NULL, offset, n, &s, &r);
@@ -603,7 +967,21 @@ px_status px_s3_read(const char *url, const char *what, void **out, size_t *out_
   if (st == PX_OK) st = conf_get(what, url);
   if (st != PX_OK) return st;
   char *cached = key_escapes(o.key) ? NULL : px_s3_cache_path(url);
-  if (!cached) return get_whole(url, what, &o, out, out_n);
+  if (tb.mode == BATCH_PLAN) {  // record it (not with a cache: that path HEADs first); answer ""
+    if (!cached) plan_record(url, what, 0, 0, true);
+    free(cached);
+    *out = malloc(1);
+    return *out ? PX_OK : px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, url);
+  }
+  if (!cached) {
+    held *e = serve_find(url, 0, 0, true);
+    if (!e) return get_whole(url, what, &o, out, out_n);
+    if (e->st != PX_OK) return held_error(e);
+    *out = e->data;
+    *out_n = e->len;
+    e->data = NULL;
+    return PX_OK;
+  }
   uint64_t size = 0, have = 0;
   st = px_s3_size(url, what, &size, NULL);
   if (st == PX_OK && local_size(cached, &have) && have == size) {
@@ -874,5 +1252,11 @@ px_status px_s3_cache_fetch(const char *url, const char *what, uint64_t size, ch
 }
 
 uint64_t px_s3_retries(void) { return 0; }
+
+int px_s3_in_flight(void) { return 1; }
+bool px_s3_batch_begin(void) { return false; }
+size_t px_s3_batch_planned(void) { return 0; }
+bool px_s3_batch_fetch(void) { return false; }
+void px_s3_batch_end(void) {}
 
 #endif

@@ -19,6 +19,9 @@
  *                and reused while their size matches the store's
  *   retries      PX_S3_ATTEMPTS (5) tries per request, waiting
  *                PX_S3_BACKOFF_MS (200) ms, doubling, at most 10 s
+ *   in flight    PX_S3_IN_FLIGHT (8, at most 64): requests of one loader
+ *                batch sent at once by the worker filling it (1: one at a
+ *                time, as a plain read)
  *
  * A request is retried on HTTP 5xx, 429, and on a dropped or failed
  * connection (a curl error, a body shorter than its Content-Length); each
@@ -80,6 +83,31 @@ char *px_s3_cache_path(const char *url);
 /* Make sure the cache holds `url` at `size` bytes (download it if not):
  * the sources that read ranges (token shards) then read the local copy. */
 px_status px_s3_cache_fetch(const char *url, const char *what, uint64_t size, char **local_path);
+
+/* Batch fetch: the reads of one loader batch, several in flight.  The
+ * loader (loader.c, fill) calls, on the worker's thread:
+ *
+ *   px_s3_batch_begin()   true when PX_S3_IN_FLIGHT > 1 (and S3 usable):
+ *                         "plan" mode on this thread: px_s3_read_range and
+ *                         px_s3_read (without a cache) record the request and
+ *                         answer zeros / an empty object, sending nothing;
+ *   ... the batch's px_dataset_get calls (a dry run; results discarded) ...
+ *   px_s3_batch_planned() requests recorded so far;
+ *   px_s3_batch_fetch()   sends them all on one curl multi handle (its
+ *                         connections kept for the worker's next batch), at
+ *                         most PX_S3_IN_FLIGHT at a time, each retried with
+ *                         request()'s rules and messages; keeps each body
+ *                         (or its error) for this thread.  False (and plan
+ *                         mode off) when nothing was recorded;
+ *   ... the batch's gets again: a read of exactly a recorded object/range
+ *       is served from what was kept (its bytes, or its error with the
+ *       message a plain read would give); any other read is sent as usual;
+ *   px_s3_batch_end()     drops what is left, mode off. */
+int px_s3_in_flight(void);
+bool px_s3_batch_begin(void);
+size_t px_s3_batch_planned(void);
+bool px_s3_batch_fetch(void);
+void px_s3_batch_end(void);
 
 /* Requests retried since the process started (tests, the loader bench). */
 uint64_t px_s3_retries(void);

@@ -6,7 +6,8 @@
 //
 // KIND: mnist (PATH a directory or s3:// prefix: its train split), tokens
 // (PATH a shard pattern or s3:// prefix, windows of T), images (PATH a
-// "path,label" CSV, 1 channel, no crop).  The loader: batch 32, 2 workers,
+// "path,label" CSV, 1 channel, no crop).  The loader: batch 32, 2 workers
+// (PX_BATCHES_WORKERS: another count),
 // shuffled with seed 7 (the epoch's random token offsets too).  OUT gets
 // each batch's x then y bytes.  Prints "samples N retries R" (R: S3
 // requests retried, data/s3.h); an error goes to stderr, exit 1.
@@ -48,6 +49,8 @@ int main(int argc, char **argv) {
   px_loader_opts o = PX_LOADER_DEFAULTS;
   o.batch_size = 32;
   o.workers = 2;
+  const char *w = getenv("PX_BATCHES_WORKERS");
+  if (w && *w) o.workers = atoi(w);
   o.seed = 7;
   px_loader *l = NULL;
   FILE *f = fopen(argv[3], "wb");
