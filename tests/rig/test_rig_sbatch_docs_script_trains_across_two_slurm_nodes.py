@@ -32,7 +32,6 @@ removed, on every exit."""
 
 import ctypes
 import fcntl
-import json
 import os
 import re
 import shutil
