@@ -109,6 +109,17 @@ def reap():
             return
 
 
+def free_port():
+    """A TCP port nobody listens on now, for slurmctld in the root namespace
+    (another Slurm test may run there at the same time; the slurmd ports
+    are inside the rig's namespaces)."""
+    s = socket.socket()
+    s.bind(("", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def reap_orphans(keep):
     """Reap the zombies re-parented to this process (the child subreaper)
     except the processes in keep.  Under proctrack/pgid, slurmstepd waits
@@ -192,7 +203,7 @@ class Cluster:
 ClusterName=pxrig
 FirstJobId=%(first)d
 SlurmctldHost=%(host)s(10.77.0.254)
-SlurmctldPort=6917
+SlurmctldPort=%(ctldport)d
 SlurmdPort=6918
 SlurmUser=root
 SlurmdUser=root
@@ -222,7 +233,7 @@ SlurmdDebug=info
 PartitionName=px Nodes=%(nodelist)s Default=YES MaxTime=10 State=UP
 """ % dict(name=NAME, first=1000 + os.getpid() % 1000000, host=host, munge=p("munge", "munge.socket"),
            state=p("state"), node=node, ctldpid=p("slurmctld.pid"), ctldlog=p("log", "slurmctld.log"),
-           nodes=nodes, nodelist=",".join(self.nodes))
+           nodes=nodes, nodelist=",".join(self.nodes), ctldport=free_port())
         with open(self.env["SLURM_CONF"], "w") as f:
             f.write(conf)
 
@@ -429,7 +440,7 @@ def main():
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         skip("cannot become a child subreaper (prctl)")
 
-    # One rig at a time owns 10.77.0.0/24 (and this cluster its fixed ports on it).
+    # One rig at a time owns 10.77.0.0/24.
     lock = open("/tmp/plexus-rig.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
