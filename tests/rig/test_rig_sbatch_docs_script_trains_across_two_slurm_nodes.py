@@ -32,8 +32,10 @@ removed, on every exit."""
 
 import ctypes
 import fcntl
+import glob
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -365,6 +367,11 @@ def run_case(cluster, tmp, rigdir):
         return
     with open(os.path.join(job, "train.sbatch"), "w") as f:
         f.write(script)
+    # Core dumps on (srun passes the limit on to the tasks): a rank that
+    # crashes leaves a core in the job's directory (core_pattern "core"),
+    # whose backtrace is printed below.
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
     before = veth_bytes(rigdir)
     t0 = time.monotonic()
     sb = subprocess.run(["sbatch", "--parsable", "--chdir", job, "train.sbatch"], capture_output=True, text=True,
@@ -385,7 +392,14 @@ def run_case(cluster, tmp, rigdir):
     logs = os.listdir(logdir)
     log = open(os.path.join(logdir, logs[0])).read() if logs else ""
     print("job %s in %.1f s: %s\n--- %s\n%s" % (jobid, took, info.strip(), logs, log[-3000:]), flush=True)
-    cu.check("JobState=COMPLETED" in info and "ExitCode=0:0" in info, "the job did not complete with exit 0")
+    if not cu.check("JobState=COMPLETED" in info and "ExitCode=0:0" in info, "the job did not complete with exit 0"):
+        for core in glob.glob(os.path.join(job, "core*")):
+            if shutil.which("gdb"):
+                bt = subprocess.run(["gdb", "-batch", "-ex", "thread apply all bt 25", cu.PLEXUS, core],
+                                    capture_output=True, text=True, timeout=60)
+                print("--- backtrace of %s\n%s" % (core, bt.stdout[-6000:]), flush=True)
+            else:
+                print("--- %s left (no gdb to read it)" % core, flush=True)
     cu.check(re.search(r"NodeList=pxn\[1-2\]", info) is not None, "the job did not run on pxn[1-2]")
     cu.check("start on %d nodes" % NODES in log and "plexus train exited 0" in log,
              "the script's log does not say it started on %d nodes and plexus train exited 0" % NODES)
