@@ -28,82 +28,21 @@ Time: 11 short runs of 2 ranks, three of them waiting out the 4 s
 watchdog: about 45 s on a quiet 2-core machine (95 s with all 6 resumes at
 a load average of 8)."""
 
-import hashlib
 import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 import cli_util as cu
+from fault_util import ARGS, TIMEOUT, WHERE, final_loss, model_sum, run_fault, verifies
 
-TIMEOUT = 4
-ARGS = ["train", "--model", "mlp", "--hidden", "64", "--depth", "2", "--data", "mnist", "--data-path", cu.FMNIST,
-        "--train-subset", "512", "--val-subset", "32", "--batch-size", "16", "--optim", "adam", "--lr", "0.001",
-        "--ckpt-every", "2", "--keep-last", "3", "--steps", "8", "--workers", "1", "--progress", "lines",
-        "--timeout", str(TIMEOUT), "--seed", "5"]
 HOST = socket.gethostname()
 # Resumed (to keep the test's time down; every case's checkpoints verify):
 # both mid-checkpoint faults, and one of each of the others.
 RESUMED = {("STOP", "mid-checkpoint"), ("KILL", "mid-checkpoint"), ("KILL", "mid-backward"),
            ("STOP", "mid-all-reduce")}
-
-# name, PX_COMM_FAULT, the label rank 0's watchdog must give (SIGSTOP cases)
-WHERE = [
-    ("mid-backward", "before:1:DDP step 5, bucket 0", "allreduce (DDP step 5, bucket 0)"),
-    ("mid-all-reduce", "after:1:DDP step 5, bucket 0", "allreduce (DDP step 5, bucket 0)"),
-    ("mid-checkpoint", "before:3:checkpoint of step 4", "(checkpoint of step 4)"),
-]
-
-
-def verifies(ck):
-    sums = os.path.join(ck, "SHA256SUMS")
-    if not os.path.exists(sums):
-        return False
-    for line in open(sums):
-        digest, name = line.rstrip("\n").split("  ", 1)
-        path = os.path.join(ck, name)
-        if not os.path.exists(path):
-            return False
-        with open(path, "rb") as f:
-            if hashlib.sha256(f.read()).hexdigest() != digest:
-                return False
-    return True
-
-
-def final_loss(stdout):
-    """The held-out loss of the final weights ("plexus train: done: ... test loss 1.7675, ...")."""
-    found = re.findall(r"test loss (\S+), accuracy", stdout)
-    return found[-1] if found else None
-
-
-def run_fault(cmd, env):
-    """Runs the job; returns (rc, stderr, seconds from the fault firing to
-    the job's end, total seconds), stderr read line by line as it comes."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    lines, t_fault = [], None
-    killer = threading.Timer(90, proc.kill)
-    killer.start()
-    for line in proc.stderr:
-        if t_fault is None and "PX_COMM_FAULT: signal" in line:
-            t_fault = time.monotonic()
-        lines.append(line)
-    proc.wait()
-    killer.cancel()
-    t_end = time.monotonic()
-    return proc.returncode, "".join(lines), (t_end - t_fault) if t_fault else None, t_end - t0
-
-
-def model_sum(out):
-    ck = cu.checkpoints(os.path.join(out, "checkpoints"))
-    if not ck:
-        return None, None
-    return os.path.basename(ck[-1]), cu.sha256sums(ck[-1]).get("model.safetensors")
 
 
 launcher = cu.mpiexec()
