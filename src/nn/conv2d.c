@@ -88,17 +88,17 @@ typedef struct conv2d {
 // benchmark's CNNs: 1.07-1.30× less CPU per step); on ResNet-18 with them
 // for every layer (128-512 channels, where OpenBLAS's GEMMs are efficient)
 // the step took 7 % more.  PX_CONV_DIRECT=0: never; =1: every 3×3
-// stride-1 padding-1 layer.  Only in a -march=native build (PX_NATIVE) by
-// default: the portable build's run-time clones of these kernels
-// (PX_KERNEL) lose the register pinning that needs __AVX__ at compile time
-// and measured slower than im2col + GEMM (ResNet-20, 1 thread: 127 against
-// 168 samples/s; the zoo's CNN 1204 against 1773; docs/PERFORMANCE.md).
+// stride-1 padding-1 layer.  By default only where they run at full speed
+// (px_c3_fast): a -march=native build, or the portable build's AVX2 + FMA
+// copy (conv2d_3x3_avx2.c) on a CPU with AVX2 and FMA.  The portable
+// build's baseline copy (SSE2, no register pinning) is slower than im2col +
+// GEMM, whose OpenBLAS picks its own kernels (docs/PERFORMANCE.md).
 static bool use_direct(const conv2d *c) {
   if (c->k != 3 || c->stride != 1 || c->pad != 1) return false;
   const char *e = getenv("PX_CONV_DIRECT");
   if (e && strcmp(e, "0") == 0) return false;
   if (e && strcmp(e, "1") == 0) return true;
-  return !PX_KERNEL_CLONES && c->in_c <= 64 && c->out_c <= 64;
+  return px_c3_fast() && c->in_c <= 64 && c->out_c <= 64;
 }
 
 // First and one-past-last output column ow whose input column
