@@ -90,9 +90,10 @@ typedef struct conv2d {
 // the step took 7 % more.  PX_CONV_DIRECT=0: never; =1: every 3×3
 // stride-1 padding-1 layer.  By default only where they run at full speed
 // (px_c3_fast): a -march=native build, or the portable build's AVX2 + FMA
-// copy (conv2d_3x3_avx2.c) on a CPU with AVX2 and FMA.  The portable
-// build's baseline copy (SSE2, no register pinning) is slower than im2col +
-// GEMM, whose OpenBLAS picks its own kernels (docs/PERFORMANCE.md).
+// copy (conv2d_3x3_avx2.c) on a CPU with AVX2 and FMA.  On an x86-64 CPU
+// without them, im2col + GEMM as before: the baseline copy (SSE2, no
+// register pinning) has not been measured against OpenBLAS's kernels for
+// such a CPU.
 static bool use_direct(const conv2d *c) {
   if (c->k != 3 || c->stride != 1 || c->pad != 1) return false;
   const char *e = getenv("PX_CONV_DIRECT");
