@@ -96,41 +96,41 @@ void px_c3_weights_dx(const float *Wt, int O, int C, float *wr) {
 // compiler's default target.  Each copy computes the same bits on every
 // call, for any thread count; the two copies differ (FMA against separate
 // multiply and add), as CPUs do.
-static bool c3_avx2(void) {
 #ifdef PX_C3_AVX2_VARIANT
+static bool c3_avx2(void) {
   static _Atomic int have = -1;
   int h = have;
   if (h < 0) {
     __builtin_cpu_init();
     h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    const char *e = getenv("PX_CONV_ISA");  // "base": the default target's copy (for measurements)
+    const char *e = getenv("PX_CONV_ISA");  // "base": the default target's copy (tests, measurements)
     if (e && strcmp(e, "base") == 0) h = 0;
     have = h;
   }
   return h;
-#else
-  return false;
-#endif
 }
+#endif
 
 bool px_c3_fast(void) {
-#if defined(PX_NATIVE_BUILD) || defined(__AVX2__)
-  return true;
-#else
+#if defined(PX_C3_AVX2_VARIANT)
   return c3_avx2();
+#elif defined(__x86_64__) && !defined(__AVX2__)
+  return false;  // x86-64 without the AVX2 copy: only the baseline one
+#else
+  return true;   // PX_NATIVE, or the compiler's own target elsewhere
 #endif
 }
 
+#define C3_NONE "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)"
 const char *px_conv_kernel_info(void) {
-#if defined(PX_NATIVE_BUILD)
+#if defined(PX_C3_AVX2_VARIANT)
+  return c3_avx2() ? "direct 3x3 avx2+fma (cpuid)" : C3_NONE;
+#elif defined(PX_NATIVE_BUILD)
   return "direct 3x3 native (-march=native)";
+#elif defined(__x86_64__) && !defined(__AVX2__)
+  return C3_NONE;
 #else
-  if (c3_avx2()) return "direct 3x3 avx2+fma (cpuid)";
-#if defined(__AVX2__)
-  return "direct 3x3 compiler default (avx2)";
-#else
-  return "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)";
-#endif
+  return "direct 3x3 (compiler default target)";
 #endif
 }
 
