@@ -3,7 +3,11 @@
 # or AVX-512: under qemu-x86_64 emulating a Nehalem (SSE4.2), `plexus
 # --version` reports the baseline kernels and the kernel tests (elementwise
 # ops, layers and their gradients, SGD/Adam/AdamW) pass there; under an
-# emulated Haswell the AVX2+FMA clones are picked.  If it failed, a library
+# emulated Haswell the AVX2+FMA clones are picked; 3x3 convolutions take
+# im2col + GEMM on Nehalem and the direct kernels' AVX2+FMA copy on Haswell
+# (`conv:` line).  The direct kernels' baseline copy is tested natively with
+# PX_CONV_ISA=base (test_conv3x3_direct_baseline_copy_...): its test takes
+# 40 s of CPU under qemu.  If it failed, a library
 # or `plexus` built on a newer login node would die with an illegal
 # instruction on older compute nodes.
 #
@@ -39,8 +43,10 @@ qemu() { # qemu CPU PROGRAM ARGS...: run it, warnings about unemulated CPU featu
 out=$(qemu Nehalem "$build/plexus" --version) || { echo "FAIL: plexus --version on Nehalem exited $?"; fail=1; }
 echo "$out"
 echo "$out" | grep -q "^kernels: baseline x86-64" || { echo "FAIL: Nehalem did not get the baseline kernels"; fail=1; }
+echo "$out" | grep -q "^conv: im2col + GEMM" || { echo "FAIL: Nehalem did not get im2col + GEMM for 3x3 convolutions"; fail=1; }
 out=$(qemu Haswell "$build/plexus" --version) || { echo "FAIL: plexus --version on Haswell exited $?"; fail=1; }
 echo "$out" | grep -q "^kernels: avx2+fma" || { echo "FAIL: Haswell did not get the avx2+fma kernels: $out"; fail=1; }
+echo "$out" | grep -q "^conv: direct 3x3 avx2+fma" || { echo "FAIL: Haswell did not get the direct 3x3 avx2+fma kernels: $out"; fail=1; }
 # One thread: OpenMP's spinning barriers crawl under emulation.
 export OMP_NUM_THREADS=1 PX_NUM_THREADS=1
 for t in test_gradcheck_linear_activations_losses test_gradcheck_transformer_layers \

@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "--version") == 0) {
     printf("plexus %d.%d.%d (%s)\n", PLEXUS_VERSION_MAJOR, PLEXUS_VERSION_MINOR, PLEXUS_VERSION_PATCH,
            px_comm_mpi_available() ? "with MPI" : "without MPI");
-    printf("kernels: %s\nblas: %s\n", px_kernel_info(), px_blas_info());
+    printf("kernels: %s\nconv: %s\nblas: %s\n", px_kernel_info(), px_conv_kernel_info(), px_blas_info());
     const int gpus = px_train_cuda_devices();
     if (gpus < 0) printf("cuda: built without CUDA\n");
     else printf("cuda: %d device%s\n", gpus, gpus == 1 ? "" : "s");

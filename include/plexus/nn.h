@@ -432,6 +432,12 @@ typedef struct px_ce_opts {
 px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
                                 const px_ce_opts *opts, float *loss, float *dlogits);
 
+/* Which kernels px_conv2d's 3x3 stride-1 layers of up to 64 channels run:
+ * the direct 3x3 kernels' AVX2+FMA copy (picked from cpuid in a portable
+ * x86-64 build), their native build, or im2col + GEMM (a CPU without AVX2,
+ * where the baseline copy is slower).  PX_CONV_DIRECT=0/1 overrides. */
+const char *px_conv_kernel_info(void);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

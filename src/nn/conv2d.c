@@ -88,18 +88,18 @@ typedef struct conv2d {
 // benchmark's CNNs); on ResNet-18 with them for every layer (128-512
 // channels, where OpenBLAS's GEMMs are efficient) the step took longer
 // (docs/PERFORMANCE.md, "Figures behind code comments").  PX_CONV_DIRECT=0:
-// never; =1: every 3×3
-// stride-1 padding-1 layer.  Only in a -march=native build (PX_NATIVE) by
-// default: the portable build's run-time clones of these kernels
-// (PX_KERNEL) lose the register pinning that needs __AVX__ at compile time
-// and measured slower than im2col + GEMM (docs/PERFORMANCE.md, "Figures
-// behind code comments").
+// never; =1: every 3×3 stride-1 padding-1 layer.  By default only where
+// they run at full speed (px_c3_fast): a -march=native build, or the
+// portable build's AVX2 + FMA copy (conv2d_3x3_avx2.c) on a CPU with AVX2
+// and FMA.  On an x86-64 CPU without them, im2col + GEMM as before: the
+// baseline copy (SSE2, no register pinning) has not been measured against
+// OpenBLAS's kernels for such a CPU.
 static bool use_direct(const conv2d *c) {
   if (c->k != 3 || c->stride != 1 || c->pad != 1) return false;
   const char *e = getenv("PX_CONV_DIRECT");
   if (e && strcmp(e, "0") == 0) return false;
   if (e && strcmp(e, "1") == 0) return true;
-  return !PX_KERNEL_CLONES && c->in_c <= 64 && c->out_c <= 64;
+  return px_c3_fast() && c->in_c <= 64 && c->out_c <= 64;
 }
 
 // First and one-past-last output column ow whose input column

@@ -23,41 +23,14 @@
 // kernel row, summed over q and over the samples of the block.  Every sum
 // has a fixed order that depends on the shapes only, never on threads.
 #include "nn/conv2d_3x3.h"
-#include "tensor/internal.h"
+#include "plexus/nn.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-// The vector helpers below are static and inlined: the ABI note gcc gives
-// for 32-byte vector arguments on targets without AVX does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-#define VL 8               /* floats per vector */
-#define OB PX_C3_OB
-// Input channels summed in registers before the partial sum goes to the
-// tile: 64 channels = 576 terms.  One running sum over all of a 512-channel
-// layer's 4608 terms measured 9× the error of the im2col + GEMM path
-// (1.1e-5 against 1.3e-6 of the output's scale, float64 reference).
-#define CB 64
-
-typedef float v8 __attribute__((vector_size(VL * sizeof(float))));
-
-static inline v8 ld(const float *p) {
-  v8 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-static inline void st(float *p, v8 v) { memcpy(p, &v, sizeof v); }
-static inline v8 splat(float s) { return (v8){s, s, s, s, s, s, s, s}; }
-
-// Keeps a loaded vector in a register: without it gcc folds the load into
-// every FMA that uses it (one load per FMA instead of one per vector).
-#if defined(__GNUC__) && defined(__AVX__)  /* a ymm register holds a v8 */
-#define PIN(v) __asm__("" : "+x"(v))
-#else
-#define PIN(v) ((void)0)
-#endif
-
-static size_t round_up(size_t a, size_t m) { return (a + m - 1) / m * m; }
+// The kernels for the compiler's default target (and VL, round_up).
+#define PX_C3_NAME(n) n##_base
+#include "nn/conv2d_3x3_body.inc"
 
 void px_c3_geom(int H, int W, px_c3 *g) {
   g->H = H;
@@ -118,69 +91,68 @@ void px_c3_weights_dx(const float *Wt, int O, int C, float *wr) {
         }
 }
 
-// fp-contract: a·b + c as one FMA where the target has it (ISO C mode turns
-// contraction off by default).  The same binary always computes the same bits.
-// The forward/dx kernel for NV vectors per chunk, twice (NV = 2, 3): the
-// accumulators a[OB][NV] must have constant bounds to live in registers.
-#define NV 2
-#define CONV_NAME conv_nv2
-#include "nn/conv2d_3x3_kernel.inc"
-#undef NV
-#undef CONV_NAME
-#define NV 3
-#define CONV_NAME conv_nv3
-#include "nn/conv2d_3x3_kernel.inc"
-#undef NV
-#undef CONV_NAME
+
+// The kernels for this CPU, chosen once from cpuid: the -mavx2 -mfma copy
+// (conv2d_3x3_avx2.c) where the CPU has AVX2 and FMA, else the copy for the
+// compiler's default target.  Each copy computes the same bits on every
+// call, for any thread count; the two copies differ (FMA against separate
+// multiply and add), as CPUs do.
+#ifdef PX_C3_AVX2_VARIANT
+static bool c3_avx2(void) {
+  static _Atomic int have = -1;
+  int h = have;
+  if (h < 0) {
+    __builtin_cpu_init();
+    h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const char *e = getenv("PX_CONV_ISA");  // "base": the default target's copy (tests, measurements)
+    if (e && strcmp(e, "base") == 0) h = 0;
+    have = h;
+  }
+  return h;
+}
+#endif
+
+bool px_c3_fast(void) {
+#if defined(PX_C3_AVX2_VARIANT)
+  return c3_avx2();
+#elif defined(__x86_64__) && !defined(__AVX2__)
+  return false;  // x86-64 without the AVX2 copy: only the baseline one
+#else
+  return true;   // PX_NATIVE, or the compiler's own target elsewhere
+#endif
+}
+
+#define C3_NONE "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)"
+const char *px_conv_kernel_info(void) {
+#if defined(PX_C3_AVX2_VARIANT)
+  return c3_avx2() ? "direct 3x3 avx2+fma (cpuid)" : C3_NONE;
+#elif defined(PX_NATIVE_BUILD)
+  return "direct 3x3 native (-march=native)";
+#elif defined(__x86_64__) && !defined(__AVX2__)
+  return C3_NONE;
+#else
+  return "direct 3x3 (compiler default target)";
+#endif
+}
 
 void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
                 const float *bias, float *out, float *tile) {
-  if (g->nv == 2) conv_nv2(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
-  else conv_nv3(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
-}
-
-// Cloned as a static function: a cloned extern one gets an ifunc symbol
-// that -fvisibility=hidden does not hide (the exported-symbols test).
-__attribute__((optimize("fp-contract=fast"))) PX_KERNEL
-static void dw_kernel(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
-                      float *dW) {
-  const ptrdiff_t Wp = g->Wp;
-  const int o0 = blk * OB;
-  const size_t xs = (size_t)C * g->PS, ys = (size_t)O * g->PS, Q8 = round_up(g->Q, VL);
-  // Rows past O read row o0 (valid) and are not written.
-  const float *dyr[OB];
-  for (int r = 0; r < OB; r++) dyr[r] = dy_p + (size_t)(o0 + r < O ? o0 + r : o0) * g->PS + Wp + 1;
-  for (int c = 0; c < C; c++)
-    for (int i = 0; i < 3; i++) {
-      v8 a[OB][3];
-      for (int r = 0; r < OB; r++)
-        for (int j = 0; j < 3; j++) a[r][j] = splat(0.0f);
-      for (int n = 0; n < n_samples; n++) {
-        const float *x = x_p + n * xs + (size_t)c * g->PS + i * Wp;
-        const size_t dn = n * ys;
-        for (size_t q = 0; q < Q8; q += VL) {
-          v8 xv[3];
-          for (int j = 0; j < 3; j++) {
-            xv[j] = ld(x + q + j);
-            PIN(xv[j]);
-          }
-          for (int r = 0; r < OB; r++) {
-            v8 d = ld(dyr[r] + dn + q);
-            PIN(d);
-            for (int j = 0; j < 3; j++) a[r][j] += d * xv[j];
-          }
-        }
-      }
-      for (int r = 0; r < OB && o0 + r < O; r++)
-        for (int j = 0; j < 3; j++) {
-          float s = 0.0f;
-          for (int l = 0; l < VL; l++) s += a[r][j][l];
-          dW[((size_t)(o0 + r) * C + c) * 9 + i * 3 + j] += s;
-        }
-    }
+#ifdef PX_C3_AVX2_VARIANT
+  if (c3_avx2()) {
+    px_c3_conv_avx2(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
+    return;
+  }
+#endif
+  px_c3_conv_base(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
 }
 
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
               float *dW) {
-  dw_kernel(g, x_p, C, dy_p, O, blk, n_samples, dW);
+#ifdef PX_C3_AVX2_VARIANT
+  if (c3_avx2()) {
+    px_c3_dw_avx2(g, x_p, C, dy_p, O, blk, n_samples, dW);
+    return;
+  }
+#endif
+  px_c3_dw_base(g, x_p, C, dy_p, O, blk, n_samples, dW);
 }

@@ -40,4 +40,19 @@ void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, in
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
               float *dW);
 
+// The copies of px_c3_conv and px_c3_dw for the compiler's default target
+// (conv2d_3x3.c) and for AVX2 + FMA (conv2d_3x3_avx2.c, in a portable x86-64
+// build); px_c3_conv and px_c3_dw call one, chosen once from cpuid.
+void px_c3_conv_base(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
+                     const float *bias, float *out, float *tile);
+void px_c3_dw_base(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
+                   float *dW);
+void px_c3_conv_avx2(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
+                     const float *bias, float *out, float *tile);
+void px_c3_dw_avx2(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
+                   float *dW);
+// The kernels run at full speed here: a native build, or the AVX2 + FMA
+// copy on a CPU that has them (conv2d.c takes them by default only then).
+bool px_c3_fast(void);
+
 #endif
