@@ -23,6 +23,7 @@
 // every other file; the per-piece checksums let a reader that skips most of
 // a file still check every byte it uses.
 #define _POSIX_C_SOURCE 200809L  // pread, posix_fadvise, mmap
+#define _DEFAULT_SOURCE          // MAP_POPULATE
 #include "io/checkpoint.h"
 #include "io/internal.h"
 
@@ -480,7 +481,13 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
   // "Figures behind code comments").  The file's size was checked against
   // the index above; checkpoint files are never rewritten in place (a save
   // writes a new directory), so the mapping reads what was checked.  Where
-  // mmap fails, the file is read as above.
+  // mmap fails, the file is read as above.  When the rank needs at least
+  // half of the file's data (every load at the world size it was saved
+  // with), the mapping is populated at once (MAP_POPULATE): the kernel reads
+  // the file in large requests and maps it without a fault per page (the
+  // cold load's time and CPU in docs/PERFORMANCE.md, "Figures behind code
+  // comments"); a rank that needs less of it maps it lazily and reads
+  // ahead only what it needs.
   qsort(needs, (size_t)n_needs, sizeof *needs, by_begin);
   for (int i = 0; i < n_needs && st == PX_OK; i++) {
     if ((st = check_need(L, name, path, h, table, of_pieces, ver, &needs[i])) != PX_OK) break;
@@ -488,7 +495,13 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
   }
   unsigned char *map = NULL;
   if (st == PX_OK && bytes > hbytes && bytes <= (uint64_t)SIZE_MAX) {
-    void *m = mmap(NULL, (size_t)bytes, PROT_READ, MAP_SHARED, fd, 0);
+    uint64_t wanted = 0;
+    for (int i = 0; i < n_needs; i++) wanted += needs[i].end - needs[i].begin;
+    int flags = MAP_SHARED;
+#ifdef MAP_POPULATE
+    if (2 * wanted >= bytes - hbytes) flags |= MAP_POPULATE;
+#endif
+    void *m = mmap(NULL, (size_t)bytes, PROT_READ, flags, fd, 0);
     if (m != MAP_FAILED) {
       if (px_ckpt_loader_keep_map(L, m, (size_t)bytes) == PX_OK) map = m;
       else munmap(m, (size_t)bytes);
@@ -639,6 +652,34 @@ px_status px_ckpt_index_load(px_ckpt_loader *L, const px_ckpt_sums *sums, bool *
       by_file[fi][count[fi]++] = q;
     }
   }
+#ifdef POSIX_FADV_WILLNEED
+  // Before the first file is read, the disk is asked for every file this
+  // rank needs most of (a hint; as MAP_POPULATE in read_file_pieces): their
+  // reads then queue together instead of one file's after the other's
+  // checks.
+  if (st == PX_OK) {
+    int k = 0;
+    for (const cJSON *f = F ? F->child : NULL; f; f = f->next, k++) {
+      if (!count[k]) continue;
+      uint64_t file_bytes = 0, wanted = 0;
+      if (!json_u64(cJSON_GetObjectItemCaseSensitive(f, "bytes"), &file_bytes)) continue;
+      for (int i = 0; i < count[k]; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(by_file[k][i].entry, "data_offsets");
+        uint64_t b = 0, e = 0;
+        if (cJSON_GetArraySize(o) == 2 && json_u64(cJSON_GetArrayItem(o, 0), &b) &&
+            json_u64(cJSON_GetArrayItem(o, 1), &e) && e > b)
+          wanted += e - b;
+      }
+      if (2 * wanted < file_bytes) continue;
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s", L->ckpt, f->string);
+      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // read_file_pieces says why
+      (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+      close(fd);
+    }
+  }
+#endif
   int fi = 0;
   for (const cJSON *f = F ? F->child : NULL; f && st == PX_OK; f = f->next, fi++) {
     if (!count[fi]) continue;
