@@ -160,7 +160,7 @@ static const opt_def opts[] = {
   {"parallel", "num_threads", "num-threads", T_INT, F(num_threads), "0", NULL, 0, 4096, ALL,
    "compute threads per rank (0: this node's cores divided among its ranks)"},
   {"parallel", "bucket_mb", "bucket-mb", T_NUM, F(bucket_mb), "0", NULL, 0, 1 << 20, CFG_TRAIN,
-   "gradient bucket size in MiB (DDP, ZeRO 1-2); 0: the library's default for the strategy (DDP and ZeRO 1: 25, "
+   "gradient bucket size in MiB (DDP, ZeRO 1-2); 0: the library's default for the strategy (DDP: 4, ZeRO 1: 25, "
    "ZeRO 2: 8)"},
   {"parallel", "zero", "zero", T_INT, F(zero), "0", NULL, 0, BIG, CFG_TRAIN,
    "sharded data parallel (ZeRO): 0 DDP (every rank holds everything), 1 shard the optimizer state, 2 and the "

@@ -36,7 +36,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 typedef struct px_ddp_opts {
-  size_t bucket_bytes;        /* bucket capacity (default 25 MiB) */
+  size_t bucket_bytes;        /* bucket capacity (default 4 MiB: docs/PARALLEL.md, "Buckets") */
   size_t first_bucket_bytes;  /* the first bucket to fill, i.e. the model's
                                  last layers (default 1 MiB), so
                                  communication starts early; never more
@@ -47,7 +47,7 @@ typedef struct px_ddp_opts {
 } px_ddp_opts;
 
 #define PX_DDP_DEFAULTS \
-  ((px_ddp_opts){ .bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20, \
+  ((px_ddp_opts){ .bucket_bytes = 4u << 20, .first_bucket_bytes = 1u << 20, \
                   .find_unused_parameters = false, .root = 0 })
 
 typedef struct px_ddp px_ddp;
@@ -165,7 +165,8 @@ typedef struct px_zero_opts {
                                  reduce-scatter, so a missing wait shows */
 } px_zero_opts;
 
-/* Stage 1 holds the whole gradient anyway: DDP's 25 MiB buckets.  Stage 2
+/* Stage 1 holds the whole gradient anyway: 25 MiB buckets (DDP's until it
+ * moved to 4 MiB; stage 1 has not been measured on the rig).  Stage 2
  * holds only the buckets being written or reduce-scattered (up to two,
  * plus a tied embedding's from the head's backward to its own), so its
  * buckets are smaller (DeepSpeed sizes reduce_bucket_size per stage too):

@@ -203,7 +203,7 @@ static px_status build_buckets(px_ddp *d) {
 px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp_opts *opts) {
   *out = NULL;
   px_ddp_opts o = opts ? *opts : PX_DDP_DEFAULTS;
-  if (o.bucket_bytes == 0) o.bucket_bytes = 25u << 20;
+  if (o.bucket_bytes == 0) o.bucket_bytes = PX_DDP_DEFAULTS.bucket_bytes;
   // The first bucket is the small one that starts communication early: a
   // bucket size below the default first size (1 MiB) makes it that size
   // too, so a caller who shrinks the buckets need not know of the first.
