@@ -69,12 +69,15 @@ static inline void cc_set_training(px_module *m, bool training) {
   for (int i = 0; i < m->n_children; i++) cc_set_training(m->children[i], training);
 }
 
-/* The GPU's n floats against the CPU's: max |gpu - cpu| <= tol · max |cpu|
- * (relative to the tensor's largest magnitude, so elements near zero that
- * came out of cancellation do not demand more than f32 can give).  Returns
- * the measured relative error. */
-static inline double cc_compare(const char *what, const float *gpu, const float *cpu, size_t n, double tol) {
-  double amax = 0.0, emax = 0.0;
+/* The GPU's n floats against the CPU's: max |gpu - cpu| <= tol · max(max
+ * |cpu|, floor) (relative to the tensor's largest magnitude, so elements
+ * near zero that came out of cancellation do not demand more than f32 can
+ * give; `floor` stands in for that magnitude where a whole tensor is zero
+ * in exact arithmetic, its value rounding noise of terms as large as the
+ * floor).  Returns the measured relative error. */
+static inline double cc_compare_floor(const char *what, const float *gpu, const float *cpu, size_t n, double tol,
+                                      double floor) {
+  double amax = floor, emax = 0.0;
   size_t worst = 0;
   int nonfinite = 0;
   for (size_t i = 0; i < n; i++) {
@@ -86,9 +89,15 @@ static inline double cc_compare(const char *what, const float *gpu, const float 
   }
   const double rel = amax > 0 ? emax / amax : emax;
   CHECK(nonfinite == 0 && rel <= tol,
-        "%s: %zu floats, max |gpu - cpu| / max |cpu| = %.3g > %.1g (worst [%zu]: gpu %.9g, cpu %.9g), %d not finite",
-        what, n, rel, tol, worst, n ? (double)gpu[worst] : 0.0, n ? (double)cpu[worst] : 0.0, nonfinite);
+        "%s: %zu floats, max |gpu - cpu| / max(max |cpu|, floor %.3g) = %.3g > %.1g (worst [%zu]: gpu %.9g, cpu %.9g), "
+        "%d not finite",
+        what, n, floor, rel, tol, worst, n ? (double)gpu[worst] : 0.0, n ? (double)cpu[worst] : 0.0, nonfinite);
   return rel;
+}
+
+/* cc_compare_floor with no floor: relative to the tensor's largest |cpu|. */
+static inline double cc_compare(const char *what, const float *gpu, const float *cpu, size_t n, double tol) {
+  return cc_compare_floor(what, gpu, cpu, n, tol, 0.0);
 }
 
 #endif

@@ -353,7 +353,7 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
     r.epoch = r.ck.epoch;
   }
   if (st == PX_OK) { what = ""; st = train_loop(&r, ld, res); }
-  if (st != PX_OK && *what) st = px_error_wrap(st, what);
+  if (st != PX_OK && *what) st = px_error_wrap(st, "%s", what);
   px_loader_free(ld);
   px_pp_free(r.pp);
   px_pp_schedule_free(sched);

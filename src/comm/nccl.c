@@ -32,6 +32,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,6 +49,9 @@ typedef struct nccl_impl {
   px_comm    *bootstrap;    /* the world's bootstrap: px_comm_abort ends the job through it */
   bool        aborted;
   char        abort_msg[256];
+  ncclComm_t  aborting;     /* handed to the abort thread */
+  pthread_t   abort_thread; /* joined by n_free */
+  bool        abort_running;
 } nccl_impl;
 
 typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER } op_kind;
@@ -191,12 +195,29 @@ static void nap_us(long us) {
   nanosleep(&ts, NULL);
 }
 
+static void *abort_main(void *arg) {
+  nccl_impl *im = arg;
+  cudaSetDevice(im->device);
+  ncclCommAbort(im->aborting);
+  return NULL;
+}
+
+/* Marks the communicator aborted (every later operation fails at once) and
+ * aborts the NCCL communicator on a helper thread: ncclCommAbort frees
+ * device memory, which waits for the work already queued on the device, so
+ * with a stream held up (a host function, a kernel that never ends) it
+ * returns only when that work does; measured on an H200, a 3 s stall held
+ * the watchdog's caller 3.0 s instead of the 0.5 s timeout.  The caller gets
+ * its error at the bound; n_free joins the thread. */
 static void abort_nccl(nccl_impl *im, const char *why) {
   if (im->aborted) return;
   im->aborted = true;
   snprintf(im->abort_msg, sizeof im->abort_msg, "%s", why);
-  ncclCommAbort(im->nc);
+  im->aborting = im->nc;
   im->nc = NULL;
+  if (!im->aborting) return;
+  if (pthread_create(&im->abort_thread, NULL, abort_main, im) == 0) im->abort_running = true;
+  else ncclCommAbort(im->aborting);
 }
 
 /* Polls r's event until it completes, NCCL reports an error, or the
@@ -499,6 +520,7 @@ static void n_free(px_comm *c) {
   nccl_impl *im = impl_of(c);
   if (im) {
     if (!im->aborted && im->nc) ncclCommDestroy(im->nc);
+    if (im->abort_running) pthread_join(im->abort_thread, NULL);
     if (im->ready) cudaEventDestroy(im->ready);
     px_cuda_free(im->scratch);
     free(im);
