@@ -37,6 +37,30 @@ static _Atomic int px_test_failures = 0;
   CHECK(fabs((double)(a) - (double)(b)) <= (tol) * fmax(1.0, fmax(fabs((double)(a)), fabs((double)(b)))), \
         "%s = %.9g, %s = %.9g, tol %.3g", #a, (double)(a), #b, (double)(b), (double)(tol))
 
+#if defined(__GLIBC__) && !defined(PX_FUZZ)
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+/* A test that crashes prints its stack before it dies (stdout, buffered into
+ * a pipe, is lost with the process; this goes to stderr).  Installed only
+ * where nothing else handles the signal (a sanitizer's handler stays). */
+static void px_test_crashed(int sig) {
+  static const char msg[] = "\npx_test: crashed (signal); the stack:\n";
+  if (write(2, msg, sizeof msg - 1) < 0) {}
+  void *pc[64];
+  backtrace_symbols_fd(pc, backtrace(pc, 64), 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+__attribute__((constructor)) static void px_test_trace_crashes(void) {
+  const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+  for (int i = 0; i < 4; i++) {
+    void (*old)(int) = signal(sigs[i], px_test_crashed);
+    if (old != SIG_DFL) signal(sigs[i], old);
+  }
+}
+#endif
+
 static inline int px_test_finish(const char *name) {
   if (px_test_failures) {
     fprintf(stderr, "%s: %d check(s) failed\n", name, px_test_failures);

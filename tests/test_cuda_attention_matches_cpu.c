@@ -10,12 +10,15 @@
  * resid_dropout are Dropout(0)), so x is qkv itself and y is the merged
  * heads' output: the test checks the attention kernels, not Conv1D's.
  * The backward recomputes the probabilities from the saved log-sum-exp, so
- * a wrong lse fails the gradient checks.  Both kernel families run: the
- * tiled default and PX_CUDA_ATTENTION=rowwise (the reference kernels).
+ * a wrong lse fails the gradient checks.  Three kernel families run: the
+ * tiled default, PX_CUDA_ATTENTION=rowwise (the reference kernels), and the
+ * bf16 tensor-core kernels (the context's compute dtype PX_BF16; head widths
+ * 16, 32, 64, 128, the others falling back to the f32 kernels).
  *
  * Tolerances (max |gpu - cpu| / max |cpu| per tensor): 1e-5 for the output;
  * 1e-4 for the gradients, whose T-term sums run in another order than the
- * CPU's sgemm and whose dS = P (dP - D) cancels. */
+ * CPU's sgemm and whose dS = P (dP - D) cancels; 1e-2 for both in bf16 (q,
+ * k, v, dO and P rounded to 8 significant bits). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "cuda_compare.h"
 #include "nn/internal.h"
@@ -65,10 +68,16 @@ static void run_case(att_case c, int idx) {
   // GPU: the same module, the same seed and step; tiled, then rowwise kernels.
   px_ctx gpu = cc_ctx(PX_CUDA, true, seed, step);
   px_tensor Xd = cc_device_tensor(&X), DYd = cc_device_tensor(&DY);
-  for (int variant = 0; variant < 2; variant++) {
-    if (variant == 0) unsetenv("PX_CUDA_ATTENTION");
-    else setenv("PX_CUDA_ATTENTION", "rowwise", 1);
-    const char *vname = variant == 0 ? "tiled" : "rowwise";
+  const bool tc = c.d == 16 || c.d == 32 || c.d == 64 || c.d == 128;
+  for (int variant = 0; variant < 3; variant++) {
+    if (variant == 1) setenv("PX_CUDA_ATTENTION", "rowwise", 1);
+    else unsetenv("PX_CUDA_ATTENTION");
+    // Variant 2: the step in bf16, the tensor-core kernels where the head
+    // width allows (else the f32 kernels again).
+    const bool bf16 = variant == 2;
+    gpu.compute_dtype = bf16 ? PX_BF16 : PX_F32;
+    const char *vname = variant == 0 ? "tiled" : variant == 1 ? "rowwise" : tc ? "bf16 tensor cores" : "bf16 (f32 kernels)";
+    const double tol_y = bf16 && tc ? 1e-2 : 1e-5, tol_g = bf16 && tc ? 1e-2 : 1e-4;
     px_arena_reset(gpu.arena);
     px_tensor yd, dxd;
     CHECK_OK(px_module_forward(m, &gpu, &Xd, &yd));
@@ -78,7 +87,7 @@ static void run_case(att_case c, int idx) {
     float *y_gpu = cc_to_host(&yd), *dx_gpu = cc_to_host(&dxd);
     char what[200];
     snprintf(what, sizeof what, "%s, %s: output", label, vname);
-    const double ey = cc_compare(what, y_gpu, y_cpu, ny, 1e-5);
+    const double ey = cc_compare(what, y_gpu, y_cpu, ny, tol_y);
     // dq, dk, dv separately: a wrong dk would hide behind a large dq.
     // dq and dk are sums of P·(dP - rowsum(P·dP))·k (or q) / √d: terms as
     // large as max |dP| · max |k| / √d that cancel, exactly so where a row
@@ -113,7 +122,7 @@ static void run_case(att_case c, int idx) {
         memcpy(h + r * C, dx_cpu + r * 3 * C + (size_t)part * C, C * sizeof(float));
       }
       snprintf(what, sizeof what, "%s, %s: %s", label, vname, names[part]);
-      eg[part] = cc_compare_floor(what, g, h, n, 1e-4, part < 2 ? cancel_floor[part] : 0.0);
+      eg[part] = cc_compare_floor(what, g, h, n, tol_g, part < 2 ? cancel_floor[part] : 0.0);
       free(g);
       free(h);
     }

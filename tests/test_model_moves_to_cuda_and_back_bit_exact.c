@@ -26,6 +26,7 @@ int main(void) {
     printf("test_model_moves_to_cuda_and_back_bit_exact: no CUDA device; skipped\n");
     return 77;
   }
+  setvbuf(stdout, NULL, _IONBF, 0);  // each phase is on record if the test dies
   px_model *m = NULL, *cpu = NULL;
   CHECK_OK(px_model_create(&m, net(), 11));
   CHECK_OK(px_model_create(&cpu, net(), 11));
@@ -39,6 +40,7 @@ int main(void) {
   memcpy(b0, m->buffer_data, nb * 4);
   const size_t alloc0 = px_cuda_allocated_bytes();
 
+  printf("phase: to the device\n");
   CHECK_OK(px_model_to_device(m, PX_CUDA, 0));
   CHECK(m->device == PX_CUDA && m->ctx.device == PX_CUDA, "device %d ctx %d", (int)m->device, (int)m->ctx.device);
   CHECK(m->host_param_data && m->host_buffer_data && m->arena && m->ctx.arena == m->arena, "mirrors and arena");
@@ -56,6 +58,7 @@ int main(void) {
   CHECK_OK(px_cuda_to_host(tmp, m->grad_data, n * 4));
   CHECK(memcmp(tmp, g0, n * 4) == 0, "device gradients differ from the host's");
 
+  printf("phase: pull\n");
   // Pull into poisoned mirrors: the same bits.
   memset(m->host_param_data, 0xff, n * 4);
   memset(m->host_buffer_data, 0xff, nb * 4);
@@ -63,6 +66,7 @@ int main(void) {
   CHECK(memcmp(m->host_param_data, p0, n * 4) == 0, "pulled parameters differ");
   CHECK(memcmp(m->host_buffer_data, b0, nb * 4) == 0, "pulled buffers differ");
 
+  printf("phase: state dict\n");
   // The state dict views the mirrors.
   px_state_dict sd;
   CHECK_OK(px_model_state_dict(m, &sd));
@@ -73,6 +77,7 @@ int main(void) {
   }
   px_state_dict_free(&sd);
 
+  printf("phase: push\n");
   // Push edited mirrors, pull them back into poison.
   for (size_t i = 0; i < n; i++) m->host_param_data[i] = p0[i] * 2.0f + 1.0f;
   for (size_t i = 0; i < nb; i++) m->host_buffer_data[i] = -b0[i];
@@ -84,6 +89,7 @@ int main(void) {
   CHECK(memcmp(m->host_param_data, tmp, n * 4) == 0, "push then pull changed parameters");
   for (size_t i = 0; i < nb; i++) CHECK(m->host_buffer_data[i] == -b0[i], "buffer %zu", i);
 
+  printf("phase: zero_grad\n");
   // zero_grad on the device.
   px_model_zero_grad(m);
   memset(tmp, 0xff, n * 4);
@@ -92,6 +98,7 @@ int main(void) {
   for (size_t i = 0; i < n; i++) nz += tmp[i] != 0.0f;
   CHECK(nz == 0, "%zu gradients nonzero after zero_grad", nz);
 
+  printf("phase: init\n");
   // init on the device: the CPU model's initial values (seed 11).
   px_model_init(m, 11);
   memset(m->host_param_data, 0xff, n * 4);
@@ -101,6 +108,7 @@ int main(void) {
   for (int i = 0; i < m->n_params; i++)
     CHECK(m->params[i]->data == m->param_data + m->params[i]->offset, "init left %s on the host", m->params[i]->name);
 
+  printf("phase: bf16, second move\n");
   // bf16 accepted on CUDA; moving again to the same GPU is a no-op.
   CHECK_OK(px_model_set_compute_dtype(m, PX_BF16));
   CHECK(m->ctx.compute_dtype == PX_BF16, "compute dtype");
@@ -109,6 +117,7 @@ int main(void) {
   CHECK_OK(px_model_to_device(m, PX_CUDA, 0));
   CHECK(m->param_data == dev_params, "a second move to the same GPU moved");
 
+  printf("phase: scratch\n");
   // Scratch from the device arena is device memory.
   float *scratch = px_model_scratch(m, 1000);
   CHECK(scratch != NULL, "scratch");
@@ -116,6 +125,7 @@ int main(void) {
   CHECK_OK(px_cuda_to_host(tmp, scratch, 1000 * 4));
   CHECK(tmp[0] == 3.0f && tmp[999] == 3.0f, "device scratch");
 
+  printf("phase: back to the host\n");
   // Back to the host: the current values.
   CHECK_OK(px_cuda_to_device(m->grad_data, g0, n * 4));
   CHECK_OK(px_model_to_device(m, PX_CPU, 0));
@@ -129,11 +139,13 @@ int main(void) {
   CHECK(px_cuda_allocated_bytes() == alloc0, "device memory in use after coming back: %zu, before %zu",
         px_cuda_allocated_bytes(), alloc0);
 
+  printf("phase: to the device again, free\n");
   // Once more to the device, then free: the allocator gets everything back.
   CHECK_OK(px_model_to_device(m, PX_CUDA, 0));
   px_model_free(m);
   CHECK(px_cuda_allocated_bytes() == alloc0, "device memory in use after px_model_free: %zu, before %zu",
         px_cuda_allocated_bytes(), alloc0);
+  printf("phase: done\n");
   px_model_free(cpu);
   free(p0), free(g0), free(b0), free(tmp);
   return px_test_finish("test_model_moves_to_cuda_and_back_bit_exact");

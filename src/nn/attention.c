@@ -64,6 +64,7 @@ typedef struct attention {
   float    *lse;       /* (N, H, T) */
   int64_t   n, t;
   bool      drop;      /* attention dropout active in this pass */
+  bool      bf16;      /* CUDA: this pass ran the bf16 tensor-core kernels */
   uint64_t  seed, step;
 } attention;
 
@@ -216,9 +217,10 @@ static px_status attn_forward_cuda(attention *a, px_ctx *ctx, const px_tensor *x
   a->drop = m->training && a->attn_p > 0.0f;
   a->seed = ctx->seed;
   a->step = ctx->step;
+  a->bf16 = ctx->compute_dtype == PX_BF16;
   const px_cuda_att_drop drop = cuda_drop_of(a);
-  if ((st = px_cuda_attention_forward(px_f32(&a->qkv), px_f32(&a->o), a->lse, (int)N, (int)T, C, H, &drop)) !=
-      PX_OK)
+  if ((st = px_cuda_attention_forward(px_f32(&a->qkv), px_f32(&a->o), a->lse, (int)N, (int)T, C, H, &drop,
+                                      a->bf16)) != PX_OK)
     return st;
   px_tensor proj;
   if ((st = px_module_forward(m->children[1], ctx, &a->o, &proj)) != PX_OK) return st;  // c_proj
@@ -290,7 +292,7 @@ static px_status attn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
     if (!Dterm) return PX_ERR_NOMEM;
     const px_cuda_att_drop drop = cuda_drop_of(a);
     if ((st = px_cuda_attention_backward(px_f32(&a->qkv), px_f32(&a->o), a->lse, px_f32(&dout), px_f32(&dqkv),
-                                         Dterm, (int)N, (int)T, C, H, &drop)) != PX_OK)
+                                         Dterm, (int)N, (int)T, C, H, &drop, a->bf16)) != PX_OK)
       return st;
     return px_module_backward(m->children[0], ctx, &dqkv, dx);  // c_attn
   }

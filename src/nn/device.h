@@ -35,6 +35,26 @@ static inline px_status px_nn_cuda_operand(px_ctx *ctx, const float *x, size_t n
   return px_cuda_to_bf16(p, x, n);
 }
 
+// The same for a (rows, cols) matrix whose bf16 copy gets rows padded to a
+// multiple of 8 elements (*ld; cols when f32 or already a multiple): cuBLAS
+// runs bf16 operands whose rows are not 16-byte aligned on its slow
+// "align1" kernels (GPT-2's 50257-word head: 4-7 ms a GEMM on an H200
+// instead of ~1).
+static inline px_status px_nn_cuda_operand_padded(px_ctx *ctx, const float *x, size_t rows, size_t cols,
+                                                  px_nn_operand *out, int *ld) {
+  *ld = (int)cols;
+  if (ctx->compute_dtype != PX_BF16 || cols % 8 == 0) return px_nn_cuda_operand(ctx, x, rows * cols, out);
+  const size_t lp = (cols + 7) / 8 * 8;
+  out->f32 = x;
+  out->bf16 = NULL;
+  const size_t n = rows * lp;
+  uint16_t *p = (uint16_t *)px_arena_alloc(ctx->arena, (n ? n : 1) * sizeof(uint16_t));
+  if (!p) return PX_ERR_NOMEM;
+  out->bf16 = p;
+  *ld = (int)lp;
+  return px_cuda_to_bf16_2d(p, lp, x, cols, rows, cols);
+}
+
 // C = op(A)·op(B) + beta·C through cuBLAS: f32, or bf16 operands with f32
 // accumulation when both operands have their bf16 copy.
 static inline px_status px_nn_cuda_gemm(bool ta, bool tb, int M, int N, int K, const px_nn_operand *A, int lda,

@@ -72,7 +72,20 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
     if ((st = px_nn_cuda_ctx(ctx, m)) != PX_OK) return st;
     if ((st = px_nn_cuda_operand(ctx, px_f32(x), (size_t)R * h->dim, &X)) != PX_OK) return st;
     if ((st = px_nn_cuda_operand(ctx, E->data, (size_t)h->vocab * h->dim, &W)) != PX_OK) return st;
-    st = px_nn_cuda_gemm(false, true, R, h->vocab, h->dim, &X, h->dim, &W, h->dim, 0.0f, px_f32(y), h->vocab);
+    if (X.bf16 && h->vocab % 8 != 0) {
+      // Rows of logits not 16-byte aligned (an odd vocabulary): cuBLAS's
+      // fast kernels need them so; the product goes to a padded block
+      // (from the caching allocator, given back at once: the compute
+      // stream orders its reuse) and is copied into y.
+      const size_t lp = ((size_t)h->vocab + 7) / 8 * 8;
+      float *tmp = px_cuda_malloc((size_t)R * lp * sizeof(float));
+      if (!tmp) return px_error_wrap(PX_ERR_NOMEM, "TiedHead: padded logits");
+      st = px_nn_cuda_gemm(false, true, R, h->vocab, h->dim, &X, h->dim, &W, h->dim, 0.0f, tmp, (int)lp);
+      if (st == PX_OK) st = px_cuda_copy_2d(px_f32(y), (size_t)h->vocab, tmp, lp, (size_t)R, (size_t)h->vocab);
+      px_cuda_free(tmp);
+    } else {
+      st = px_nn_cuda_gemm(false, true, R, h->vocab, h->dim, &X, h->dim, &W, h->dim, 0.0f, px_f32(y), h->vocab);
+    }
     if (st == PX_OK) h->x = *x;
     return st;
   }
@@ -95,16 +108,18 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 #ifdef PX_HAVE_CUDA
   if (dy->device == PX_CUDA) {
     // dE += dyᵀ · x, then dx = dy · E
+    // (In bf16 dy's copy has its rows padded to 16 bytes: ldd.)
     px_nn_operand D, X, W;
+    int ldd = h->vocab;
     px_status st = px_nn_cuda_ctx(ctx, m);
-    if (st == PX_OK) st = px_nn_cuda_operand(ctx, DY, (size_t)R * h->vocab, &D);
+    if (st == PX_OK) st = px_nn_cuda_operand_padded(ctx, DY, (size_t)R, (size_t)h->vocab, &D, &ldd);
     if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&h->x), (size_t)R * h->dim, &X);
-    if (st == PX_OK) st = px_nn_cuda_gemm(true, false, h->vocab, h->dim, R, &D, h->vocab, &X, h->dim, 1.0f, E->grad,
+    if (st == PX_OK) st = px_nn_cuda_gemm(true, false, h->vocab, h->dim, R, &D, ldd, &X, h->dim, 1.0f, E->grad,
                                           h->dim);
     if (st != PX_OK || !dx) return st;
     if ((st = px_ctx_tensor_like(ctx, dx, &h->x)) != PX_OK) return st;
     if ((st = px_nn_cuda_operand(ctx, E->data, (size_t)h->vocab * h->dim, &W)) != PX_OK) return st;
-    return px_nn_cuda_gemm(false, false, R, h->dim, h->vocab, &D, h->vocab, &W, h->dim, 0.0f, px_f32(dx), h->dim);
+    return px_nn_cuda_gemm(false, false, R, h->dim, h->vocab, &D, ldd, &W, h->dim, 0.0f, px_f32(dx), h->dim);
   }
 #endif
   // dE += dyᵀ · x      dy: (R, V)  x: (R, C)  dE: (V, C)

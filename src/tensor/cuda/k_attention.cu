@@ -28,8 +28,11 @@
 #include "tensor/cuda/px_cuda.h"
 #include "tensor/cuda/rng.cuh"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <mma.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -475,14 +478,374 @@ bool use_rowwise() {
   return e && strcmp(e, "rowwise") == 0;
 }
 
+// ---- Tensor-core kernels (bf16 computation) ------------------------------------
+// With the step in bf16 (px_ctx.compute_dtype = PX_BF16) attention runs on
+// the tensor cores, FlashAttention-2's way: q, k, v and dO are read as f32
+// and rounded to bf16 (nearest even) into shared memory, and every product
+// is a 16x16x16 bf16 WMMA with f32 accumulation.  A block holds 64 rows
+// (4 warps x 16) and walks 64-row tiles of the other side:
+//   attn_fwd_tc     per query tile: S = Q Kᵀ, online softmax in f32 (a lane
+//                   pair per row, each lane every other column), P (bf16,
+//                   dropout applied) times V into the f32 output kept in
+//                   registers and rescaled per tile; o = acc / l, lse.
+//   attn_bwd_dq_tc  per query tile: D_i = bf16(dO_i)·bf16(O_i) (so that a
+//                   row that sees one key gets dS = 0 as in exact
+//                   arithmetic), then per key tile S = Q Kᵀ, dP = dO Vᵀ,
+//                   dS = P (dP·M - D), dq += dS K in WMMA accumulators.
+//   attn_bwd_dkv_tc per key tile: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dv += (P M)ᵀ dO,
+//                   dk += dSᵀ Q.
+// Each output is written by one warp (no atomics): the results do not depend
+// on scheduling.  Head widths 16, 32, 64 and 128 (others take the f32
+// kernels).  Shared memory is dynamic (56-156 KB, above the 48 KB default).
+constexpr int kTcRows = 64;  // rows per block and per tile of the other side
+
+template <int D> struct TcLay {
+  static constexpr int LDH = D + 8;                    // bf16 tile row stride (16 B of padding)
+  static constexpr int SW = (D > kTcRows ? D : kTcRows) + 4;  // f32 per-warp scratch row stride
+  static constexpr int PLD = kTcRows + 8;              // bf16 per-warp P row stride
+  static constexpr size_t TILE = (size_t)kTcRows * LDH * 2;    // bytes of one bf16 tile
+  static constexpr size_t SCR = (size_t)4 * 16 * SW * 4;      // bytes of the 4 warps' f32 scratch
+  static constexpr size_t PB = (size_t)4 * 16 * PLD * 2;      // bytes of the 4 warps' bf16 P
+};
+
+using namespace nvcuda;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> FragA;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> FragBt;  // a transposed tile
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> FragB;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
+
+__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Rows [r0, r0 + 64) of a (T, D) slice with row stride ld (f32, 16-byte
+// aligned rows) into a bf16 tile; rows past T are zeros.
+template <int D>
+__device__ __forceinline__ void tc_load(__nv_bfloat16 *dst, const float *src, int ld, int r0, int T) {
+  constexpr int V4 = D / 4;
+  for (int idx = threadIdx.x; idx < kTcRows * V4; idx += blockDim.x) {
+    const int r = idx / V4, c = (idx % V4) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r0 + r < T) v = *reinterpret_cast<const float4 *>(src + (size_t)(r0 + r) * ld + c);
+    __nv_bfloat162 *d2 = reinterpret_cast<__nv_bfloat162 *>(dst + r * TcLay<D>::LDH + c);
+    d2[0] = __floats2bfloat162_rn(v.x, v.y);
+    d2[1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+}
+
+// out(16 x 64, f32, row stride SW) = A rows (16 x D) · B rowsᵀ (64 x D)ᵀ.
+template <int D>
+__device__ __forceinline__ void tc_abt(float *out, const __nv_bfloat16 *A, const __nv_bfloat16 *B) {
+  constexpr int LDH = TcLay<D>::LDH;
+#pragma unroll
+  for (int kb = 0; kb < kTcRows / 16; kb++) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      FragA a;
+      FragBt b;
+      wmma::load_matrix_sync(a, A + kk * 16, LDH);
+      wmma::load_matrix_sync(b, B + kb * 16 * LDH + kk * 16, LDH);
+      wmma::mma_sync(acc, a, b, acc);
+    }
+    wmma::store_matrix_sync(out + kb * 16, acc, TcLay<D>::SW, wmma::mem_row_major);
+  }
+}
+
+// acc[D/16] += P (16 x 64, bf16, row stride PLD) · B (64 x D tile).
+template <int D>
+__device__ __forceinline__ void tc_pb(FragC *acc, const __nv_bfloat16 *P, const __nv_bfloat16 *B) {
+#pragma unroll
+  for (int kb = 0; kb < kTcRows / 16; kb++) {
+    FragA a;
+    wmma::load_matrix_sync(a, P + kb * 16, TcLay<D>::PLD);
+#pragma unroll
+    for (int db = 0; db < D / 16; db++) {
+      FragB b;
+      wmma::load_matrix_sync(b, B + kb * 16 * TcLay<D>::LDH + db * 16, TcLay<D>::LDH);
+      wmma::mma_sync(acc[db], a, b, acc[db]);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(128) attn_fwd_tc(const float *qkv, float *o, float *lse, Geo g, Drop dr) {
+  using L = TcLay<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem, *Ks = (__nv_bfloat16 *)(smem + L::TILE),
+                *Vs = (__nv_bfloat16 *)(smem + 2 * L::TILE);
+  float *Sw = (float *)(smem + 3 * L::TILE);
+  __nv_bfloat16 *Pw = (__nv_bfloat16 *)(smem + 3 * L::TILE + L::SCR);
+  const int T = g.T, ld = g.ld, tiles = (T + kTcRows - 1) / kTcRows;
+  // The longest tiles (last queries: most keys) first.
+  const int nh = blockIdx.x / tiles, tile = tiles - 1 - (int)(blockIdx.x % tiles), n = nh / g.H, h = nh % g.H;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = lane >> 1, half = lane & 1;
+  const int q0 = tile * kTcRows, i = q0 + w * 16 + r;
+  const float *base = qkv + (size_t)n * T * ld + (size_t)h * D;
+  float *S = Sw + w * 16 * L::SW;
+  __nv_bfloat16 *P = Pw + w * 16 * L::PLD;
+  tc_load<D>(Qs, base, ld, q0, T);
+  float m = -INFINITY, l = 0.0f, acc[D / 2];
+#pragma unroll
+  for (int c = 0; c < D / 2; c++) acc[c] = 0.0f;
+  const int kend = min(T, q0 + kTcRows);
+  for (int k0 = 0; k0 < kend; k0 += kTcRows) {
+    __syncthreads();  // the last tile's K and V are no longer read
+    tc_load<D>(Ks, base + g.C, ld, k0, T);
+    tc_load<D>(Vs, base + 2 * g.C, ld, k0, T);
+    __syncthreads();
+    tc_abt<D>(S, Qs + w * 16 * L::LDH, Ks);
+    __syncwarp();
+    float s[kTcRows / 2], mx = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < kTcRows / 2; t++) {
+      const int c = 2 * t + half, j = k0 + c;
+      s[t] = j <= i && j < T ? S[r * L::SW + c] * g.scale : -INFINITY;
+      mx = fmaxf(mx, s[t]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float mn = fmaxf(m, mx);  // finite: key k0 <= i is valid for every row
+    float psum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kTcRows / 2; t++) {
+      const int c = 2 * t + half;
+      const float p = s[t] == -INFINITY ? 0.0f : expf(s[t] - mn);
+      psum += p;
+      const float pw = p == 0.0f ? 0.0f : p * mask_factor(dr, n, h, T, i, k0 + c);
+      P[r * L::PLD + c] = __float2bfloat16_rn(pw);
+    }
+    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+    const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
+    l = l * corr + psum;
+    m = mn;
+    __syncwarp();
+    FragC pv[D / 16];
+#pragma unroll
+    for (int db = 0; db < D / 16; db++) wmma::fill_fragment(pv[db], 0.0f);
+    tc_pb<D>(pv, P, Vs);
+#pragma unroll
+    for (int db = 0; db < D / 16; db++) wmma::store_matrix_sync(S + db * 16, pv[db], L::SW, wmma::mem_row_major);
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < D / 2; c++) acc[c] = acc[c] * corr + S[r * L::SW + half * (D / 2) + c];
+    __syncwarp();
+  }
+  if (i < T) {
+    const float inv = 1.0f / l;
+    float *orow = o + ((size_t)n * T + i) * g.C + (size_t)h * D + half * (D / 2);
+#pragma unroll
+    for (int c = 0; c < D / 2; c++) orow[c] = acc[c] * inv;
+    if (half == 0) lse[((size_t)n * g.H + h) * T + i] = m + logf(l);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(128) attn_bwd_dq_tc(const float *qkv, const float *o, const float *lse,
+                                                      const float *dout, float *dqkv, float *Dterm, Geo g, Drop dr) {
+  using L = TcLay<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem, *Gs = (__nv_bfloat16 *)(smem + L::TILE),
+                *Ks = (__nv_bfloat16 *)(smem + 2 * L::TILE), *Vs = (__nv_bfloat16 *)(smem + 3 * L::TILE);
+  float *Sw = (float *)(smem + 4 * L::TILE), *dPw = (float *)(smem + 4 * L::TILE + L::SCR);
+  __nv_bfloat16 *Pw = (__nv_bfloat16 *)(smem + 4 * L::TILE + 2 * L::SCR);
+  const int T = g.T, ld = g.ld, tiles = (T + kTcRows - 1) / kTcRows;
+  const int nh = blockIdx.x / tiles, tile = tiles - 1 - (int)(blockIdx.x % tiles), n = nh / g.H, h = nh % g.H;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = lane >> 1, half = lane & 1;
+  const int q0 = tile * kTcRows, i = q0 + w * 16 + r;
+  const float *base = qkv + (size_t)n * T * ld + (size_t)h * D;
+  const float *dO = dout + (size_t)n * T * g.C + (size_t)h * D;
+  float *S = Sw + w * 16 * L::SW, *dP = dPw + w * 16 * L::SW;
+  __nv_bfloat16 *P = Pw + w * 16 * L::PLD;
+  tc_load<D>(Qs, base, ld, q0, T);
+  tc_load<D>(Gs, dO, g.C, q0, T);
+  __syncthreads();
+  const size_t li = ((size_t)n * g.H + h) * T + (size_t)(i < T ? i : 0);
+  float Dv = 0.0f;
+  if (i < T) {
+    const float *orow = o + ((size_t)n * T + i) * g.C + (size_t)h * D;
+    for (int c = half * (D / 2); c < (half + 1) * (D / 2); c++)
+      Dv += __bfloat162float(Gs[(w * 16 + r) * L::LDH + c]) * bf16_round(orow[c]);
+  }
+  Dv += __shfl_xor_sync(0xffffffffu, Dv, 1);
+  const float Lv = i < T ? lse[li] : 0.0f;
+  if (i < T && half == 0) Dterm[li] = Dv;
+  FragC dq[D / 16];
+#pragma unroll
+  for (int db = 0; db < D / 16; db++) wmma::fill_fragment(dq[db], 0.0f);
+  const int kend = min(T, q0 + kTcRows);
+  for (int k0 = 0; k0 < kend; k0 += kTcRows) {
+    __syncthreads();
+    tc_load<D>(Ks, base + g.C, ld, k0, T);
+    tc_load<D>(Vs, base + 2 * g.C, ld, k0, T);
+    __syncthreads();
+    tc_abt<D>(S, Qs + w * 16 * L::LDH, Ks);
+    tc_abt<D>(dP, Gs + w * 16 * L::LDH, Vs);
+    __syncwarp();
+#pragma unroll 4
+    for (int t = 0; t < kTcRows / 2; t++) {
+      const int c = 2 * t + half, j = k0 + c;
+      float ds = 0.0f;
+      if (j <= i && j < T && i < T) {
+        const float p = expf(S[r * L::SW + c] * g.scale - Lv);
+        ds = p * (dP[r * L::SW + c] * mask_factor(dr, n, h, T, i, j) - Dv);
+      }
+      P[r * L::PLD + c] = __float2bfloat16_rn(ds);
+    }
+    __syncwarp();
+    tc_pb<D>(dq, P, Ks);
+    __syncwarp();
+  }
+#pragma unroll
+  for (int db = 0; db < D / 16; db++) wmma::store_matrix_sync(S + db * 16, dq[db], L::SW, wmma::mem_row_major);
+  __syncwarp();
+  if (i < T) {
+    float *dqr = dqkv + ((size_t)n * T + i) * ld + (size_t)h * D + half * (D / 2);
+#pragma unroll
+    for (int c = 0; c < D / 2; c++) dqr[c] = S[r * L::SW + half * (D / 2) + c] * g.scale;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(128) attn_bwd_dkv_tc(const float *qkv, const float *lse, const float *dout,
+                                                       const float *Dterm, float *dqkv, Geo g, Drop dr) {
+  using L = TcLay<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16 *Ks = (__nv_bfloat16 *)smem, *Vs = (__nv_bfloat16 *)(smem + L::TILE),
+                *Qs = (__nv_bfloat16 *)(smem + 2 * L::TILE), *Gs = (__nv_bfloat16 *)(smem + 3 * L::TILE);
+  float *Sw = (float *)(smem + 4 * L::TILE), *dPw = (float *)(smem + 4 * L::TILE + L::SCR);
+  __nv_bfloat16 *Pw = (__nv_bfloat16 *)(smem + 4 * L::TILE + 2 * L::SCR),
+                *dSw = (__nv_bfloat16 *)(smem + 4 * L::TILE + 2 * L::SCR + L::PB);
+  float *Ls = (float *)(smem + 4 * L::TILE + 2 * L::SCR + 2 * L::PB), *Ds = Ls + kTcRows;
+  const int T = g.T, ld = g.ld, tiles = (T + kTcRows - 1) / kTcRows;
+  // Key tile 0 sees every query: the longest first.
+  const int nh = blockIdx.x / tiles, tile = (int)(blockIdx.x % tiles), n = nh / g.H, h = nh % g.H;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = lane >> 1, half = lane & 1;
+  const int k0 = tile * kTcRows, j = k0 + w * 16 + r;
+  const float *base = qkv + (size_t)n * T * ld + (size_t)h * D;
+  const float *dO = dout + (size_t)n * T * g.C + (size_t)h * D;
+  const float *Lr = lse + ((size_t)n * g.H + h) * T, *Dr = Dterm + ((size_t)n * g.H + h) * T;
+  float *St = Sw + w * 16 * L::SW, *dPt = dPw + w * 16 * L::SW;
+  __nv_bfloat16 *Pm = Pw + w * 16 * L::PLD, *dS = dSw + w * 16 * L::PLD;
+  tc_load<D>(Ks, base + g.C, ld, k0, T);
+  tc_load<D>(Vs, base + 2 * g.C, ld, k0, T);
+  FragC dk[D / 16], dv[D / 16];
+#pragma unroll
+  for (int db = 0; db < D / 16; db++) {
+    wmma::fill_fragment(dk[db], 0.0f);
+    wmma::fill_fragment(dv[db], 0.0f);
+  }
+  for (int q0 = k0; q0 < T; q0 += kTcRows) {
+    __syncthreads();
+    tc_load<D>(Qs, base, ld, q0, T);
+    tc_load<D>(Gs, dO, g.C, q0, T);
+    if (threadIdx.x < kTcRows) {
+      const int qi = q0 + (int)threadIdx.x;
+      Ls[threadIdx.x] = qi < T ? Lr[qi] : 0.0f;
+      Ds[threadIdx.x] = qi < T ? Dr[qi] : 0.0f;
+    }
+    __syncthreads();
+    tc_abt<D>(St, Ks + w * 16 * L::LDH, Qs);
+    tc_abt<D>(dPt, Vs + w * 16 * L::LDH, Gs);
+    __syncwarp();
+#pragma unroll 4
+    for (int t = 0; t < kTcRows / 2; t++) {
+      const int c = 2 * t + half, i = q0 + c;
+      float pm = 0.0f, ds = 0.0f;
+      if (i >= j && i < T && j < T) {
+        const float p = expf(St[r * L::SW + c] * g.scale - Ls[c]);
+        const float mk = mask_factor(dr, n, h, T, i, j);
+        pm = p * mk;
+        ds = p * (dPt[r * L::SW + c] * mk - Ds[c]);
+      }
+      Pm[r * L::PLD + c] = __float2bfloat16_rn(pm);
+      dS[r * L::PLD + c] = __float2bfloat16_rn(ds);
+    }
+    __syncwarp();
+    tc_pb<D>(dv, Pm, Gs);
+    tc_pb<D>(dk, dS, Qs);
+    __syncwarp();
+  }
+#pragma unroll
+  for (int db = 0; db < D / 16; db++) {
+    wmma::store_matrix_sync(St + db * 16, dk[db], L::SW, wmma::mem_row_major);
+    wmma::store_matrix_sync(dPt + db * 16, dv[db], L::SW, wmma::mem_row_major);
+  }
+  __syncwarp();
+  if (j < T) {
+    float *dkr = dqkv + ((size_t)n * T + j) * ld + g.C + (size_t)h * D + half * (D / 2), *dvr = dkr + g.C;
+#pragma unroll
+    for (int c = 0; c < D / 2; c++) {
+      dkr[c] = St[r * L::SW + half * (D / 2) + c] * g.scale;
+      dvr[c] = dPt[r * L::SW + half * (D / 2) + c];
+    }
+  }
+}
+
+template <int D> constexpr size_t tc_fwd_smem() { return 3 * TcLay<D>::TILE + TcLay<D>::SCR + TcLay<D>::PB; }
+template <int D> constexpr size_t tc_dq_smem() { return 4 * TcLay<D>::TILE + 2 * TcLay<D>::SCR + TcLay<D>::PB; }
+template <int D> constexpr size_t tc_dkv_smem() {
+  return 4 * TcLay<D>::TILE + 2 * TcLay<D>::SCR + 2 * TcLay<D>::PB + 2 * kTcRows * sizeof(float);
+}
+
+// Opts a kernel into `bytes` of dynamic shared memory (above 48 KB).  Before
+// every launch: the attribute belongs to the current device, and a process
+// of the threads backend drives several.
+template <typename K> px_status tc_opt_in(K kernel, size_t bytes, const char *what) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  if (e != cudaSuccess)
+    return px_error(PX_ERR_UNSUPPORTED, "%s (CUDA, bf16 tensor cores): %zu bytes of shared memory: %s", what, bytes,
+                    cudaGetErrorString(e));
+  return PX_OK;
+}
+
+template <int D> px_status tc_forward(const float *qkv, float *o, float *lse, int N, int T, const Geo &g,
+                                      const Drop &dr, cudaStream_t s) {
+  px_status st = tc_opt_in(attn_fwd_tc<D>, tc_fwd_smem<D>(), "attention forward");
+  if (st != PX_OK) return st;
+  attn_fwd_tc<D><<<blocks_of(N, T, g.H, kTcRows), 128, tc_fwd_smem<D>(), s>>>(qkv, o, lse, g, dr);
+  return px_cuda_check_launch("attention forward (bf16 tensor cores)");
+}
+
+template <int D> px_status tc_backward(const float *qkv, const float *o, const float *lse, const float *dout,
+                                       float *dqkv, float *Dterm, int N, int T, const Geo &g, const Drop &dr,
+                                       cudaStream_t s) {
+  px_status st = tc_opt_in(attn_bwd_dq_tc<D>, tc_dq_smem<D>(), "attention backward (dq)");
+  if (st == PX_OK) st = tc_opt_in(attn_bwd_dkv_tc<D>, tc_dkv_smem<D>(), "attention backward (dk, dv)");
+  if (st != PX_OK) return st;
+  const unsigned blocks = blocks_of(N, T, g.H, kTcRows);
+  attn_bwd_dq_tc<D><<<blocks, 128, tc_dq_smem<D>(), s>>>(qkv, o, lse, dout, dqkv, Dterm, g, dr);
+  st = px_cuda_check_launch("attention backward (dq, bf16 tensor cores)");
+  if (st != PX_OK) return st;
+  attn_bwd_dkv_tc<D><<<blocks, 128, tc_dkv_smem<D>(), s>>>(qkv, lse, dout, Dterm, dqkv, g, dr);
+  return px_cuda_check_launch("attention backward (dk, dv, bf16 tensor cores)");
+}
+
+// The tensor-core kernels take head widths 16, 32, 64 and 128.
+bool tc_width(int d) { return d == 16 || d == 32 || d == 64 || d == 128; }
+
 }  // namespace
 
+// The tensor-core kernels: asked for (bf16), a head width they take, and
+// 16-byte aligned rows for their float4 loads.
+static bool tc_path(bool bf16, int C, int H, const void *a, const void *b) {
+  return bf16 && tc_width(C / H) && C % 4 == 0 && (((uintptr_t)a | (uintptr_t)b) & 15u) == 0;
+}
+
 extern "C" px_status px_cuda_attention_forward(const float *qkv, float *o, float *lse, int N, int T, int C, int H,
-                                               const px_cuda_att_drop *drop) {
+                                               const px_cuda_att_drop *drop, bool bf16) {
   if (N == 0 || T == 0) return PX_OK;  // nothing to attend (the CPU path loops zero times)
   px_status st = check_geometry("attention forward", N, T, C, H);
   if (st != PX_OK) return st;
   cudaStream_t s = (cudaStream_t)px_cuda_compute_stream();
+  if (tc_path(bf16, C, H, qkv, o)) {
+    const Geo g = geo_of(T, C, H);
+    const Drop dr = drop_of(drop);
+    switch (g.d) {
+    case 16: return tc_forward<16>(qkv, o, lse, N, T, g, dr, s);
+    case 32: return tc_forward<32>(qkv, o, lse, N, T, g, dr, s);
+    case 64: return tc_forward<64>(qkv, o, lse, N, T, g, dr, s);
+    default: return tc_forward<128>(qkv, o, lse, N, T, g, dr, s);
+    }
+  }
   if (use_rowwise())
     attn_fwd<<<blocks_of(N, T, H, kWarps), 32 * kWarps, 0, s>>>(qkv, o, lse, geo_of(T, C, H), drop_of(drop));
   else
@@ -492,13 +855,21 @@ extern "C" px_status px_cuda_attention_forward(const float *qkv, float *o, float
 
 extern "C" px_status px_cuda_attention_backward(const float *qkv, const float *o, const float *lse,
                                                 const float *dout, float *dqkv, float *scratch, int N, int T,
-                                                int C, int H, const px_cuda_att_drop *drop) {
+                                                int C, int H, const px_cuda_att_drop *drop, bool bf16) {
   if (N == 0 || T == 0) return PX_OK;  // nothing to attend (the CPU path loops zero times)
   px_status st = check_geometry("attention backward", N, T, C, H);
   if (st != PX_OK) return st;
   cudaStream_t s = (cudaStream_t)px_cuda_compute_stream();
   const Geo g = geo_of(T, C, H);
   const Drop dr = drop_of(drop);
+  if (tc_path(bf16, C, H, qkv, dout) && ((((uintptr_t)o) & 15u) == 0)) {
+    switch (g.d) {
+    case 16: return tc_backward<16>(qkv, o, lse, dout, dqkv, scratch, N, T, g, dr, s);
+    case 32: return tc_backward<32>(qkv, o, lse, dout, dqkv, scratch, N, T, g, dr, s);
+    case 64: return tc_backward<64>(qkv, o, lse, dout, dqkv, scratch, N, T, g, dr, s);
+    default: return tc_backward<128>(qkv, o, lse, dout, dqkv, scratch, N, T, g, dr, s);
+    }
+  }
   const bool rowwise = use_rowwise();
   if (rowwise)
     attn_bwd_dq<<<blocks_of(N, T, H, kWarps), 32 * kWarps, 0, s>>>(qkv, o, lse, dout, dqkv, scratch, g, dr);

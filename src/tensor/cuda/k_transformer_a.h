@@ -37,14 +37,19 @@ typedef struct px_cuda_att_drop {
  * width d = C/H <= 128; writes o (N, T, C) (heads merged) and lse (N, H, T)
  * = log Σ_{j<=i} e^{S_ij}, S = q·kᵀ/√d (before dropout).  Tiled kernels by
  * default; PX_CUDA_ATTENTION=rowwise in the environment selects the simpler
- * per-row kernels (each warp reads its keys itself) for both passes. */
+ * per-row kernels (each warp reads its keys itself) for both passes.
+ * bf16: the step computes in bf16 (px_ctx.compute_dtype): q, k, v (and in
+ * backward dO) are rounded to bf16 and every product runs on the tensor
+ * cores with f32 accumulation, for head widths 16, 32, 64 and 128 (others,
+ * and rows not 16-byte aligned, take the f32 kernels); lse and the softmax
+ * stay f32.  The backward must be given the forward's bf16. */
 px_status px_cuda_attention_forward(const float *qkv, float *o, float *lse, int N, int T, int C, int H,
-                                    const px_cuda_att_drop *drop);
+                                    const px_cuda_att_drop *drop, bool bf16);
 /* Backward from qkv, o, lse and dout (N, T, C): writes dqkv (N, T, 3C)
  * entirely.  scratch: N·H·T floats (the row terms D_i = dO_i·O_i). */
 px_status px_cuda_attention_backward(const float *qkv, const float *o, const float *lse, const float *dout,
                                      float *dqkv, float *scratch, int N, int T, int C, int H,
-                                     const px_cuda_att_drop *drop);
+                                     const px_cuda_att_drop *drop, bool bf16);
 
 /* Softmax over the last dimension of (R, D): forward y, backward dx from y, dy. */
 px_status px_cuda_softmax_forward(const float *x, float *y, size_t R, size_t D);

@@ -100,6 +100,12 @@ px_status px_cuda_axpy(float *y, const float *x, size_t n, float a);  /* y += a�
 px_status px_cuda_add(float *out, const float *a, const float *b, size_t n);
 /* f32 -> bf16, round to nearest even (the CPU's px_f32_to_bf16 bits). */
 px_status px_cuda_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* rows x cols of src (row stride sld) cast into dst with row stride dld: a
+ * bf16 copy whose rows start on 16-byte boundaries (dld a multiple of 8),
+ * which cuBLAS's fast bf16 kernels need. */
+px_status px_cuda_to_bf16_2d(uint16_t *dst, size_t dld, const float *src, size_t sld, size_t rows, size_t cols);
+/* rows x cols floats from src (row stride sld) into dst (row stride dld). */
+px_status px_cuda_copy_2d(float *dst, size_t dld, const float *src, size_t sld, size_t rows, size_t cols);
 /* Σ x² in double, returned to the host (waits for the stream). */
 px_status px_cuda_sumsq(const float *x, size_t n, double *out);
 /* True when any of x[0..n) is NaN or ±inf (waits). */
