@@ -34,9 +34,16 @@ int main(int argc, char **argv) {
   // only in that they are not all zero.
   float *w = malloc((size_t)N_PARAMS * sizeof *w), *m = malloc((size_t)N_PARAMS * sizeof *m),
         *v = malloc((size_t)N_PARAMS * sizeof *v);
-  if (!w || !m || !v) { fprintf(stderr, "out of memory\n"); return 1; }
+  if (!w || !m || !v) {
+    fprintf(stderr, "out of memory\n");
+    return 1;
+  }
   px_rng r = px_rng_make(1, 0);
-  for (size_t i = 0; i < N_PARAMS; i++) { w[i] = px_rng_normal(&r); m[i] = 0.1f * w[i]; v[i] = w[i] * w[i]; }
+  for (size_t i = 0; i < N_PARAMS; i++) {
+    w[i] = px_rng_normal(&r);
+    m[i] = 0.1f * w[i];
+    v[i] = w[i] * w[i];
+  }
   enum { SPLIT = 8 };  // 8 tensors per state dict
   px_named_tensor model_t[SPLIT], optim_t[2 * SPLIT];
   size_t per = N_PARAMS / SPLIT;
@@ -110,7 +117,9 @@ int main(int argc, char **argv) {
   printf("  load_tensors x2      %8.0f MB/s  (%.3f s)\n", mb / t_load, t_load);
   snprintf(file, sizeof file, "rm -rf '%s'", dir);
   if (system(file) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  free(w); free(m); free(v);
+  free(w);
+  free(m);
+  free(v);
   return 0;
 
 fail:

@@ -57,10 +57,10 @@ enum { N_TENSORS = 24, MAX_REPEATS = 64 };
 
 typedef struct bench {
   const char *dir;
-  size_t      params;
-  int         repeats;
-  int64_t     shape[N_TENSORS][2];
-  size_t      numel[N_TENSORS], start[N_TENSORS];  // start: offset in the flat concatenation
+  size_t params;
+  int repeats;
+  int64_t shape[N_TENSORS][2];
+  size_t numel[N_TENSORS], start[N_TENSORS];  // start: offset in the flat concatenation
 } bench;
 
 // This rank's pieces of the flat concatenation [lo, hi): one per tensor it
@@ -186,7 +186,7 @@ static double cpu_now(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
   return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
-         1e-6 * (double)u.ru_stime.tv_usec;
+    1e-6 * (double)u.ru_stime.tv_usec;
 }
 
 static double max_over_ranks(px_comm *c, double t) {
@@ -250,9 +250,9 @@ static int run_rank(px_comm *c, void *arg) {
   snprintf(world_s, sizeof world_s, "%d", N);
   snprintf(rank_s, sizeof rank_s, "%d", r);
   const px_kv mmeta[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", mjson},
-                          {"zero_stage", "3"}, {"world_size", world_s}, {"rank", rank_s}};
+                          {"zero_stage", "3"},          {"world_size", world_s},        {"rank", rank_s}};
   const px_kv ometa[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson},
-                          {"zero_stage", "3"}, {"world_size", world_s}, {"rank", rank_s}};
+                          {"zero_stage", "3"},          {"world_size", world_s},        {"rank", rank_s}};
   const char *json = "{\"step\": 1000, \"zero_stage\": 3}\n";
   px_ckpt_item items[3] = {{.name = model_file, .tensors = &msd, .metadata = mmeta, .n_metadata = 6},
                            {.name = optim_file, .tensors = &osd, .metadata = ometa, .n_metadata = 6},
@@ -309,7 +309,8 @@ static int run_rank(px_comm *c, void *arg) {
       // What a load reads: through metadata.json, only the rank's own pieces
       // (pread, adjacent pieces in one read), plus each file's header.
       printf("NOTE each rank reads its %zu bytes of pieces per load (found through metadata.json) plus the "
-             "headers\n", bytes / (size_t)N);
+             "headers\n",
+             bytes / (size_t)N);
       printf("NOTE removing a checkpoint (what keep_last's rotation does; outside the timed save): %.3f s median\n",
              median(t_rm, b->repeats));
       char cmd[1200];

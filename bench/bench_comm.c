@@ -76,23 +76,45 @@ typedef struct opts {
 } opts;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: mpiexec -n 2 bench_comm [options]   or   bench_comm --threads 2 [options]\n"
-             "  --ops allreduce,allgather,reduce_scatter,broadcast,sendrecv   --min BYTES --max BYTES\n"
-             "  --factor F --seconds S --rounds R --async --no-raw --no-memcpy\n"
-             "  --mpi-thread single|serialized|multiple\n");
+  fprintf(f,
+          "usage: mpiexec -n 2 bench_comm [options]   or   bench_comm --threads 2 [options]\n"
+          "  --ops allreduce,allgather,reduce_scatter,broadcast,sendrecv   --min BYTES --max BYTES\n"
+          "  --factor F --seconds S --rounds R --async --no-raw --no-memcpy\n"
+          "  --mpi-thread single|serialized|multiple\n");
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.min_bytes = 4096, .max_bytes = 256u << 20, .factor = 4, .seconds = 0.25, .threads = 1, .rounds = 5,
-              .raw = true, .memcpy_line = true};
+  *o = (opts){.min_bytes = 4096,
+              .max_bytes = 256u << 20,
+              .factor = 4,
+              .seconds = 0.25,
+              .threads = 1,
+              .rounds = 5,
+              .raw = true,
+              .memcpy_line = true};
   bool any = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
-    if (!strcmp(a, "--async")) { o->async = true; continue; }
-    if (!strcmp(a, "--no-raw")) { o->raw = false; continue; }
-    if (!strcmp(a, "--no-memcpy")) { o->memcpy_line = false; continue; }
-    if (i + 1 >= argc) { fprintf(stderr, "bench_comm: %s needs a value\n", a); return -1; }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (!strcmp(a, "--async")) {
+      o->async = true;
+      continue;
+    }
+    if (!strcmp(a, "--no-raw")) {
+      o->raw = false;
+      continue;
+    }
+    if (!strcmp(a, "--no-memcpy")) {
+      o->memcpy_line = false;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "bench_comm: %s needs a value\n", a);
+      return -1;
+    }
     const char *v = argv[++i];
     if (!strcmp(a, "--ops")) {
       char list[256];
@@ -100,7 +122,10 @@ static int parse_args(int argc, char **argv, opts *o) {
       for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         int k = 0;
         while (k < N_OPS && strcmp(tok, op_names[k])) k++;
-        if (k == N_OPS) { fprintf(stderr, "bench_comm: unknown op \"%s\"\n", tok); return -1; }
+        if (k == N_OPS) {
+          fprintf(stderr, "bench_comm: unknown op \"%s\"\n", tok);
+          return -1;
+        }
         o->ops[k] = any = true;
       }
     } else if (!strcmp(a, "--min")) o->min_bytes = strtoull(v, NULL, 10);
@@ -110,13 +135,20 @@ static int parse_args(int argc, char **argv, opts *o) {
     else if (!strcmp(a, "--threads")) o->threads = atoi(v);
     else if (!strcmp(a, "--rounds")) o->rounds = atoi(v);
     else if (!strcmp(a, "--mpi-thread")) o->mpi_thread = v;
-    else { fprintf(stderr, "bench_comm: unknown option %s\n", a); usage(stderr); return -1; }
+    else {
+      fprintf(stderr, "bench_comm: unknown option %s\n", a);
+      usage(stderr);
+      return -1;
+    }
   }
-  if (!any) for (int k = 0; k < N_OPS; k++) o->ops[k] = true;
+  if (!any)
+    for (int k = 0; k < N_OPS; k++) o->ops[k] = true;
   if (o->min_bytes < 16 || o->max_bytes < o->min_bytes || o->factor <= 1 || o->seconds <= 0 || o->threads < 1 ||
       o->rounds < 1 || o->rounds > MAX_ROUNDS) {
-    fprintf(stderr, "bench_comm: need 16 <= --min <= --max, --factor > 1, --seconds > 0, --threads >= 1, "
-                    "1 <= --rounds <= %d\n", MAX_ROUNDS);
+    fprintf(stderr,
+            "bench_comm: need 16 <= --min <= --max, --factor > 1, --seconds > 0, --threads >= 1, "
+            "1 <= --rounds <= %d\n",
+            MAX_ROUNDS);
     return -1;
   }
   return 0;
@@ -175,10 +207,8 @@ static int raw_once(op_kind op, rank_bufs *b, size_t bytes, int n, int r) {
   const int all = (int)(bytes / sizeof(float)), part = all / n;
   switch (op) {
   case OP_ALLREDUCE: return MPI_Allreduce(MPI_IN_PLACE, b->send, all, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  case OP_ALLGATHER:
-    return MPI_Allgather(b->send, part, MPI_FLOAT, b->recv, part, MPI_FLOAT, MPI_COMM_WORLD);
-  case OP_REDUCE_SCATTER:
-    return MPI_Reduce_scatter_block(b->send, b->recv, part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  case OP_ALLGATHER: return MPI_Allgather(b->send, part, MPI_FLOAT, b->recv, part, MPI_FLOAT, MPI_COMM_WORLD);
+  case OP_REDUCE_SCATTER: return MPI_Reduce_scatter_block(b->send, b->recv, part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   case OP_BROADCAST: return MPI_Bcast(b->send, all, MPI_FLOAT, 0, MPI_COMM_WORLD);
   case OP_SENDRECV:
     if (r == 0) {
@@ -226,15 +256,15 @@ static void report(const px_comm *c, const char *impl, op_kind kind, size_t byte
   const double half = op == OP_SENDRECV ? 2.0 : 1.0;
   double t = seconds / (double)iters / half;
   double algbw = (double)bytes / t / 1e9;
-  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f rounds=%d\n",
-         impl, name, bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)),
-         px_comm_size(c), 1e6 * best / half, rounds);
+  printf("comm impl=%s op=%s bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=%d us_min=%.2f rounds=%d\n", impl,
+         name, bytes, iters, 1e6 * t, algbw, algbw * bus_factor(op, px_comm_size(c)), px_comm_size(c),
+         1e6 * best / half, rounds);
   fflush(stdout);
 }
 
 typedef struct shared {
   const opts *o;
-  rank_bufs bufs[64];  /* threads backend: each rank's own buffers */
+  rank_bufs bufs[64]; /* threads backend: each rank's own buffers */
 } shared;
 
 static int fail(px_comm *c, const char *what) {
@@ -258,14 +288,20 @@ static int rank_main(px_comm *c, void *arg) {
   shared *sh = arg;
   const opts *o = sh->o;
   const int n = px_comm_size(c), r = px_comm_rank(c);
-  if (n > 64) { fprintf(stderr, "bench_comm: at most 64 ranks\n"); return 1; }
-  const char *impl = px_comm_backend_of(c) == PX_COMM_MPI       ? (o->async ? "px-mpi-async" : "px-mpi")
-                     : px_comm_backend_of(c) == PX_COMM_THREADS ? (o->async ? "px-threads-async" : "px-threads")
-                                                                : "px-self";
+  if (n > 64) {
+    fprintf(stderr, "bench_comm: at most 64 ranks\n");
+    return 1;
+  }
+  const char *impl = px_comm_backend_of(c) == PX_COMM_MPI ? (o->async ? "px-mpi-async" : "px-mpi")
+    : px_comm_backend_of(c) == PX_COMM_THREADS            ? (o->async ? "px-threads-async" : "px-threads")
+                                                          : "px-self";
   rank_bufs *b = &sh->bufs[r];
   b->send = malloc(o->max_bytes);
   b->recv = malloc(o->max_bytes);
-  if (!b->send || !b->recv) { fprintf(stderr, "bench_comm: out of memory\n"); return 1; }
+  if (!b->send || !b->recv) {
+    fprintf(stderr, "bench_comm: out of memory\n");
+    return 1;
+  }
   // Small values: in-place sums grow each iteration, and denormals or
   // overflow must not be what is measured.
   for (size_t i = 0; i < o->max_bytes / sizeof(float); i++) b->send[i] = b->recv[i] = 1e-6f;
@@ -288,7 +324,7 @@ static int rank_main(px_comm *c, void *arg) {
       const bool threads = px_comm_backend_of(c) == PX_COMM_THREADS;
 #ifdef PX_HAVE_MPI
       const bool raw = (o->raw && px_comm_backend_of(c) == PX_COMM_MPI) ||
-                       (o->memcpy_line && threads && n > 1 && op != OP_SENDRECV);
+        (o->memcpy_line && threads && n > 1 && op != OP_SENDRECV);
 #else
       const bool raw = o->memcpy_line && threads && n > 1 && op != OP_SENDRECV;
 #endif
@@ -303,8 +339,9 @@ static int rank_main(px_comm *c, void *arg) {
       double t0 = px_time_now();
       if (px_once(c, o, op, b, sz) != PX_OK) return fail(c, op_names[op]);
       long iters;
-      if (plan_iters(c, px_time_now() - t0, o->seconds / o->rounds, o->rounds > 1 ? 1 : 3, &iters) != PX_OK) return fail(c, "plan");
-          // Rounds: px_comm then raw MPI, raw first in odd rounds, so a change
+      if (plan_iters(c, px_time_now() - t0, o->seconds / o->rounds, o->rounds > 1 ? 1 : 3, &iters) != PX_OK)
+        return fail(c, "plan");
+      // Rounds: px_comm then raw MPI, raw first in odd rounds, so a change
       // of the machine's load hits both sides alike; each round's time is
       // the slowest rank's, the figure the median round.
       double took[2][MAX_ROUNDS], best[2] = {1e30, 1e30};
@@ -336,8 +373,8 @@ static int rank_main(px_comm *c, void *arg) {
             px_comm_allreduce(c, &best[side], 1, PX_F64, PX_MAX) != PX_OK)
           return fail(c, "allreduce of times");
         // (the copy bound's line is a memcpy, not a ping-pong: its time is not halved)
-        report(c, side ? (threads ? "copy-bound" : "raw-mpi") : impl, side && threads ? OP_BROADCAST : op, sz,
-               iters, median(took[side], o->rounds), best[side], o->rounds, op_names[op]);
+        report(c, side ? (threads ? "copy-bound" : "raw-mpi") : impl, side && threads ? OP_BROADCAST : op, sz, iters,
+               median(took[side], o->rounds), best[side], o->rounds, op_names[op]);
       }
     }
     if (o->memcpy_line && r == 0) {
@@ -352,8 +389,8 @@ static int rank_main(px_comm *c, void *arg) {
         t = px_time_now();
       }
       double per = (t - t0) / (double)k;
-      printf("comm impl=memcpy op=memcpy bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=1\n", sz, k,
-             1e6 * per, (double)sz / per / 1e9, (double)sz / per / 1e9);
+      printf("comm impl=memcpy op=memcpy bytes=%zu iters=%ld us=%.2f algbw=%.3f busbw=%.3f ranks=1\n", sz, k, 1e6 * per,
+             (double)sz / per / 1e9, (double)sz / per / 1e9);
       fflush(stdout);
     }
     if (px_comm_barrier(c) != PX_OK) return fail(c, "barrier");
@@ -376,7 +413,8 @@ int main(int argc, char **argv) {
   bool own_mpi = false;
   if (o.mpi_thread && px_comm_mpi_launched()) {
     int want = !strcmp(o.mpi_thread, "single") ? MPI_THREAD_SINGLE
-               : !strcmp(o.mpi_thread, "serialized") ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
+      : !strcmp(o.mpi_thread, "serialized")    ? MPI_THREAD_SERIALIZED
+                                               : MPI_THREAD_MULTIPLE;
     int got = 0;
     // As px_comm_init_mpi would (libnbc's ring all-reduce).
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);

@@ -65,10 +65,13 @@ static double round_us(px_comm *c, int op, float *buf, size_t count, int iters, 
 static int run(px_comm *c, void *arg) {
   const opts *o = arg;
   const int rank = px_comm_rank(c);
-  struct { int op; size_t bytes; const char *name; } pts[] = {
-      {OP_ALLREDUCE, 4, "allreduce"},        {OP_ALLREDUCE, 4096, "allreduce"},
-      {OP_ALLREDUCE, 1 << 20, "allreduce"},  {OP_ALLREDUCE, 16 << 20, "allreduce"},
-      {OP_IALLREDUCE, 4096, "iallreduce"},   {OP_BARRIER, 0, "barrier"},
+  struct {
+    int op;
+    size_t bytes;
+    const char *name;
+  } pts[] = {
+    {OP_ALLREDUCE, 4, "allreduce"},        {OP_ALLREDUCE, 4096, "allreduce"},   {OP_ALLREDUCE, 1 << 20, "allreduce"},
+    {OP_ALLREDUCE, 16 << 20, "allreduce"}, {OP_IALLREDUCE, 4096, "iallreduce"}, {OP_BARRIER, 0, "barrier"},
   };
   float *buf = calloc((16 << 20) / sizeof(float), sizeof(float));
   double *off = calloc((size_t)o->rounds, sizeof *off), *on = calloc((size_t)o->rounds, sizeof *on);

@@ -73,54 +73,89 @@
 
 typedef struct bench_opts {
   px_gpt_config cfg;
-  int    batch, threads, ranks;
+  int batch, threads, ranks;
   double seconds, warmup;
-  bool   peak;
-  int    zero;                 /* 0: DDP; 1-3: ZeRO stage */
-  bool   prefetch, reshard;    /* stage 3 */
-  int    memory_steps;         /* > 0: the memory report instead of timing */
-  int    overlap;              /* DDP: 1 buckets during backward, 0 one all-reduce after it, -1 none */
-  double bucket_mb;            /* DDP bucket capacity in MiB; 0: the library's default */
+  bool peak;
+  int zero;               /* 0: DDP; 1-3: ZeRO stage */
+  bool prefetch, reshard; /* stage 3 */
+  int memory_steps;       /* > 0: the memory report instead of timing */
+  int overlap;            /* DDP: 1 buckets during backward, 0 one all-reduce after it, -1 none */
+  double bucket_mb;       /* DDP bucket capacity in MiB; 0: the library's default */
 } bench_opts;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]\n"
-             "                 [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]\n"
-             "                 [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS]\n"
-             "                 [--overlap on|off|none] [--bucket-mb MB]\n"
-             "       bench_gpt --peak --threads T\n"
-             "       bench_gpt --info\n");
+  fprintf(f,
+          "usage: bench_gpt [--threads T] [--ranks R] [--batch B] [--seconds S] [--warmup W]\n"
+          "                 [--vocab V] [--context T] [--layers L] [--heads H] [--embd C]\n"
+          "                 [--zero S] [--no-prefetch] [--no-reshard] [--memory STEPS]\n"
+          "                 [--overlap on|off|none] [--bucket-mb MB]\n"
+          "       bench_gpt --peak --threads T\n"
+          "       bench_gpt --info\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.cfg = {.vocab_size = 8192, .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 256},
-                    .batch = 8, .threads = 1, .ranks = 1, .seconds = 5.0, .warmup = 1.0,
-                    .prefetch = true, .reshard = true, .overlap = 1};
-  struct { const char *flag; int *dst; } ints[] = {
-    {"--threads", &o->threads}, {"--ranks", &o->ranks}, {"--batch", &o->batch},
+                    .batch = 8,
+                    .threads = 1,
+                    .ranks = 1,
+                    .seconds = 5.0,
+                    .warmup = 1.0,
+                    .prefetch = true,
+                    .reshard = true,
+                    .overlap = 1};
+  struct {
+    const char *flag;
+    int *dst;
+  } ints[] = {
+    {"--threads", &o->threads},      {"--ranks", &o->ranks},         {"--batch", &o->batch},
     {"--vocab", &o->cfg.vocab_size}, {"--context", &o->cfg.context}, {"--layers", &o->cfg.n_layer},
-    {"--heads", &o->cfg.n_head}, {"--embd", &o->cfg.n_embd}, {"--zero", &o->zero},
+    {"--heads", &o->cfg.n_head},     {"--embd", &o->cfg.n_embd},     {"--zero", &o->zero},
     {"--memory", &o->memory_steps},
   };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
-    if (strcmp(a, "--info") == 0) { printf("plexus blas: %s\n", px_blas_info()); exit(0); }
-    if (strcmp(a, "--peak") == 0) { o->peak = true; continue; }
-    if (strcmp(a, "--no-prefetch") == 0) { o->prefetch = false; continue; }
-    if (strcmp(a, "--no-reshard") == 0) { o->reshard = false; continue; }
-    if (i + 1 >= argc) { fprintf(stderr, "bench_gpt: %s needs a value\n", a); return -1; }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      exit(0);
+    }
+    if (strcmp(a, "--info") == 0) {
+      printf("plexus blas: %s\n", px_blas_info());
+      exit(0);
+    }
+    if (strcmp(a, "--peak") == 0) {
+      o->peak = true;
+      continue;
+    }
+    if (strcmp(a, "--no-prefetch") == 0) {
+      o->prefetch = false;
+      continue;
+    }
+    if (strcmp(a, "--no-reshard") == 0) {
+      o->reshard = false;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "bench_gpt: %s needs a value\n", a);
+      return -1;
+    }
     const char *v = argv[++i];
     bool known = false;
     for (size_t k = 0; k < sizeof ints / sizeof *ints; k++)
-      if (strcmp(a, ints[k].flag) == 0) { *ints[k].dst = atoi(v); known = true; }
+      if (strcmp(a, ints[k].flag) == 0) {
+        *ints[k].dst = atoi(v);
+        known = true;
+      }
     if (known) continue;
     if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
     else if (strcmp(a, "--warmup") == 0) o->warmup = atof(v);
     else if (strcmp(a, "--bucket-mb") == 0 && atof(v) > 0) o->bucket_mb = atof(v);
     else if (strcmp(a, "--overlap") == 0 && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "none")))
       o->overlap = strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? 0 : -1;
-    else { fprintf(stderr, "bench_gpt: unknown option %s\n", a); usage(stderr); return -1; }
+    else {
+      fprintf(stderr, "bench_gpt: unknown option %s\n", a);
+      usage(stderr);
+      return -1;
+    }
   }
   if (o->batch < 1 || o->threads < 1 || o->ranks < 1 || o->seconds <= 0 || o->warmup < 0) {
     fprintf(stderr, "bench_gpt: --batch, --threads and --ranks must be >= 1, --seconds > 0, --warmup >= 0\n");
@@ -146,9 +181,15 @@ static int run_peak(const bench_opts *o) {
   const int n = 2048;
   float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b),
         *c = malloc((size_t)n * n * sizeof *c);
-  if (!a || !b || !c) { fprintf(stderr, "bench_gpt: out of memory\n"); return 1; }
+  if (!a || !b || !c) {
+    fprintf(stderr, "bench_gpt: out of memory\n");
+    return 1;
+  }
   px_rng r = px_rng_make(1, 1);
-  for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = px_rng_uniform(&r) - 0.5f; b[i] = px_rng_uniform(&r) - 0.5f; }
+  for (size_t i = 0; i < (size_t)n * n; i++) {
+    a[i] = px_rng_uniform(&r) - 0.5f;
+    b[i] = px_rng_uniform(&r) - 0.5f;
+  }
   // Best of the runs within the budget: the machine is shared.
   double best = 1e30, t_end = px_time_now() + o->seconds;
   int reps = 0;
@@ -161,7 +202,9 @@ static int run_peak(const bench_opts *o) {
   }
   printf("plexus sgemm n=%d threads=%d gflops=%.1f reps=%d\n", n, px_get_num_threads(),
          2.0 * n * (double)n * n / best * 1e-9, reps);
-  free(a); free(b); free(c);
+  free(a);
+  free(b);
+  free(c);
   return 0;
 }
 
@@ -171,11 +214,11 @@ typedef struct rank_state {
   const bench_opts *o;
   px_model *model;
   px_optim *optim;
-  px_ddp   *ddp;
-  px_comm  *comm;
-  px_zero  *zero;
-  int32_t  *x, *y;    /* (N_BATCHES, B, T) ids and targets */
-  float     last_loss;
+  px_ddp *ddp;
+  px_comm *comm;
+  px_zero *zero;
+  int32_t *x, *y; /* (N_BATCHES, B, T) ids and targets */
+  float last_loss;
 } rank_state;
 
 static px_status train_step(rank_state *s, int k) {
@@ -221,9 +264,10 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline, size_t s
   m.optim_state = (size_t)s->optim->n_state * s->optim->n * sizeof(float);
   const size_t hwm = px_train_peak_rss();
   // Max over ranks of each figure, and of VmHWM - baseline.
-  int64_t v[8] = {(int64_t)m.params, (int64_t)m.grads, (int64_t)m.optim_state, (int64_t)m.gathered,
-                  (int64_t)m.arena_peak, (int64_t)(hwm - baseline), (int64_t)baseline,
-                  (int64_t)(setup_hwm - baseline)};
+  int64_t v[8] = {(int64_t)m.params,      (int64_t)m.grads,
+                  (int64_t)m.optim_state, (int64_t)m.gathered,
+                  (int64_t)m.arena_peak,  (int64_t)(hwm - baseline),
+                  (int64_t)baseline,      (int64_t)(setup_hwm - baseline)};
   int64_t mx[8];
   memcpy(mx, v, sizeof v);
   if (comm && px_comm_size(comm) > 1 && px_comm_allreduce(comm, mx, 8, PX_I64, PX_MAX) != PX_OK) {
@@ -235,8 +279,8 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline, size_t s
     printf("plexus memory zero=%d ranks=%d prefetch=%d params=%zu acct_params=%lld acct_grads=%lld acct_optim=%lld "
            "acct_gathered=%lld acct_arena=%lld acct_total=%lld vmhwm_setup_delta=%lld vmhwm_train_delta=%lld "
            "vmhwm_baseline=%lld\n",
-           s->o->zero, N, (int)s->o->prefetch, s->model->n_param_elems, (long long)mx[0], (long long)mx[1], (long long)mx[2],
-           (long long)mx[3], (long long)mx[4], (long long)(mx[0] + mx[1] + mx[2] + mx[3] + mx[4]),
+           s->o->zero, N, (int)s->o->prefetch, s->model->n_param_elems, (long long)mx[0], (long long)mx[1],
+           (long long)mx[2], (long long)mx[3], (long long)mx[4], (long long)(mx[0] + mx[1] + mx[2] + mx[3] + mx[4]),
            (long long)mx[7], (long long)mx[5], (long long)mx[6]);
     fflush(stdout);
   }
@@ -245,11 +289,11 @@ static int report_memory(px_comm *comm, rank_state *s, size_t baseline, size_t s
 
 typedef struct shared {
   const bench_opts *o;
-  double elapsed, best, cpu, loss;  /* best: the fastest step (rank 0's) */
-  long   steps;
+  double elapsed, best, cpu, loss; /* best: the fastest step (rank 0's) */
+  long steps;
   size_t params;
-  int    world;
-  bool   root;    /* this process ran rank 0 (under MPI every process reaches main's end) */
+  int world;
+  bool root; /* this process ran rank 0 (under MPI every process reaches main's end) */
 } shared;
 
 static int bench_rank(px_comm *comm, void *arg) {
@@ -259,11 +303,15 @@ static int bench_rank(px_comm *comm, void *arg) {
   rank_state s = {.o = o, .comm = comm};
   const size_t baseline = px_train_peak_rss();  // before the model: program, MPI, BLAS
   px_status st = px_model_create(&s.model, px_zoo_gpt(&o->cfg), 42);
-  if (st != PX_OK) { fprintf(stderr, "bench_gpt: model: %s\n", px_last_error()); return 1; }
+  if (st != PX_OK) {
+    fprintf(stderr, "bench_gpt: model: %s\n", px_last_error());
+    return 1;
+  }
   // DDP's options: the library's defaults, or --bucket-mb's capacity.
   px_ddp_opts dopts = PX_DDP_DEFAULTS;
   if (o->bucket_mb > 0) dopts.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
-  if (o->zero == 0 && o->overlap >= 0 && comm && px_comm_size(comm) > 1 && (st = px_ddp_wrap(&s.ddp, s.model, comm, &dopts)) != PX_OK) {
+  if (o->zero == 0 && o->overlap >= 0 && comm && px_comm_size(comm) > 1 &&
+      (st = px_ddp_wrap(&s.ddp, s.model, comm, &dopts)) != PX_OK) {
     fprintf(stderr, "bench_gpt: DDP: %s\n", px_last_error());
     return 1;
   }
@@ -291,16 +339,19 @@ static int bench_rank(px_comm *comm, void *arg) {
       return 1;
     }
   }
-  if ((s.zero ? px_zero_optim_create(s.zero, &s.optim, &oo)
-              : px_optim_create(&s.optim, s.model->param_data, s.model->grad_data, s.model->n_param_elems, &oo))
-      != PX_OK) {
+  if ((s.zero
+         ? px_zero_optim_create(s.zero, &s.optim, &oo)
+         : px_optim_create(&s.optim, s.model->param_data, s.model->grad_data, s.model->n_param_elems, &oo)) != PX_OK) {
     fprintf(stderr, "bench_gpt: optimizer: %s\n", px_last_error());
     return 1;
   }
   const size_t n = (size_t)N_BATCHES * o->batch * o->cfg.context;
   s.x = malloc(n * sizeof *s.x);
   s.y = malloc(n * sizeof *s.y);
-  if (!s.x || !s.y) { fprintf(stderr, "bench_gpt: out of memory\n"); return 1; }
+  if (!s.x || !s.y) {
+    fprintf(stderr, "bench_gpt: out of memory\n");
+    return 1;
+  }
   px_rng r = px_rng_make(7, (uint64_t)rank);
   for (size_t i = 0; i < n; i++) {
     s.x[i] = (int32_t)px_rng_below(&r, (uint64_t)o->cfg.vocab_size);
@@ -308,9 +359,13 @@ static int bench_rank(px_comm *comm, void *arg) {
   }
   if (o->memory_steps > 0) {
     const size_t setup_hwm = px_train_peak_rss();
-    if (!reset_hwm()) fprintf(stderr, "bench_gpt: cannot reset VmHWM (/proc/self/clear_refs): train_delta is the run's\n");
+    if (!reset_hwm())
+      fprintf(stderr, "bench_gpt: cannot reset VmHWM (/proc/self/clear_refs): train_delta is the run's\n");
     for (int k = 0; st == PX_OK && k < o->memory_steps; k++) st = train_step(&s, k % N_BATCHES);
-    if (st != PX_OK) { fprintf(stderr, "bench_gpt: rank %d: training step: %s\n", rank, px_last_error()); return 1; }
+    if (st != PX_OK) {
+      fprintf(stderr, "bench_gpt: rank %d: training step: %s\n", rank, px_last_error());
+      return 1;
+    }
     int rc = report_memory(comm, &s, baseline, setup_hwm);
     free(s.x);
     free(s.y);
@@ -340,7 +395,10 @@ static int bench_rank(px_comm *comm, void *arg) {
     best = ts < best ? ts : best;
   }
   double elapsed = px_time_now() - t0, cpu = cpu_seconds() - c0;
-  if (st != PX_OK) { fprintf(stderr, "bench_gpt: rank %d: training step: %s\n", rank, px_last_error()); return 1; }
+  if (st != PX_OK) {
+    fprintf(stderr, "bench_gpt: rank %d: training step: %s\n", rank, px_last_error());
+    return 1;
+  }
   if (rank == 0) {
     sh->elapsed = elapsed;
     sh->best = best;
@@ -397,9 +455,11 @@ int main(int argc, char **argv) {
   printf("plexus gpt batch=%d threads=%d ranks=%d zero=%d prefetch=%d reshard=%d tokens_per_s=%.1f gflops=%.2f "
          "best_tokens_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.5g params=%zu flops_per_token=%.0f "
          "overlap=%s bucket_mb=%g\n",
-         o.batch, o.threads, o.ranks, o.zero, o.prefetch, o.reshard, tokens / sh.elapsed, tokens * fpt / sh.elapsed * 1e-9, step_tokens / sh.best,
-         sh.steps, sh.elapsed, sh.cpu, sh.loss, sh.params, fpt,
-         o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none",
+         o.batch, o.threads, o.ranks, o.zero, o.prefetch, o.reshard, tokens / sh.elapsed,
+         tokens * fpt / sh.elapsed * 1e-9, step_tokens / sh.best, sh.steps, sh.elapsed, sh.cpu, sh.loss, sh.params, fpt,
+         o.overlap == 1     ? "on"
+           : o.overlap == 0 ? "off"
+                            : "none",
          o.bucket_mb > 0 ? o.bucket_mb : (double)PX_DDP_DEFAULTS.bucket_bytes / 1048576.0);
   return 0;
 }

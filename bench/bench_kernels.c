@@ -11,7 +11,7 @@
 //
 // bench/run_kernels.sh runs two builds alternately (-march=native against
 // the portable default with run-time clones) and prints their ratio.
-#define _POSIX_C_SOURCE 200809L  /* clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "plexus/plexus.h"
 #include "tensor/blas.h"
 
@@ -60,9 +60,9 @@ static void randn(px_rng *r, float *x, size_t n) {
 // share), 64 calls a sample.
 #define N_SMALL (32u << 10)
 #define REPS 64
-#define ELEMENTWISE(name, call) \
-  static void name(void *u) {   \
-    (void)u;                    \
+#define ELEMENTWISE(name, call)          \
+  static void name(void *u) {            \
+    (void)u;                             \
     for (int r = 0; r < REPS; r++) call; \
   }
 ELEMENTWISE(k_axpy, px_axpy(vc, va, N_SMALL, 0.5f))
@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
   }
 
   // Modules, forward + backward, batch of 8.
-  const int64_t seq[3] = {8, 256, 256};     // attention: T 256, C 256, 4 heads
+  const int64_t seq[3] = {8, 256, 256};  // attention: T 256, C 256, 4 heads
   module_case("attention fwd+bwd", px_causal_self_attention(256, 4, 0.0f, 0.0f), 3, seq, true);
   const int64_t rows[2] = {2048, 768};
   module_case("layernorm fwd+bwd", px_layernorm(768, 1e-5f), 2, rows, true);

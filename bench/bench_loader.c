@@ -67,7 +67,7 @@ static int make_jpegs(const char *dir, int count, int size) {
         bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r2;
         for (int c = 0; c < 3; c++) {
           float v = (float)base[c] + 40.0f * sinf(fx * (float)x * (float)(c + 1)) * cosf(fy * (float)y) +
-                    (disc ? 50.0f : 0.0f) + 12.0f * (px_rng_uniform(&rng) - 0.5f);
+            (disc ? 50.0f : 0.0f) + 12.0f * (px_rng_uniform(&rng) - 0.5f);
           img.data[((size_t)y * size + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
         }
       }

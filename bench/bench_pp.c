@@ -57,7 +57,7 @@ typedef struct shared {
 // machine runs).
 typedef struct sleeper {
   px_module base;
-  double    fwd_s;
+  double fwd_s;
 } sleeper;
 
 static void nap(double s) {
@@ -89,15 +89,21 @@ static px_module *build(void *arg) {
   if (a->sleep_ms > 0) {
     for (int i = 0; c && i < LAYERS; i++) {
       sleeper *z = (sleeper *)px_module_alloc(sizeof *z, &sleep_ops);
-      if (!z) { px_module_free(c); return NULL; }
+      if (!z) {
+        px_module_free(c);
+        return NULL;
+      }
       z->fwd_s = a->sleep_ms * 1e-3;
-      if (px_chain_add(c, &z->base) != PX_OK) { px_module_free(&z->base); px_module_free(c); return NULL; }
+      if (px_chain_add(c, &z->base) != PX_OK) {
+        px_module_free(&z->base);
+        px_module_free(c);
+        return NULL;
+      }
     }
     return c;
   }
   for (int i = 0; c && i < LAYERS; i++) {
-    if (px_chain_add(c, px_linear(a->width, a->width, true)) != PX_OK ||
-        px_chain_add(c, px_relu()) != PX_OK) {
+    if (px_chain_add(c, px_linear(a->width, a->width, true)) != PX_OK || px_chain_add(c, px_relu()) != PX_OK) {
       px_module_free(c);
       return NULL;
     }
@@ -128,7 +134,10 @@ static int rank_main(px_comm *c, void *varg) {
   const int p = px_comm_size(c), r = px_comm_rank(c);
   px_pp_schedule *s;
   px_status st = px_pp_schedule_make(a->kind, p, a->micro, a->chunks, &s);
-  if (st != PX_OK) { fprintf(stderr, "bench_pp: %s\n", px_last_error()); return 1; }
+  if (st != PX_OK) {
+    fprintf(stderr, "bench_pp: %s\n", px_last_error());
+    return 1;
+  }
   px_optim_opts oo = px_sgd_defaults(1e-4f);
   const px_pp_split split = {.kind = a->sleep_ms > 0 ? PX_PP_SPLIT_UNITS : PX_PP_SPLIT_PARAMS};
   px_pp_opts po = {.build = build, .build_arg = (void *)a, .split = &split, .seed = 1, .optim = &oo};
@@ -169,11 +178,13 @@ static int rank_main(px_comm *c, void *varg) {
 }
 
 int main(int argc, char **argv) {
-  args a = {.ranks = 2, .micro = 8, .chunks = 1, .rows = 64, .width = 256, .steps = 5, .warmup = 2,
-            .kind = PX_PP_1F1B};
+  args a = {.ranks = 2, .micro = 8, .chunks = 1, .rows = 64, .width = 256, .steps = 5, .warmup = 2, .kind = PX_PP_1F1B};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!v) { fprintf(stderr, "bench_pp: %s needs a value\n", k); return 2; }
+    if (!v) {
+      fprintf(stderr, "bench_pp: %s needs a value\n", k);
+      return 2;
+    }
     if (strcmp(k, "--ranks") == 0) a.ranks = atoi(v);
     else if (strcmp(k, "--micro") == 0) a.micro = atoi(v);
     else if (strcmp(k, "--chunks") == 0) a.chunks = atoi(v);
@@ -183,8 +194,14 @@ int main(int argc, char **argv) {
     else if (strcmp(k, "--warmup") == 0) a.warmup = atoi(v);
     else if (strcmp(k, "--sleep-ms") == 0) a.sleep_ms = atof(v);
     else if (strcmp(k, "--schedule") == 0) {
-      if (px_pp_kind_parse(v, &a.kind) != PX_OK) { fprintf(stderr, "bench_pp: %s\n", px_last_error()); return 2; }
-    } else { fprintf(stderr, "bench_pp: unknown option %s\n", k); return 2; }
+      if (px_pp_kind_parse(v, &a.kind) != PX_OK) {
+        fprintf(stderr, "bench_pp: %s\n", px_last_error());
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "bench_pp: unknown option %s\n", k);
+      return 2;
+    }
     i++;
   }
   if (a.ranks < 1 || a.ranks > 64 || a.steps < 1 || a.ranks * a.chunks > LAYERS) {
@@ -197,8 +214,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_pp: failed (%d)\n", code);
     return 1;
   }
-  printf("plexus pp schedule=%s p=%d m=%d v=%d formula=%.3f idle=", px_pp_kind_name(a.kind), a.ranks, a.micro,
-         a.chunks, px_pp_bubble_formula(a.kind, a.ranks, a.micro, a.chunks));
+  printf("plexus pp schedule=%s p=%d m=%d v=%d formula=%.3f idle=", px_pp_kind_name(a.kind), a.ranks, a.micro, a.chunks,
+         px_pp_bubble_formula(a.kind, a.ranks, a.micro, a.chunks));
   for (int r = 0; r < a.ranks; r++) printf("%s%.3f", r ? "," : "", sh.idle[r]);
   printf(" stage0_slots=%d stage0_act_bytes=%zu step_ms=%.1f\n", sh.slots, sh.act_bytes, sh.step_ms);
   return 0;

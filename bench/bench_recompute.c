@@ -54,13 +54,15 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  px_gpt_config cfg = {.vocab_size = 1024, .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 256,
-                       .dropout = 0.1f};
+  px_gpt_config cfg = {.vocab_size = 1024, .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 256, .dropout = 0.1f};
   const char *policy = "none";
   int batch = 8, steps = 3, threads = 1;
   for (int a = 1; a < argc; a++) {
     const char *k = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
-    if (!v) { fprintf(stderr, "bench_recompute: %s needs a value\n", k); return 2; }
+    if (!v) {
+      fprintf(stderr, "bench_recompute: %s needs a value\n", k);
+      return 2;
+    }
     if (strcmp(k, "--policy") == 0) policy = v;
     else if (strcmp(k, "--layers") == 0) cfg.n_layer = atoi(v);
     else if (strcmp(k, "--batch") == 0) batch = atoi(v);
@@ -71,10 +73,16 @@ int main(int argc, char **argv) {
     else if (strcmp(k, "--dropout") == 0) cfg.dropout = (float)atof(v);
     else if (strcmp(k, "--steps") == 0) steps = atoi(v);
     else if (strcmp(k, "--threads") == 0) threads = atoi(v);
-    else { fprintf(stderr, "bench_recompute: unknown option %s\n", k); return 2; }
+    else {
+      fprintf(stderr, "bench_recompute: unknown option %s\n", k);
+      return 2;
+    }
     a++;
   }
-  if (batch < 1 || steps < 1 || threads < 1) { fprintf(stderr, "bench_recompute: batch, steps, threads >= 1\n"); return 2; }
+  if (batch < 1 || steps < 1 || threads < 1) {
+    fprintf(stderr, "bench_recompute: batch, steps, threads >= 1\n");
+    return 2;
+  }
   px_set_num_threads(threads);
   px_recompute r;
   px_module *root = px_zoo_gpt(&cfg);
@@ -94,7 +102,10 @@ int main(int argc, char **argv) {
   int32_t *x = malloc((size_t)batch * T * sizeof *x), *y = malloc((size_t)batch * T * sizeof *y);
   double *ms = malloc((size_t)steps * sizeof *ms), *cpu = malloc((size_t)steps * sizeof *cpu);
   px_rng rng = px_rng_make(3, 0);
-  for (int i = 0; i < batch * T; i++) { x[i] = (int32_t)px_rng_below(&rng, (uint64_t)cfg.vocab_size); y[i] = (x[i] + 1) % cfg.vocab_size; }
+  for (int i = 0; i < batch * T; i++) {
+    x[i] = (int32_t)px_rng_below(&rng, (uint64_t)cfg.vocab_size);
+    y[i] = (x[i] + 1) % cfg.vocab_size;
+  }
   px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){batch, T});
   float loss = 0;
   for (int s = -1; s < steps; s++) {
@@ -109,7 +120,10 @@ int main(int argc, char **argv) {
     dy.data = dl;
     if (st == PX_OK) st = px_model_backward(md, &dy, NULL);
     if (st == PX_OK) st = px_optim_step(opt);
-    if (st != PX_OK) { fprintf(stderr, "bench_recompute: %s\n", px_last_error()); return 1; }
+    if (st != PX_OK) {
+      fprintf(stderr, "bench_recompute: %s\n", px_last_error());
+      return 1;
+    }
     if (s >= 0) {
       ms[s] = (px_time_now() - t0) * 1e3;
       cpu[s] = (cpu_now() - c0) * 1e3;
@@ -119,9 +133,10 @@ int main(int argc, char **argv) {
   qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
   char name[32];
   printf("recompute gpt policy=%s layers=%d batch=%d context=%d embd=%d vocab=%d arena_mib=%.2f vmhwm_mib=%.1f "
-         "step_ms=%.1f best_step_ms=%.1f cpu_ms=%.1f steps=%d loss=%.4f params=%zu\n", px_recompute_name(r, name, sizeof name),
-         cfg.n_layer, batch, T, cfg.n_embd, cfg.vocab_size, (double)px_arena_high_water(md->arena) / 1048576.0,
-         vmhwm_mib(), ms[steps / 2], ms[0], cpu[steps / 2], steps, (double)loss, md->n_param_elems);
+         "step_ms=%.1f best_step_ms=%.1f cpu_ms=%.1f steps=%d loss=%.4f params=%zu\n",
+         px_recompute_name(r, name, sizeof name), cfg.n_layer, batch, T, cfg.n_embd, cfg.vocab_size,
+         (double)px_arena_high_water(md->arena) / 1048576.0, vmhwm_mib(), ms[steps / 2], ms[0], cpu[steps / 2], steps,
+         (double)loss, md->n_param_elems);
   free(x);
   free(y);
   free(ms);

@@ -102,8 +102,8 @@ int main(int argc, char **argv) {
     double t_cp = px_time_now() - t0;
     st_mbs[r] = total_mb / t_stage;
     cp_mbs[r] = total_mb / t_cp;
-    printf("round %ld: px_stage_files %.0f MB/s (%.2f s, %zu files copied), cp %.0f MB/s (%.2f s)\n", r + 1,
-           st_mbs[r], t_stage, res.copied, cp_mbs[r], t_cp);
+    printf("round %ld: px_stage_files %.0f MB/s (%.2f s, %zu files copied), cp %.0f MB/s (%.2f s)\n", r + 1, st_mbs[r],
+           t_stage, res.copied, cp_mbs[r], t_cp);
     fflush(stdout);
   }
   double full[64], size[64];
@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
   double mf = median(full, (int)rounds), ms = median(size, (int)rounds);
   double ss = median(st_mbs, (int)rounds), cc = median(cp_mbs, (int)rounds);
   printf("median: px_stage_files %.0f MB/s, cp %.0f MB/s (ratio %.2f); reuse with the full check %.3f s "
-         "(%.0f MB/s of CRC-32C), with the size check %.4f s\n", ss, cc, ss / cc, mf, total_mb / mf, ms);
+         "(%.0f MB/s of CRC-32C), with the size check %.4f s\n",
+         ss, cc, ss / cc, mf, total_mb / mf, ms);
   snprintf(cmd, sizeof cmd, "rm -rf %s", stdir);
   sh(cmd);
   for (long k = 0; k < nfiles; k++) free(files[k]);

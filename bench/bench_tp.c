@@ -69,7 +69,10 @@ static int run(px_comm *c, void *arg) {
       t0 = px_time_now();
       mesh->tp_group.counts = (px_tp_counts){0};
     }
-    for (int i = 0; i < per * T; i++) { x[i] = (int32_t)px_rng_below(&r, (uint64_t)V); y[i] = (x[i] + 1) % V; }
+    for (int i = 0; i < per * T; i++) {
+      x[i] = (int32_t)px_rng_below(&r, (uint64_t)V);
+      y[i] = (x[i] + 1) % V;
+    }
     px_tensor xt = px_tensor_view(x, PX_I32, 2, (int64_t[]){per, T}), lt;
     px_model_zero_grad(md);
     if ((st = px_model_forward(md, &xt, &lt)) != PX_OK) break;
@@ -85,7 +88,8 @@ static int run(px_comm *c, void *arg) {
   if (st == PX_OK) px_comm_barrier(c);
   const int rank = px_comm_rank(c);
   if (rank < 64)
-    results[rank] = (result){.seconds = px_time_now() - t0, .tp_seconds = mesh->tp_group.counts.seconds,
+    results[rank] = (result){.seconds = px_time_now() - t0,
+                             .tp_seconds = mesh->tp_group.counts.seconds,
                              .params = md->n_param_elems,
                              .arena = px_arena_high_water(md->arena)};
   if (st != PX_OK) fprintf(stderr, "bench_tp rank %d: %s\n", rank, px_last_error());
@@ -105,13 +109,18 @@ static int int_arg(int argc, char **argv, const char *name, int def) {
 }
 
 int main(int argc, char **argv) {
-  args a = {.ranks = int_arg(argc, argv, "--ranks", 2), .tp = int_arg(argc, argv, "--tp", 2),
-            .batch = int_arg(argc, argv, "--batch", 8), .steps = int_arg(argc, argv, "--steps", 10),
-            .warmup = int_arg(argc, argv, "--warmup", 2), .sp = int_arg(argc, argv, "--sp", 0)};
+  args a = {.ranks = int_arg(argc, argv, "--ranks", 2),
+            .tp = int_arg(argc, argv, "--tp", 2),
+            .batch = int_arg(argc, argv, "--batch", 8),
+            .steps = int_arg(argc, argv, "--steps", 10),
+            .warmup = int_arg(argc, argv, "--warmup", 2),
+            .sp = int_arg(argc, argv, "--sp", 0)};
   a.cfg = (px_tp_gpt_config){.vocab_size = int_arg(argc, argv, "--vocab", 8192),
                              .context = int_arg(argc, argv, "--context", 128),
-                             .n_layer = int_arg(argc, argv, "--layers", 4), .n_head = int_arg(argc, argv, "--heads", 8),
-                             .n_embd = int_arg(argc, argv, "--embd", 256), .dropout = 0.0f,
+                             .n_layer = int_arg(argc, argv, "--layers", 4),
+                             .n_head = int_arg(argc, argv, "--heads", 8),
+                             .n_embd = int_arg(argc, argv, "--embd", 256),
+                             .dropout = 0.0f,
                              .sequence_parallel = a.sp != 0};
   if (a.ranks < 1 || a.ranks > 64 || a.tp < 1 || a.ranks % a.tp || a.batch % (a.ranks / a.tp) || a.steps < 1) {
     fprintf(stderr, "bench_tp: --ranks (1..64) must be a multiple of --tp, --batch a multiple of ranks/tp\n");
@@ -125,8 +134,8 @@ int main(int argc, char **argv) {
   const double sec = results[0].seconds / a.steps;
   const double comm = results[0].tp_seconds / a.steps;
   printf("plexus tp ranks=%d dp=%d tp=%d sp=%d batch=%d tokens_per_s=%.0f step_ms=%.1f params_per_rank=%zu "
-         "state_bytes_per_rank=%zu arena_bytes=%zu tp_comm_ms=%.1f tp_comm_share=%.3f\n", a.ranks, a.ranks / a.tp,
-         a.tp, a.sp != 0, a.batch, (double)a.batch * a.cfg.context / sec, sec * 1e3, results[0].params,
-         results[0].params * 16, results[0].arena, comm * 1e3, comm / sec);
+         "state_bytes_per_rank=%zu arena_bytes=%zu tp_comm_ms=%.1f tp_comm_share=%.3f\n",
+         a.ranks, a.ranks / a.tp, a.tp, a.sp != 0, a.batch, (double)a.batch * a.cfg.context / sec, sec * 1e3,
+         results[0].params, results[0].params * 16, results[0].arena, comm * 1e3, comm / sec);
   return 0;
 }

@@ -49,7 +49,7 @@
  * The data are generated once, before timing: N_BATCHES batches that the
  * loop cycles through.  This is a benchmark, not a test: it never fails on
  * speed. */
-#define _POSIX_C_SOURCE 199309L  /* clock_gettime(CLOCK_PROCESS_CPUTIME_ID) */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime(CLOCK_PROCESS_CPUTIME_ID) */
 #include <plexus/plexus.h>
 
 #include <plexus/zoo.h>
@@ -65,37 +65,55 @@ typedef enum { MODEL_MLP, MODEL_CNN, MODEL_ZOO_CNN, MODEL_RESNET_SMALL, MODEL_RE
 
 static const char *const model_names[] = {"mlp", "cnn", "zoo_cnn", "resnet_small", "resnet18"};
 /* Input (C, H, W) and classes of the image models. */
-static const int model_input[][4] = {{0, 0, 0, 0}, {1, 28, 28, 10}, {1, 28, 28, 10}, {3, 32, 32, 10},
+static const int model_input[][4] = {{0, 0, 0, 0},
+                                     {1, 28, 28, 10},
+                                     {1, 28, 28, 10},
+                                     {3, 32, 32, 10},
                                      {3, 224, 224, 1000}};
 
 typedef struct bench_opts {
   model_kind model;
   int batch;
   int threads;
-  double seconds;  /* timed budget */
-  double warmup;   /* untimed budget before it */
-  int ranks;       /* threads-backend ranks (an MPI launcher decides its own) */
-  int overlap;     /* DDP: 1 all-reduce buckets during backward, 0 one all-reduce after it, -1 none */
+  double seconds;   /* timed budget */
+  double warmup;    /* untimed budget before it */
+  int ranks;        /* threads-backend ranks (an MPI launcher decides its own) */
+  int overlap;      /* DDP: 1 all-reduce buckets during backward, 0 one all-reduce after it, -1 none */
   double bucket_mb; /* DDP bucket capacity in MiB; 0: the library's default */
 } bench_opts;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T\n"
-             "                   [--seconds S] [--warmup W] [--ranks N] [--overlap on|off|none]\n"
-             "                   [--bucket-mb MB]\n"
-             "       bench_train --info\n"
-             "  Trains the quick-start MLP, the 28x28 CNN or a model of the zoo for about S seconds\n"
-             "  (default 2.5) after W seconds of warm-up (default 0.5) and prints samples/s.\n");
+  fprintf(f,
+          "usage: bench_train --model mlp|cnn|zoo_cnn|resnet_small|resnet18 --batch B --threads T\n"
+          "                   [--seconds S] [--warmup W] [--ranks N] [--overlap on|off|none]\n"
+          "                   [--bucket-mb MB]\n"
+          "       bench_train --info\n"
+          "  Trains the quick-start MLP, the 28x28 CNN or a model of the zoo for about S seconds\n"
+          "  (default 2.5) after W seconds of warm-up (default 0.5) and prints samples/s.\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
-  *o = (bench_opts){.model = MODEL_MLP, .batch = 16, .threads = 1, .seconds = 2.5, .warmup = 0.5, .ranks = 1,
+  *o = (bench_opts){.model = MODEL_MLP,
+                    .batch = 16,
+                    .threads = 1,
+                    .seconds = 2.5,
+                    .warmup = 0.5,
+                    .ranks = 1,
                     .overlap = 1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
-    if (strcmp(a, "--info") == 0) { printf("plexus blas: %s\n", px_blas_info()); exit(0); }
-    if (i + 1 >= argc) { fprintf(stderr, "bench_train: %s needs a value\n", a); return -1; }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      exit(0);
+    }
+    if (strcmp(a, "--info") == 0) {
+      printf("plexus blas: %s\n", px_blas_info());
+      exit(0);
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "bench_train: %s needs a value\n", a);
+      return -1;
+    }
     const char *v = argv[++i];
     if (strcmp(a, "--model") == 0) {
       int k = 0;
@@ -141,18 +159,14 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
 }
 
 static px_module *build_mlp(void) {
-  return px_chain_of(7, px_linear(1, 256, true), px_tanh(),
-                     px_linear(256, 512, true), px_tanh(),
-                     px_linear(512, 256, true), px_tanh(),
-                     px_linear(256, 1, true));
+  return px_chain_of(7, px_linear(1, 256, true), px_tanh(), px_linear(256, 512, true), px_tanh(),
+                     px_linear(512, 256, true), px_tanh(), px_linear(256, 1, true));
 }
 
 static px_module *build_cnn(void) {
   // (B,1,28,28) -> (B,8,28,28) -> pool (B,8,14,14) -> (B,16,14,14) -> pool (B,16,7,7) -> (B,784) -> (B,10)
-  return px_chain_of(10, px_conv2d(1, 8, 3, 1, 1, true), px_batchnorm(8, 1e-5f, 0.1f), px_relu(),
-                     px_maxpool2d(2, 2),
-                     px_conv2d(8, 16, 3, 1, 1, true), px_batchnorm(16, 1e-5f, 0.1f), px_relu(),
-                     px_maxpool2d(2, 2),
+  return px_chain_of(10, px_conv2d(1, 8, 3, 1, 1, true), px_batchnorm(8, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                     px_conv2d(8, 16, 3, 1, 1, true), px_batchnorm(16, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
                      px_flatten(), px_linear(16 * 7 * 7, 10, true));
 }
 
@@ -160,14 +174,14 @@ static px_module *build_cnn(void) {
 typedef struct bench {
   const bench_opts *o;
   px_comm *comm;
-  px_ddp *ddp;            /* NULL in a world of one */
+  px_ddp *ddp; /* NULL in a world of one */
   px_model *model;
   px_optim *optim;
-  size_t in_per_sample;   /* floats of one input sample */
-  float   *inputs;        /* (N_BATCHES, B, in_per_sample) */
-  float   *targets_f;     /* mlp: (N_BATCHES, B, 1) */
-  int32_t *targets_i;     /* cnn: (N_BATCHES, B) */
-  float    last_loss;
+  size_t in_per_sample; /* floats of one input sample */
+  float *inputs;        /* (N_BATCHES, B, in_per_sample) */
+  float *targets_f;     /* mlp: (N_BATCHES, B, 1) */
+  int32_t *targets_i;   /* cnn: (N_BATCHES, B) */
+  float last_loss;
 } bench;
 
 static int fail(const char *what) {
@@ -180,8 +194,8 @@ static px_status train_step(bench *b, int k) {
   const int B = b->o->batch;
   const int *in = model_input[b->o->model];
   px_tensor x = b->o->model == MODEL_MLP
-                    ? px_tensor_f32(b->inputs + (size_t)k * B, 2, B, 1, 0, 0)
-                    : px_tensor_f32(b->inputs + (size_t)k * B * b->in_per_sample, 4, B, in[0], in[1], in[2]);
+    ? px_tensor_f32(b->inputs + (size_t)k * B, 2, B, 1, 0, 0)
+    : px_tensor_f32(b->inputs + (size_t)k * B * b->in_per_sample, 4, B, in[0], in[1], in[2]);
   px_tensor pred;
   px_model_zero_grad(b->model);
   px_status st = px_model_forward(b->model, &x, &pred);
@@ -217,8 +231,7 @@ static double cpu_seconds(void) {
 
 /* Run steps for `budget` seconds (at least min_steps); returns steps taken,
  * their wall time in *elapsed and the process's CPU time in *cpu. */
-static px_status run_for(bench *b, double budget, long min_steps, long *steps, double *elapsed,
-                         double *cpu) {
+static px_status run_for(bench *b, double budget, long min_steps, long *steps, double *elapsed, double *cpu) {
   long n = 0;
   double c0 = cpu_seconds();
   double t0 = px_time_now(), t = t0;
@@ -264,11 +277,11 @@ static int rank_main(px_comm *comm, void *arg) {
   px_ddp_opts dopts = PX_DDP_DEFAULTS;
   if (o.bucket_mb > 0) dopts.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
   const int rank = px_comm_rank(comm), world = px_comm_size(comm);
-  px_module *root = o.model == MODEL_MLP            ? build_mlp()
-                    : o.model == MODEL_CNN          ? build_cnn()
-                    : o.model == MODEL_ZOO_CNN      ? px_zoo_cnn(1, 28, 28, 32, 10)
-                    : o.model == MODEL_RESNET_SMALL ? px_zoo_resnet_small(3, 10, 3, 16)
-                                                    : px_zoo_resnet18(3, 1000);
+  px_module *root = o.model == MODEL_MLP ? build_mlp()
+    : o.model == MODEL_CNN               ? build_cnn()
+    : o.model == MODEL_ZOO_CNN           ? px_zoo_cnn(1, 28, 28, 32, 10)
+    : o.model == MODEL_RESNET_SMALL      ? px_zoo_resnet_small(3, 10, 3, 16)
+                                         : px_zoo_resnet18(3, 1000);
   if (px_model_create(&b.model, root, /*seed=*/42) != PX_OK) return fail("model");
   px_model_train(b.model, true);
 
@@ -285,7 +298,10 @@ static int rank_main(px_comm *comm, void *arg) {
   b.inputs = malloc(N_BATCHES * B * b.in_per_sample * sizeof *b.inputs);
   b.targets_f = malloc(N_BATCHES * B * sizeof *b.targets_f);
   b.targets_i = malloc(N_BATCHES * B * sizeof *b.targets_i);
-  if (!b.inputs || !b.targets_f || !b.targets_i) { fprintf(stderr, "bench_train: out of memory\n"); return 1; }
+  if (!b.inputs || !b.targets_f || !b.targets_i) {
+    fprintf(stderr, "bench_train: out of memory\n");
+    return 1;
+  }
   px_rng rng = px_rng_make(0, (uint64_t)rank);  // each rank its own samples
   if (o.model == MODEL_MLP) {
     for (size_t i = 0; i < N_BATCHES * B; i++) {
@@ -307,16 +323,18 @@ static int rank_main(px_comm *comm, void *arg) {
 
   if (world == 1) {
     printf("plexus %s batch=%d threads=%d samples_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.6g\n",
-           model_names[o.model], o.batch, px_get_num_threads(),
-           (double)steps * (double)B / elapsed, steps, elapsed, cpu, (double)b.last_loss);
+           model_names[o.model], o.batch, px_get_num_threads(), (double)steps * (double)B / elapsed, steps, elapsed,
+           cpu, (double)b.last_loss);
   } else if (rank == 0) {
     // Every rank's samples; cpu_s is this process's (all ranks under threads).
     printf("plexus %s batch=%d threads=%d samples_per_s=%.1f steps=%ld seconds=%.3f cpu_s=%.3f loss=%.6g "
            "ranks=%d backend=%s overlap=%s bucket_mb=%g\n",
-           model_names[o.model], o.batch, px_get_num_threads(),
-           (double)steps * (double)B * world / elapsed, steps, elapsed, cpu, (double)b.last_loss, world,
-           px_comm_backend_name(px_comm_backend_of(comm)),
-           o.overlap == 1 ? "on" : o.overlap == 0 ? "off" : "none", (double)dopts.bucket_bytes / 1048576.0);
+           model_names[o.model], o.batch, px_get_num_threads(), (double)steps * (double)B * world / elapsed, steps,
+           elapsed, cpu, (double)b.last_loss, world, px_comm_backend_name(px_comm_backend_of(comm)),
+           o.overlap == 1     ? "on"
+             : o.overlap == 0 ? "off"
+                              : "none",
+           (double)dopts.bucket_bytes / 1048576.0);
   }
   fflush(stdout);
 

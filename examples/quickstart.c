@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define N_SAMPLES 1024
-#define BATCH 16  /* per rank */
+#define BATCH 16 /* per rank */
 #define EPOCHS 30
 
 static int fail(px_comm *comm, const char *what) {
@@ -29,10 +29,8 @@ static int train(px_comm *comm, void *arg) {
   // The model: parameters live in one flat buffer.  Seeding with the rank
   // makes every rank different on purpose: DDP starts them all from rank 0.
   px_model *model;
-  px_module *mlp = px_chain_of(7, px_linear(1, 256, true), px_tanh(),
-                               px_linear(256, 512, true), px_tanh(),
-                               px_linear(512, 256, true), px_tanh(),
-                               px_linear(256, 1, true));
+  px_module *mlp = px_chain_of(7, px_linear(1, 256, true), px_tanh(), px_linear(256, 512, true), px_tanh(),
+                               px_linear(512, 256, true), px_tanh(), px_linear(256, 1, true));
   if (px_model_create(&model, mlp, /*seed=*/(uint64_t)px_comm_rank(comm)) != PX_OK) return fail(comm, "model");
   px_ddp *ddp;
   if (px_ddp_wrap(&ddp, model, comm, NULL) != PX_OK) return fail(comm, "ddp");
@@ -98,7 +96,10 @@ int main(int argc, char **argv) {
   int threads = 1;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
-    else { fprintf(stderr, "usage: quickstart [--threads N]   (or: mpirun -n N quickstart)\n"); return 2; }
+    else {
+      fprintf(stderr, "usage: quickstart [--threads N]   (or: mpirun -n N quickstart)\n");
+      return 2;
+    }
   }
   int code = 0;
   if (px_comm_run(threads, train, NULL, &code) != PX_OK) {

@@ -18,17 +18,17 @@
 #include <string.h>
 
 typedef struct args {
-  int         threads, epochs;
-  size_t      subset;
+  int threads, epochs;
+  size_t subset;
   const char *data, *out;
 } args;
 
 // conv(1→16, 3×3) – BN – ReLU – pool, conv(16→32) – BN – ReLU – pool,
 // linear(32·7·7 → 10)
 static px_module *network(void) {
-  return px_chain_of(10, px_conv2d(1, 16, 3, 1, 1, false), px_batchnorm(16, 1e-5f, 0.1f), px_relu(),
-                     px_maxpool2d(2, 2), px_conv2d(16, 32, 3, 1, 1, false), px_batchnorm(32, 1e-5f, 0.1f),
-                     px_relu(), px_maxpool2d(2, 2), px_flatten(), px_linear(32 * 7 * 7, 10, true));
+  return px_chain_of(10, px_conv2d(1, 16, 3, 1, 1, false), px_batchnorm(16, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                     px_conv2d(16, 32, 3, 1, 1, false), px_batchnorm(32, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                     px_flatten(), px_linear(32 * 7 * 7, 10, true));
 }
 
 static int rank_main(px_comm *comm, void *argp) {
@@ -51,7 +51,7 @@ static int rank_main(px_comm *comm, void *argp) {
   px_train_opts o = PX_TRAIN_DEFAULTS;  // Adam(1e-3), batch 64 per rank, 1 loader thread
   o.epochs = a->epochs;
   o.ckpt_dir = ckpt;
-  o.resume = "auto";                    // the newest good checkpoint, if there is one
+  o.resume = "auto";  // the newest good checkpoint, if there is one
   o.log_every = 100;
   px_logger_opts lo = {.rank = rank, .console = true, .progress = -1, .jsonl_path = jsonl};
   if (px_logger_create(&log, &lo) != PX_OK) goto out;
@@ -72,7 +72,10 @@ out:
 }
 
 int main(int argc, char **argv) {
-  args a = {.threads = 2, .epochs = 3, .subset = 0, .data = "/usr/share/datasets/fashion-mnist",
+  args a = {.threads = 2,
+            .epochs = 3,
+            .subset = 0,
+            .data = "/usr/share/datasets/fashion-mnist",
             .out = "runs/train_mnist"};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;

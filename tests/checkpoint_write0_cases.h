@@ -22,7 +22,8 @@ static void check_same_everywhere(px_comm *c, px_status st, const char *what) {
   snprintf(msg, sizeof msg, "%s", px_last_error());
   CHECK_OK(px_comm_allreduce(c, lo, 2, PX_I32, PX_MIN));
   CHECK_OK(px_comm_allreduce(c, hi, 2, PX_I32, PX_MAX));
-  CHECK(lo[0] == hi[0], "%s: ranks returned different statuses (rank %d: %s)", what, px_comm_rank(c), px_status_name(st));
+  CHECK(lo[0] == hi[0], "%s: ranks returned different statuses (rank %d: %s)", what, px_comm_rank(c),
+        px_status_name(st));
   CHECK(lo[1] == hi[1], "%s: ranks got different messages (rank %d: %s)", what, px_comm_rank(c), msg);
 }
 

@@ -15,21 +15,24 @@
 /* A training state: model weights (f32, f64, i64 and an empty tensor),
  * optimizer moments, and state.json.  seed changes every value. */
 typedef struct ckpt_state {
-  float             w[2][3], b[3], m[9], v[9];
-  double            scale[2];
-  int64_t           steps;
-  float             empty[1];
-  char              json[96];
-  px_named_tensor   model_t[5], optim_t[2];
-  px_state_dict     model, optim;
-  px_ckpt_item      items[3];
+  float w[2][3], b[3], m[9], v[9];
+  double scale[2];
+  int64_t steps;
+  float empty[1];
+  char json[96];
+  px_named_tensor model_t[5], optim_t[2];
+  px_state_dict model, optim;
+  px_ckpt_item items[3];
 } ckpt_state;
 
 static inline void ckpt_state_init(ckpt_state *s, int seed) {
   memset(s, 0, sizeof *s);
   for (int i = 0; i < 6; i++) s->w[i / 3][i % 3] = (float)(seed * 100 + i) * 0.5f;
   for (int i = 0; i < 3; i++) s->b[i] = -(float)(seed + i);
-  for (int i = 0; i < 9; i++) { s->m[i] = (float)(seed * 7 + i); s->v[i] = (float)(seed + i) * 0.25f; }
+  for (int i = 0; i < 9; i++) {
+    s->m[i] = (float)(seed * 7 + i);
+    s->v[i] = (float)(seed + i) * 0.25f;
+  }
   s->scale[0] = 1.0 / (seed + 3);
   s->scale[1] = -2.5 * seed;
   s->steps = 1000 + seed;
@@ -59,14 +62,17 @@ static inline void ckpt_state_init(ckpt_state *s, int seed) {
 
 /* Zero every value, keep the views (a model about to be loaded). */
 static inline void ckpt_state_zero(ckpt_state *s) {
-  memset(s->w, 0, sizeof s->w); memset(s->b, 0, sizeof s->b);
-  memset(s->m, 0, sizeof s->m); memset(s->v, 0, sizeof s->v);
-  memset(s->scale, 0, sizeof s->scale); s->steps = 0;
+  memset(s->w, 0, sizeof s->w);
+  memset(s->b, 0, sizeof s->b);
+  memset(s->m, 0, sizeof s->m);
+  memset(s->v, 0, sizeof s->v);
+  memset(s->scale, 0, sizeof s->scale);
+  s->steps = 0;
 }
 
 static inline bool ckpt_state_equal(const ckpt_state *a, const ckpt_state *b) {
   return !memcmp(a->w, b->w, sizeof a->w) && !memcmp(a->b, b->b, sizeof a->b) && !memcmp(a->m, b->m, sizeof a->m) &&
-         !memcmp(a->v, b->v, sizeof a->v) && !memcmp(a->scale, b->scale, sizeof a->scale) && a->steps == b->steps;
+    !memcmp(a->v, b->v, sizeof a->v) && !memcmp(a->scale, b->scale, sizeof a->scale) && a->steps == b->steps;
 }
 
 /* Load model and optimizer of checkpoint ckpt into s; status of the first failure. */

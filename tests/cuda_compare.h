@@ -85,7 +85,10 @@ static inline double cc_compare_floor(const char *what, const float *gpu, const 
     if (!isfinite(g) && !(g == c)) nonfinite++;
     amax = fabs(c) > amax ? fabs(c) : amax;
     const double e = fabs(g - c);
-    if (e > emax || e != e) { emax = e; worst = i; }
+    if (e > emax || e != e) {
+      emax = e;
+      worst = i;
+    }
   }
   const double rel = amax > 0 ? emax / amax : emax;
   CHECK(nonfinite == 0 && rel <= tol,

@@ -65,9 +65,9 @@ static void ct_on_step(const px_step_metrics *m, void *user) {
 
 typedef struct ct_run {
   px_device device;
-  px_dtype  precision;
-  int64_t   steps, stop_at, ckpt_every;
-  int       accum;
+  px_dtype precision;
+  int64_t steps, stop_at, ckpt_every;
+  int accum;
   const char *ckpt_dir, *resume;
 } ct_run;
 
@@ -77,8 +77,7 @@ static px_status ct_train(const ct_run *r, ct_losses *l, char *last, size_t cap)
   px_comm *comm;
   px_status st = px_comm_init_self(&comm);
   if (st != PX_OK) return st;
-  px_gpt_config cfg = {.vocab_size = CT_V, .context = CT_T, .n_layer = 2, .n_head = 4, .n_embd = 64,
-                       .dropout = 0.1f};
+  px_gpt_config cfg = {.vocab_size = CT_V, .context = CT_T, .n_layer = 2, .n_head = 4, .n_embd = 64, .dropout = 0.1f};
   px_model *md = NULL;
   px_dataset *data = ct_dataset();
   px_logger *log = NULL;

@@ -12,9 +12,9 @@
 enum { MODEL_MLP, MODEL_CNN };
 enum { OPT_SGD, OPT_ADAM };
 
-#define B 4        /* samples per rank per step */
+#define B 4 /* samples per rank per step */
 #define STEPS 20
-#define IMG 8      /* CNN input: (1, 8, 8) */
+#define IMG 8 /* CNN input: (1, 8, 8) */
 
 static px_module *make_model(int kind) {
   if (kind == MODEL_MLP)
@@ -23,9 +23,9 @@ static px_module *make_model(int kind) {
   // conv–batchnorm–relu–maxpool twice, then linear (the foundation's CNN,
   // small).  No conv bias: batch norm subtracts it again, so its gradient is
   // zero up to rounding, which Adam would amplify into noise.
-  return px_chain_of(10, px_conv2d(1, 4, 3, 1, 1, false), px_batchnorm(4, 1e-5f, 0.1f), px_relu(),
-                     px_maxpool2d(2, 2), px_conv2d(4, 8, 3, 1, 1, false), px_batchnorm(8, 1e-5f, 0.1f), px_relu(),
-                     px_maxpool2d(2, 2), px_flatten(), px_linear(8 * 2 * 2, 3, true));
+  return px_chain_of(10, px_conv2d(1, 4, 3, 1, 1, false), px_batchnorm(4, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                     px_conv2d(4, 8, 3, 1, 1, false), px_batchnorm(8, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                     px_flatten(), px_linear(8 * 2 * 2, 3, true));
 }
 
 static size_t sample_size(int kind) { return kind == MODEL_MLP ? 3 : IMG * IMG; }
@@ -61,7 +61,9 @@ static void step_grads(px_model *md, int kind, int step, int first, int count, f
   }
   px_scale(px_f32(&dY), (size_t)px_tensor_numel(&Y), scale);
   CHECK_OK(px_model_backward(md, &dY, NULL));
-  free(x); free(t); free(lab);
+  free(x);
+  free(t);
+  free(lab);
 }
 
 static px_optim *make_opt(px_model *md, int opt) {
@@ -83,7 +85,8 @@ static px_model *reference(int kind, int opt, int world) {
   for (int s = 0; s < STEPS; s++) {
     px_model_zero_grad(md);
     if (kind == MODEL_MLP) step_grads(md, kind, s, 0, world * B, 1.0f);
-    else for (int r = 0; r < world; r++) step_grads(md, kind, s, r * B, B, 1.0f / (float)world);
+    else
+      for (int r = 0; r < world; r++) step_grads(md, kind, s, r * B, B, 1.0f / (float)world);
     CHECK_OK(px_optim_step(o));
   }
   px_optim_free(o);
@@ -124,9 +127,9 @@ static void case_equivalence(px_comm *c, int kind, int opt, size_t bucket_bytes)
   }
   px_model *ref = reference(kind, opt, world);
   double worst = compare_params(md, ref);
-  CHECK(worst <= 1e-5, "rank %d/%d %s %s bucket %zu B (%d buckets): parameters differ by %.3g relative", rank,
-        world, kind == MODEL_MLP ? "mlp" : "cnn", opt == OPT_SGD ? "sgd" : "adam", bucket_bytes,
-        px_ddp_bucket_count(d), worst);
+  CHECK(worst <= 1e-5, "rank %d/%d %s %s bucket %zu B (%d buckets): parameters differ by %.3g relative", rank, world,
+        kind == MODEL_MLP ? "mlp" : "cnn", opt == OPT_SGD ? "sgd" : "adam", bucket_bytes, px_ddp_bucket_count(d),
+        worst);
   if (rank == 0)
     printf("  %s %-4s buckets of %8zu B (%2d): worst relative difference %.2e\n", kind == MODEL_MLP ? "mlp" : "cnn",
            opt == OPT_SGD ? "sgd" : "adam", bucket_bytes, px_ddp_bucket_count(d), worst);
@@ -166,9 +169,11 @@ static void case_accumulation(px_comm *c) {
   double worst = compare_params(md, ref);
   CHECK(worst <= 1e-5, "accumulation rank %d: %.3g", rank, worst);
   if (rank == 0) printf("  accumulation (4 micro-steps): worst relative difference %.2e\n", worst);
-  px_optim_free(o); px_optim_free(ro);
+  px_optim_free(o);
+  px_optim_free(ro);
   px_ddp_free(d);
-  px_model_free(md); px_model_free(ref);
+  px_model_free(md);
+  px_model_free(ref);
 }
 
 /* Claim: with join, a rank that runs out of batches early neither hangs
@@ -210,9 +215,11 @@ static void case_join(px_comm *c) {
   double worst = compare_params(md, ref);
   CHECK(worst <= 1e-5, "join rank %d: %.3g", rank, worst);
   if (rank == 0) printf("  join (uneven inputs): worst relative difference %.2e\n", worst);
-  px_optim_free(o); px_optim_free(ro);
+  px_optim_free(o);
+  px_optim_free(ro);
   px_ddp_free(d);
-  px_model_free(md); px_model_free(ref);
+  px_model_free(md);
+  px_model_free(ref);
 }
 
 /* Claim: models that differ between ranks are refused at wrap on every
@@ -234,7 +241,8 @@ static void case_mismatch(px_comm *c) {
 static int run_all(px_comm *c, void *arg) {
   (void)arg;
   px_comm_set_timeout(c, 120);
-  if (px_comm_rank(c) == 0) printf("%d rank(s), backend %s\n", px_comm_size(c), px_comm_backend_name(px_comm_backend_of(c)));
+  if (px_comm_rank(c) == 0)
+    printf("%d rank(s), backend %s\n", px_comm_size(c), px_comm_backend_name(px_comm_backend_of(c)));
   const size_t buckets[3] = {1, 1u << 20, 25u << 20};  // one parameter each, 1 MiB, 25 MiB
   for (int k = 0; k < 3; k++) {
     case_equivalence(c, MODEL_MLP, OPT_ADAM, buckets[k]);

@@ -96,11 +96,10 @@ static inline void fp_skipped_collective_is_caught(px_comm *c, int skipper) {
   char side0[256], side1[256];
   if (skipper != 0) {
     snprintf(side0, sizeof side0, "rank 0 allreduce 1024 F32 SUM 'step 5, bucket 1' at " FP_SITE ":%d", line_ar);
-    snprintf(side1, sizeof side1, "rank %d broadcast 8 I32 from root 0 'step 5, bucket 1' at " FP_SITE ":%d",
-             skipper, line_bc);
-  } else {
-    snprintf(side0, sizeof side0, "rank 0 broadcast 8 I32 from root 0 'step 5, bucket 1' at " FP_SITE ":%d",
+    snprintf(side1, sizeof side1, "rank %d broadcast 8 I32 from root 0 'step 5, bucket 1' at " FP_SITE ":%d", skipper,
              line_bc);
+  } else {
+    snprintf(side0, sizeof side0, "rank 0 broadcast 8 I32 from root 0 'step 5, bucket 1' at " FP_SITE ":%d", line_bc);
     snprintf(side1, sizeof side1, "rank 1 allreduce 1024 F32 SUM 'step 5, bucket 1' at " FP_SITE ":%d", line_ar);
   }
   fp_expect_in(msg, "differs between ranks (operation, count, dtype, reduce op, root, call site)", r, "skip");
@@ -146,7 +145,8 @@ static inline void fp_size_mismatch_is_caught(px_comm *c) {
   CHECK(st == PX_ERR_COMM && req == NULL, "size (async): rank %d got %s (%s)", r, px_status_name(st), msg);
   snprintf(want, sizeof want,
            "rank 0 iallgather 4 F64 'ZeRO gather, unit 4' at " FP_SITE ":%d; rank %d iallgather 5 F64 "
-           "'ZeRO gather, unit 4' at " FP_SITE ":%d;", line_ag, n - 1, line_ag);
+           "'ZeRO gather, unit 4' at " FP_SITE ":%d;",
+           line_ag, n - 1, line_ag);
   fp_expect_in(msg, want, r, "size (async)");
   if (req) CHECK_OK(px_request_wait(req));
   fp_all_failed(c, st, "size (async)");

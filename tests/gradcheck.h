@@ -18,12 +18,12 @@
 #include <string.h>
 
 typedef struct gc_opts {
-  double h;         /* finite-difference step (default 1e-2) */
-  double rtol;      /* default 1e-2 */
-  double atol;      /* default 1e-3 */
-  int max_checks;   /* entries checked per tensor (default 64, chosen at random) */
-  bool train;       /* training mode (default true) */
-  bool skip_input;  /* module has no input gradient (e.g. takes ids) */
+  double h;        /* finite-difference step (default 1e-2) */
+  double rtol;     /* default 1e-2 */
+  double atol;     /* default 1e-3 */
+  int max_checks;  /* entries checked per tensor (default 64, chosen at random) */
+  bool train;      /* training mode (default true) */
+  bool skip_input; /* module has no input gradient (e.g. takes ids) */
 } gc_opts;
 
 static void gc_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
@@ -40,7 +40,9 @@ static inline void fill_distinct(float *x, size_t n, uint64_t seed) {
   px_rng r = px_rng_make(seed, 1);
   for (size_t i = n - 1; i > 0; i--) {
     size_t j = (size_t)px_rng_below(&r, i + 1);
-    float tmp = x[i]; x[i] = x[j]; x[j] = tmp;
+    float tmp = x[i];
+    x[i] = x[j];
+    x[j] = tmp;
   }
 }
 
@@ -133,7 +135,10 @@ static int gradcheck(const char *label, px_module *m, px_tensor *x, gc_opts o) {
     bad += gc_compare(label, "theta", i, dpa[i], (lp - lm) / (2 * o.h), &o);
   }
   px_test_failures += bad;
-  free(r); free(dxa); free(dpa); free(buf0);
+  free(r);
+  free(dxa);
+  free(dpa);
+  free(buf0);
   px_model_free(md);
   return bad;
 }

@@ -13,8 +13,8 @@
 #include "plexus/data.h"
 
 typedef struct synth {
-  long   delay_us;     /* base delay per sample */
-  size_t bad_every;    /* every k-th index (k > 0) is bad; 0: none */
+  long delay_us;    /* base delay per sample */
+  size_t bad_every; /* every k-th index (k > 0) is bad; 0: none */
 } synth;
 
 static void synth_sleep_us(long us) {

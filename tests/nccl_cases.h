@@ -19,7 +19,10 @@ enum { NB = 4 /* samples per rank */ };
 
 static void *dmalloc(size_t bytes) {
   void *d = px_cuda_malloc(bytes ? bytes : 1);
-  if (!d) { fprintf(stderr, "px_cuda_malloc: %s\n", px_last_error()); exit(1); }
+  if (!d) {
+    fprintf(stderr, "px_cuda_malloc: %s\n", px_last_error());
+    exit(1);
+  }
   return d;
 }
 
@@ -44,7 +47,11 @@ static void case_collectives(px_comm *c) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
       float s = 0, lo = val(0, i), hi = val(0, i);
-      for (int r = 0; r < N; r++) { s += val(r, i); lo = fminf(lo, val(r, i)); hi = fmaxf(hi, val(r, i)); }
+      for (int r = 0; r < N; r++) {
+        s += val(r, i);
+        lo = fminf(lo, val(r, i));
+        hi = fmaxf(hi, val(r, i));
+      }
       float w = ops[k] == PX_SUM ? s : ops[k] == PX_AVG ? s / (float)N : ops[k] == PX_MIN ? lo : hi;
       bad += h[i] != w;
     }
@@ -75,8 +82,10 @@ static void case_collectives(px_comm *c) {
       bad += hd[i] != s;
     }
     CHECK(bad == 0, "rank %d: allreduce F64 SUM: %zu wrong", rank, bad);
-    free(hi); free(hd);
-    px_cuda_free(di); px_cuda_free(dd);
+    free(hi);
+    free(hd);
+    px_cuda_free(di);
+    px_cuda_free(dd);
   }
 
   // allreduce SUM of bf16 (mixed precision's optional bf16 reduction): the
@@ -182,15 +191,16 @@ static void case_collectives(px_comm *c) {
   CHECK(st == PX_ERR_UNSUPPORTED && strstr(px_last_error(), "point-to-point"), "send on NCCL: %s: %s",
         px_status_name(st), px_last_error());
 
-  free(h); free(want);
-  px_cuda_free(d); px_cuda_free(d2);
+  free(h);
+  free(want);
+  px_cuda_free(d);
+  px_cuda_free(d2);
 }
 
 /* ---- DDP over NCCL ------------------------------------------------------------ */
 
 static px_module *mlp(void) {
-  return px_chain_of(5, px_linear(3, 32, true), px_tanh(), px_linear(32, 32, true), px_tanh(),
-                     px_linear(32, 2, true));
+  return px_chain_of(5, px_linear(3, 32, true), px_tanh(), px_linear(32, 32, true), px_tanh(), px_linear(32, 2, true));
 }
 
 static void sample(int i, float *x, float *t) {
@@ -232,7 +242,10 @@ static void grads_of(px_model *md, int first, int count) {
     CHECK_OK(px_cuda_sync());
     px_cuda_free(xd);
   }
-  free(x); free(t); free(y); free(dy);
+  free(x);
+  free(t);
+  free(y);
+  free(dy);
 }
 
 static double rel_diff(const float *a, const float *b, size_t n) {
@@ -316,7 +329,8 @@ static void case_ddp(px_comm *c, px_comm *bootstrap) {
   px_ddp_free(d);
   px_model_free(md);
   px_model_free(ref);
-  free(g); free(p);
+  free(g);
+  free(p);
 }
 
 #endif

@@ -27,24 +27,28 @@ typedef struct p3d_gpt_arg {
 } p3d_gpt_arg;
 
 static px_gpt_config p3d_gpt_config(void) {
-  return (px_gpt_config){.vocab_size = PPG_V, .context = PPG_CTX, .n_layer = 3, .n_head = 4, .n_embd = 16,
-                         .dropout = 0.0f};
+  return (
+    px_gpt_config){.vocab_size = PPG_V, .context = PPG_CTX, .n_layer = 3, .n_head = 4, .n_embd = 16, .dropout = 0.0f};
 }
 
 static px_module *p3d_build_gpt(void *arg) {
   const p3d_gpt_arg *a = arg;
   const px_gpt_config c = p3d_gpt_config();
   if (!a->g) return px_zoo_gpt(&c);
-  const px_tp_gpt_config t = {.vocab_size = c.vocab_size, .context = c.context, .n_layer = c.n_layer,
-                              .n_head = c.n_head, .n_embd = c.n_embd, .dropout = c.dropout};
+  const px_tp_gpt_config t = {.vocab_size = c.vocab_size,
+                              .context = c.context,
+                              .n_layer = c.n_layer,
+                              .n_head = c.n_head,
+                              .n_embd = c.n_embd,
+                              .dropout = c.dropout};
   return px_tp_gpt(a->g, &t);
 }
 
 // The last stage's loss over vocabulary-sharded logits (N, T, count).
 typedef struct p3d_tp_targets {
-  px_tp_group   *g;
+  px_tp_group *g;
   const int32_t *targets;
-  int64_t        rows_per_micro;
+  int64_t rows_per_micro;
 } p3d_tp_targets;
 
 static px_status p3d_tp_loss(void *user, const px_tensor *out, int micro, float *loss, float *dout) {
@@ -82,7 +86,10 @@ static double p3d_compare(px_pp *pp, const px_model *ref, px_pp *other, double *
         w = px_max_rel_diff(p->data, want, p->numel, fl);
       }
       free(want);
-      if (w > worst || !*worst_name) { worst = fmax(worst, w); *worst_name = p->name; }
+      if (w > worst || !*worst_name) {
+        worst = fmax(worst, w);
+        *worst_name = p->name;
+      }
       if (om) {
         const px_param *o = om->params[i];
         *worst_other = fmax(*worst_other, px_max_rel_diff(p->data, o->data, p->numel, fl));
@@ -94,12 +101,12 @@ static double p3d_compare(px_pp *pp, const px_model *ref, px_pp *other, double *
 }
 
 typedef struct p3d_case {
-  int        dp, tp, pp;
+  int dp, tp, pp;
   px_pp_kind kind;
-  int        m, v;
-  bool       gpt;   // the GPT (tensor parallel when tp > 1); else the MLP (tp must be 1)
-  int        zero;  // 0, or ZeRO 1/2 over dp (checked against a DDP-over-dp pipeline beside it)
-  float      clip;
+  int m, v;
+  bool gpt;  // the GPT (tensor parallel when tp > 1); else the MLP (tp must be 1)
+  int zero;  // 0, or ZeRO 1/2 over dp (checked against a DDP-over-dp pipeline beside it)
+  float clip;
 } p3d_case;
 
 /* One case on `world` (its size dp·tp·pp).  Returns this rank's failures. */
@@ -111,9 +118,11 @@ static int p3d_run(px_comm *world, const p3d_case *k) {
   CHECK_OK(px_mesh_create(&mesh, world, k->dp, k->tp, k->pp));
   if (!mesh) return px_test_failures - before;
   char what[160];
-  snprintf(what, sizeof what, "%s dp %d × tp %d × pp %d, %s m %d v %d%s%s", k->gpt ? "GPT" : "MLP", k->dp, k->tp,
-           k->pp, px_pp_kind_name(k->kind), k->m, k->v, k->zero ? ", ZeRO " : "",
-           k->zero == 1 ? "1" : k->zero == 2 ? "2" : "");
+  snprintf(what, sizeof what, "%s dp %d × tp %d × pp %d, %s m %d v %d%s%s", k->gpt ? "GPT" : "MLP", k->dp, k->tp, k->pp,
+           px_pp_kind_name(k->kind), k->m, k->v, k->zero ? ", ZeRO " : "",
+           k->zero == 1     ? "1"
+             : k->zero == 2 ? "2"
+                            : "");
   px_pp_schedule *sched;
   CHECK_OK(px_pp_schedule_make(k->kind, k->pp, k->m, k->v, &sched));
   ppc_mlp marg = {.depth = 6};
@@ -125,9 +134,14 @@ static int p3d_run(px_comm *world, const p3d_case *k) {
     oo.momentum = 0.9f;
   }
   const uint64_t seed = k->gpt ? 11 : 5;
-  px_pp_opts po = {.build = k->gpt ? p3d_build_gpt : ppc_build, .build_arg = k->gpt ? (void *)&garg : (void *)&marg,
-                   .seed = seed, .optim = &oo, .clip_grad_norm = k->clip, .dp = mesh->dp_comm,
-                   .tp = k->tp > 1 ? mesh->tp_comm : NULL, .zero_stage = k->zero};
+  px_pp_opts po = {.build = k->gpt ? p3d_build_gpt : ppc_build,
+                   .build_arg = k->gpt ? (void *)&garg : (void *)&marg,
+                   .seed = seed,
+                   .optim = &oo,
+                   .clip_grad_norm = k->clip,
+                   .dp = mesh->dp_comm,
+                   .tp = k->tp > 1 ? mesh->tp_comm : NULL,
+                   .zero_stage = k->zero};
   px_pp *pp = NULL, *ddp = NULL;
   CHECK_OK(px_pp_create(&pp, mesh->pp_comm, sched, &po));
   if (k->zero) {
@@ -177,8 +191,8 @@ static int p3d_run(px_comm *world, const p3d_case *k) {
     CHECK_OK(px_pp_step(pp, &mine, lf, lu, &l));
     if (ddp) {
       CHECK_OK(px_pp_step(ddp, &mine, lf, lu, &l0));
-      CHECK(fabs((double)l - l0) <= 1e-6 * fabs((double)l0), "%s step %d: loss %.9g with ZeRO, %.9g without", what,
-            s, (double)l, (double)l0);
+      CHECK(fabs((double)l - l0) <= 1e-6 * fabs((double)l0), "%s step %d: loss %.9g with ZeRO, %.9g without", what, s,
+            (double)l, (double)l0);
     }
     if (k->clip > 0) {
       px_pp_stats ps;

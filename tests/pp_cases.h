@@ -28,7 +28,7 @@
 enum { PPC_IN = 12, PPC_HIDDEN = 16, PPC_CLASSES = 5, PPC_B = 24, PPC_STEPS = 20 };
 
 typedef struct ppc_mlp {
-  int   depth;    // hidden layers: 2·depth + 2 units (flatten, Linear/ReLU pairs, the last Linear)
+  int depth;      // hidden layers: 2·depth + 2 units (flatten, Linear/ReLU pairs, the last Linear)
   float dropout;  // > 0: a Dropout unit after every ReLU (3·depth + 2 units)
 } ppc_mlp;
 
@@ -72,8 +72,7 @@ static px_module *ppc_build(void *arg) {
  * forward, the cross-entropy against its targets (tpm targets each), the
  * loss gradient scaled by 1/m and a backward.  *loss: the micro-batch
  * losses' mean.  m = 1: the whole batch in one forward. */
-static void ppc_ref_step(px_model *ref, const px_tensor *x, const int32_t *targets, int64_t tpm, int m,
-                         float *loss) {
+static void ppc_ref_step(px_model *ref, const px_tensor *x, const int32_t *targets, int64_t tpm, int m, float *loss) {
   px_model_zero_grad(ref);
   const int64_t rows = x->shape[0] / m;
   const size_t row_bytes = px_tensor_nbytes(x) / (size_t)x->shape[0];
@@ -114,8 +113,8 @@ static float ppc_check_eval(px_pp *pp, px_model *ref, px_tensor xt, const int32_
   float lref = 0, le = 0;
   CHECK_OK(px_cross_entropy_loss(&logits, y, NULL, &lref, NULL));
   CHECK_OK(px_pp_eval(pp, &xt, px_pp_ce_loss, tg, &le));
-  CHECK(fabs((double)le - lref) <= 1e-5 * fabs((double)lref), "%s: eval loss %.8g, one process %.8g", what,
-        (double)le, (double)lref);
+  CHECK(fabs((double)le - lref) <= 1e-5 * fabs((double)lref), "%s: eval loss %.8g, one process %.8g", what, (double)le,
+        (double)lref);
   return le;
 }
 
@@ -131,7 +130,10 @@ static double ppc_compare(px_pp *pp, const px_model *ref, const char **worst_nam
       if (!q || q->numel != p->numel) continue;
       const double rms = sqrt(px_sumsq(q->data, q->numel) / (double)q->numel);
       const double w = px_max_rel_diff(p->data, q->data, p->numel, rms > 0 ? rms : 1e-30);
-      if (w > worst || !*worst_name) { worst = fmax(worst, w); *worst_name = p->name; }
+      if (w > worst || !*worst_name) {
+        worst = fmax(worst, w);
+        *worst_name = p->name;
+      }
       (*n_checked)++;
     }
   }
@@ -149,8 +151,8 @@ static int ppc_case(px_comm *pipe, const px_pp_schedule *sched, int depth, const
   const int before = px_test_failures;
   ppc_mlp arg = {.depth = depth, .dropout = dropout};
   const px_optim_opts oo = ppc_optim();
-  px_pp_opts po = {.build = ppc_build, .build_arg = &arg, .split = split, .seed = 5, .optim = &oo,
-                   .clip_grad_norm = clip};
+  px_pp_opts po =
+    {.build = ppc_build, .build_arg = &arg, .split = split, .seed = 5, .optim = &oo, .clip_grad_norm = clip};
   px_pp *pp;
   CHECK_OK(px_pp_create(&pp, pipe, sched, &po));
   px_model *ref;
@@ -215,7 +217,11 @@ enum { PPG_V = 37, PPG_CTX = 12, PPG_T = 10, PPG_B = 8 };
 
 static px_module *ppg_build(void *arg) {
   const float *dropout = arg;
-  const px_gpt_config cfg = {.vocab_size = PPG_V, .context = PPG_CTX, .n_layer = 3, .n_head = 4, .n_embd = 16,
+  const px_gpt_config cfg = {.vocab_size = PPG_V,
+                             .context = PPG_CTX,
+                             .n_layer = 3,
+                             .n_head = 4,
+                             .n_embd = 16,
                              .dropout = dropout ? *dropout : 0.0f};
   return px_zoo_gpt(&cfg);
 }
@@ -253,7 +259,10 @@ static double ppg_compare(px_pp *pp, const px_model *ref, const char **worst_nam
       } else {
         w = px_max_rel_diff(p->data, q->data, p->numel, fl);
       }
-      if (w > worst || !*worst_name) { worst = fmax(worst, w); *worst_name = p->name; }
+      if (w > worst || !*worst_name) {
+        worst = fmax(worst, w);
+        *worst_name = p->name;
+      }
     }
   }
   return worst;
@@ -272,8 +281,7 @@ static int ppg_case(px_comm *pipe, const px_pp_schedule *sched, float dropout, c
   // sees the same).  The MLP cases use AdamW.
   px_optim_opts oo = px_sgd_defaults(0.1f);
   oo.momentum = 0.9f;
-  px_pp_opts po = {.build = ppg_build, .build_arg = &dropout, .seed = 11, .optim = &oo,
-                   .clip_grad_norm = PPG_CLIP};
+  px_pp_opts po = {.build = ppg_build, .build_arg = &dropout, .seed = 11, .optim = &oo, .clip_grad_norm = PPG_CLIP};
   px_pp *pp;
   CHECK_OK(px_pp_create(&pp, pipe, sched, &po));
   px_model *ref;

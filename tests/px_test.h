@@ -12,29 +12,28 @@
 /* Atomic: ranks of the threads backend check from several threads. */
 static _Atomic int px_test_failures = 0;
 
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fprintf(stderr, "\n");                                                 \
-      px_test_failures++;                                                    \
-    }                                                                        \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+      px_test_failures++;                                                      \
+    }                                                                          \
   } while (0)
 
 /* A call that must succeed; on failure prints px_last_error() and exits. */
-#define CHECK_OK(call)                                                       \
-  do {                                                                       \
-    px_status st_ = (call);                                                  \
-    if (st_ != PX_OK) {                                                      \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__,     \
-              #call, px_status_name(st_), px_last_error());                  \
-      exit(1);                                                               \
-    }                                                                        \
+#define CHECK_OK(call)                                                                                                 \
+  do {                                                                                                                 \
+    px_status st_ = (call);                                                                                            \
+    if (st_ != PX_OK) {                                                                                                \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, px_status_name(st_), px_last_error()); \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
-#define CHECK_CLOSE(a, b, tol)                                               \
-  CHECK(fabs((double)(a) - (double)(b)) <= (tol) * fmax(1.0, fmax(fabs((double)(a)), fabs((double)(b)))), \
+#define CHECK_CLOSE(a, b, tol)                                                                          \
+  CHECK(fabs((double)(a) - (double)(b)) <= (tol)*fmax(1.0, fmax(fabs((double)(a)), fabs((double)(b)))), \
         "%s = %.9g, %s = %.9g, tol %.3g", #a, (double)(a), #b, (double)(b), (double)(tol))
 
 #if defined(__GLIBC__) && !defined(PX_FUZZ)

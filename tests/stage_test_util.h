@@ -18,12 +18,12 @@
 #define ST_SHARDS 3
 
 typedef struct stage_job {
-  const char     *stage, *kind, *source;
+  const char *stage, *kind, *source;
   px_stage_verify verify;
   px_stage_result res[ST_RANKS];
-  char            staged[ST_RANKS][4096];
-  px_status       st[ST_RANKS];
-  char            err[ST_RANKS][512];
+  char staged[ST_RANKS][4096];
+  px_status st[ST_RANKS];
+  char err[ST_RANKS][512];
 } stage_job;
 
 static int stage_rank(px_comm *c, void *arg) {

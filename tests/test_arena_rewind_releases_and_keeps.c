@@ -60,7 +60,10 @@ static size_t train_steps(const char *policy, uint64_t *allocs_warm, uint64_t *a
   px_model *md;
   CHECK_OK(px_model_create(&md, m, 3));
   int32_t x[4 * 16], y[4 * 16];
-  for (int i = 0; i < 64; i++) { x[i] = (i * 7) % 17; y[i] = (i * 7 + 1) % 17; }
+  for (int i = 0; i < 64; i++) {
+    x[i] = (i * 7) % 17;
+    y[i] = (i * 7 + 1) % 17;
+  }
   px_tensor X = px_tensor_view(x, PX_I32, 2, (int64_t[]){4, 16});
   for (int s = 0; s < 5; s++) {
     if (s == 2) *allocs_warm = px_arena_system_allocs(md->arena);

@@ -55,11 +55,14 @@ int main(void) {
   CHECK(after_failure == 1, "TRY ran %d call(s) of counts(), expected 1", after_failure);
 
   char dir[64] = "/tmp/px_mkdir_XXXXXX", path[256], file[256];
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   snprintf(path, sizeof path, "%s/a/b/c", dir);
   CHECK_OK(px_mkdir_p(path, "test", false));
   CHECK(is_dir(path), "%s not made", path);
-  CHECK_OK(px_mkdir_p(path, "test", false));  // exists: fine
+  CHECK_OK(px_mkdir_p(path, "test", false));      // exists: fine
   snprintf(path, sizeof path, "%s/a/d/e/", dir);  // trailing slash
   CHECK_OK(px_mkdir_p(path, NULL, true));
   CHECK(is_dir(path), "%s not made (durable)", path);
@@ -67,8 +70,7 @@ int main(void) {
   CHECK_OK(px_write_file_atomic(file, "x", 1));
   snprintf(path, sizeof path, "%s/a/plain/sub", dir);
   st = px_mkdir_p(path, "jsonl", false);
-  CHECK(st == PX_ERR_IO && strstr(px_last_error(), "jsonl: ") == px_last_error() &&
-            strstr(px_last_error(), file),
+  CHECK(st == PX_ERR_IO && strstr(px_last_error(), "jsonl: ") == px_last_error() && strstr(px_last_error(), file),
         "through a file: %s: %s", px_status_name(st), px_last_error());
   st = px_mkdir_p(file, "tensorboard", false);
   CHECK(st == PX_ERR_IO && strstr(px_last_error(), "not a directory"), "a file: %s: %s", px_status_name(st),

@@ -110,7 +110,10 @@ static void save(const layout *l, int64_t step, const char *version, bool indexe
   if (indexed) CHECK_OK(px_checkpoint_write_all(NULL, root, step, items, nf, 0, path, sizeof path));
   else CHECK_OK(px_checkpoint_write(root, step, items, nf, 0, path, sizeof path));
   char index[300];
-  snprintf(index, sizeof index, "%s/" "metadata.json", path);
+  snprintf(index, sizeof index,
+           "%s/"
+           "metadata.json",
+           path);
   CHECK((access(index, F_OK) == 0) == indexed, "%s: index %s", path, indexed ? "missing" : "present");
   for (int f = 0; f < nf; f++) {
     px_state_dict_free(&sd[f]);
@@ -180,8 +183,8 @@ int main(void) {
     float own[MAX_EL];
     const layout cols = {1, 3, 1};
     piece_of(&cols, 2, 0, &p, own, true);
-    CHECK(p.box_offset[0] == 0 && p.box_size[0] == 5 && p.box_offset[1] == 4 && p.box_size[1] == 3 &&
-              p.offset == 0 && p.count == 15 && own[0] == WHOLE[0][4] && own[3] == WHOLE[0][7 + 4],
+    CHECK(p.box_offset[0] == 0 && p.box_size[0] == 5 && p.box_offset[1] == 4 && p.box_size[1] == 3 && p.offset == 0 &&
+            p.count == 15 && own[0] == WHOLE[0][4] && own[3] == WHOLE[0][7 + 4],
           "the third column block is not [0:5, 4:7]");
     px_state_dict sd;
     char *json;
@@ -222,7 +225,8 @@ int main(void) {
           "message: %s", px_last_error());
   }
   printf("%d layouts (split dim 0/1/2 x tp 1-3 x flat 1-3), with and without the index: %d loads bitwise, and "
-         "whole; version 1 loads\n", n, loads);
+         "whole; version 1 loads\n",
+         n, loads);
   ckpt_rm_rf(root);
   return px_test_finish("test_checkpoint_boxes_reshard_between_any_splits");
 }

@@ -67,7 +67,8 @@ static void expect_damage_(const char *dir, const char *ckpt, const char *what, 
   size_t nb;
   px_status c = px_checkpoint_read_file(ckpt, "state.json", &bytes, &nb);
   free(bytes);
-  if (loads_fail) CHECK(a != PX_OK || b != PX_OK || c != PX_OK, "%s: every file of the damaged checkpoint still loads", what);
+  if (loads_fail)
+    CHECK(a != PX_OK || b != PX_OK || c != PX_OK, "%s: every file of the damaged checkpoint still loads", what);
   if (a != PX_OK) CHECK(!memcmp(into.w, zero.w, sizeof zero.w), "%s: a failed load changed the model", what);
 }
 
@@ -104,7 +105,7 @@ static void damage_file(const char *name, damage_kind kind) {
       ckpt_state_zero(&into);
       const px_state_dict *sd = strstr(name, "model") ? &into.model : &into.optim;
       CHECK(px_checkpoint_load_tensors(ckpt, name, sd, true) == PX_ERR_FORMAT && strstr(px_last_error(), want) &&
-                strstr(px_last_error(), found),
+              strstr(px_last_error(), found),
             "%s: load_tensors: %s", what, px_last_error());
       ckpt_state zero;
       ckpt_state_init(&zero, 0);
@@ -126,7 +127,10 @@ static void damage_sums(const char *text, const char *what, const char *const *n
 
 int main(void) {
   snprintf(root, sizeof root, "/tmp/px_ckpt_bad_XXXXXX");
-  if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(root)) {
+    perror("mkdtemp");
+    return 1;
+  }
 
   const char *files[] = {"model.safetensors", "optim.safetensors", "state.json"};
   for (int f = 0; f < 3; f++)
@@ -232,7 +236,7 @@ int main(void) {
   CHECK(st == PX_ERR_NOT_FOUND && strstr(px_last_error(), "none of the 2 checkpoints"), "latest: %s %s",
         px_status_name(st), px_last_error());
   CHECK(strstr(note, "step_00000001") && strstr(note, "step_00000002") && strstr(note, "\"state.json\"") &&
-            strstr(note, "\"model.safetensors\""),
+          strstr(note, "\"model.safetensors\""),
         "the note: %s", note);
   // A small note buffer is cut, never overrun.
   char tiny[24];

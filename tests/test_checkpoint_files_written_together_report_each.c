@@ -21,7 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { NA = (5 << 20) / 4 + 3, NB = (6 << 20) / 4 + 1, ND = (9 << 19) / 4 + 7 };  // three items above the 4 MiB thread threshold
+enum {
+  NA = (5 << 20) / 4 + 3,
+  NB = (6 << 20) / 4 + 1,
+  ND = (9 << 19) / 4 + 7
+};  // three items above the 4 MiB thread threshold
 
 static void rm_dir(const char *d) {
   char cmd[600];

@@ -42,10 +42,14 @@ static px_status write_step(int64_t step, int shift, int skip, const char *versi
   for (int r = 0; r < 3; r++) {
     int n = 0;
     size_t ao = a_off[r] - (r == 1 ? (size_t)shift : 0);
-    p[r][n++] = (px_tensor_piece){.key = "a", .ndim = 2, .shape = {3, 5}, .offset = ao, .count = a_cnt[r],
-                                  .data = A + ao};
+    p[r][n++] =
+      (px_tensor_piece){.key = "a", .ndim = 2, .shape = {3, 5}, .offset = ao, .count = a_cnt[r], .data = A + ao};
     if (b_cnt[r])
-      p[r][n++] = (px_tensor_piece){.key = "b", .ndim = 1, .shape = {7}, .offset = b_off[r], .count = b_cnt[r],
+      p[r][n++] = (px_tensor_piece){.key = "b",
+                                    .ndim = 1,
+                                    .shape = {7},
+                                    .offset = b_off[r],
+                                    .count = b_cnt[r],
                                     .data = B + b_off[r]};
     CHECK_OK(px_pieces_state_dict(p[r], n, &sd[r], &json[r]));
     if (r == skip) continue;
@@ -72,8 +76,13 @@ static px_status write_columns(int64_t step, int c0, int c1, int c2, int c3) {
   px_tensor_piece p[3];
   const int lo[2] = {c0, c2}, hi[2] = {c1, c3};
   for (int k = 0; k < 2; k++) {
-    p[k] = (px_tensor_piece){.key = "a", .ndim = 2, .shape = {3, 5}, .box_offset = {0, lo[k]},
-                             .box_size = {3, hi[k] - lo[k]}, .offset = 0, .count = (size_t)(3 * (hi[k] - lo[k])),
+    p[k] = (px_tensor_piece){.key = "a",
+                             .ndim = 2,
+                             .shape = {3, 5},
+                             .box_offset = {0, lo[k]},
+                             .box_size = {3, hi[k] - lo[k]},
+                             .offset = 0,
+                             .count = (size_t)(3 * (hi[k] - lo[k])),
                              .data = blk[k]};
     for (int i = 0; i < 3; i++)
       for (int j = lo[k]; j < hi[k]; j++) blk[k][i * (hi[k] - lo[k]) + (j - lo[k])] = A[i * 5 + j];
@@ -150,7 +159,9 @@ static bool untouched(void) {
   return true;
 }
 
-static void step_path(int64_t step, char *ck, size_t cap) { snprintf(ck, cap, "%s/step_%08lld", root, (long long)step); }
+static void step_path(int64_t step, char *ck, size_t cap) {
+  snprintf(ck, cap, "%s/step_%08lld", root, (long long)step);
+}
 
 // A load of step's checkpoint fails, the message holds every string given,
 // and nothing was written into the wanted pieces.

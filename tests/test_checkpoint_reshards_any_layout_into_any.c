@@ -27,12 +27,12 @@
 #define N_PARAMS 167
 
 typedef struct run_arg {
-  int         stage;
-  const char *ckpt_dir;   /* NULL: no checkpoints */
-  const char *resume;     /* NULL: fresh */
-  int64_t     stop_at;
-  float       final[N_PARAMS];  /* rank 0's parameters at the end */
-  int64_t     steps;
+  int stage;
+  const char *ckpt_dir; /* NULL: no checkpoints */
+  const char *resume;   /* NULL: fresh */
+  int64_t stop_at;
+  float final[N_PARAMS]; /* rank 0's parameters at the end */
+  int64_t steps;
 } run_arg;
 
 static int run_rank(px_comm *comm, void *argp) {
@@ -40,8 +40,10 @@ static int run_rank(px_comm *comm, void *argp) {
   const int world = px_comm_size(comm);
   px_dataset *train = blobs_open(48, D, K, 1.0f, 3, 100);
   px_model *m;
-  CHECK_OK(px_model_create(&m, px_chain_of(5, px_linear(D, 7, true), px_tanh(), px_linear(7, 3, true), px_tanh(),
-                                           px_linear(3, K, false)), 5));
+  CHECK_OK(px_model_create(&m,
+                           px_chain_of(5, px_linear(D, 7, true), px_tanh(), px_linear(7, 3, true), px_tanh(),
+                                       px_linear(3, K, false)),
+                           5));
   CHECK(m->n_param_elems == N_PARAMS, "the model has %zu parameters", m->n_param_elems);
   px_train_opts o = PX_TRAIN_DEFAULTS;
   o.batch_size = GLOBAL_BATCH / (size_t)world;
@@ -123,8 +125,10 @@ int main(void) {
         moved = fmax(moved, fabs((double)ref3[from][i] - saved[from][i]));
       }
       CHECK(moved > 1e-3 * scale, "the reference step moved nothing (%g): the check would be vacuous", moved);
-      CHECK(diff <= 1e-5 * scale, "saved on %d rank(s) stage %d, resumed on %d rank(s) stage %d: step 3 differs by "
-            "%g (of %g)", wf, sf, wt, stt, diff, scale);
+      CHECK(diff <= 1e-5 * scale,
+            "saved on %d rank(s) stage %d, resumed on %d rank(s) stage %d: step 3 differs by "
+            "%g (of %g)",
+            wf, sf, wt, stt, diff, scale);
       worst = fmax(worst, diff / scale);
     }
   printf("16 x 16 layouts: parameters bitwise equal after every load; step 3 after a resume within %.2g relative\n",

@@ -48,7 +48,8 @@ static void expect_latest(const char *dir, int64_t step, const char *when) {
   char path[512], want[512], note[4096];
   snprintf(want, sizeof want, "%s/step_%08lld", dir, (long long)step);
   px_status st = px_checkpoint_latest(dir, path, sizeof path, note, sizeof note);
-  CHECK(st == PX_OK && strcmp(path, want) == 0, "%s: latest is %s (%s), expected %s", when, path, px_last_error(), want);
+  CHECK(st == PX_OK && strcmp(path, want) == 0, "%s: latest is %s (%s), expected %s", when, path, px_last_error(),
+        want);
 }
 
 static long dead_pid(void) {
@@ -77,7 +78,10 @@ static void make_temp(const char *dir, int64_t step, px_ckpt_temp_kind kind, con
 
 int main(void) {
   snprintf(root, sizeof root, "/tmp/px_ckpt_rot_XXXXXX");
-  if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(root)) {
+    perror("mkdtemp");
+    return 1;
+  }
   ckpt_state_init(&state, 3);
   char dir[256], path[700], want[256], when[64];
 
@@ -137,9 +141,9 @@ int main(void) {
   write_step(dir, 9, 0);
   write_step(dir, 8, 0);
   snprintf(path, sizeof path, "%s/step_00000009/model.safetensors", dir);
-  CHECK(ckpt_flip_byte(path, -1), "flip");                       // looks complete, fails verify
+  CHECK(ckpt_flip_byte(path, -1), "flip");  // looks complete, fails verify
   snprintf(path, sizeof path, "%s/step_00000008/SHA256SUMS", dir);
-  CHECK(unlink(path) == 0, "unlink");                            // not complete at all
+  CHECK(unlink(path) == 0, "unlink");  // not complete at all
   expect_steps(dir, "5 8 9", "stale set-up");
   expect_latest(dir, 5, "9 corrupted, 8 without SHA256SUMS");
   // The resumed run's next checkpoint.  9 is kept (the newest is never
@@ -160,7 +164,7 @@ int main(void) {
   write_step(dir, 1, 0);
   write_step(dir, 4, 0);
   char host[PX_CKPT_HOST_MAX + 1], dead_partial[384], live_partial[384], other_host[384], dead_old[384],
-      restorable[384], mine[384];
+    restorable[384], mine[384];
   px_ckpt_host(host);
   make_temp(dir, 2, PX_CKPT_PARTIAL, host, dead_pid(), dead_partial, sizeof dead_partial);
   make_temp(dir, 3, PX_CKPT_PARTIAL, host, (long)getppid(), live_partial, sizeof live_partial);

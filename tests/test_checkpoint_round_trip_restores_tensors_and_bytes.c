@@ -26,7 +26,10 @@ static void check_sha256sum_accepts(const char *ckpt) {
 
 int main(void) {
   snprintf(root, sizeof root, "/tmp/px_ckpt_rt_XXXXXX");
-  if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(root)) {
+    perror("mkdtemp");
+    return 1;
+  }
   char dir[256], path[512], want[512], note[2048], file[640], names[2048];
   snprintf(dir, sizeof dir, "%s/run/ckpts", root);  // created on the first write
 
@@ -37,7 +40,7 @@ int main(void) {
   snprintf(want, sizeof want, "%s/step_00000100", dir);
   CHECK(strcmp(path, want) == 0, "path_out %s, expected %s", path, want);
   CHECK(ckpt_list_dir(path, names, sizeof names) == 4 &&
-            !strcmp(names, "SHA256SUMS model.safetensors optim.safetensors state.json"),
+          !strcmp(names, "SHA256SUMS model.safetensors optim.safetensors state.json"),
         "the checkpoint holds: %s", names);
   CHECK(ckpt_list_dir(dir, names, sizeof names) == 1 && !strcmp(names, "step_00000100"), "dir holds: %s", names);
   CHECK_OK(px_checkpoint_verify(path));
@@ -78,7 +81,8 @@ int main(void) {
   snprintf(file, sizeof file, "%s/model.safetensors", path);
   char *in_ckpt = ckpt_read_text(file);
   long sz = ckpt_file_size(file);
-  CHECK(direct && in_ckpt && sz > 0 && memcmp(direct, in_ckpt, (size_t)sz) == 0, "model.safetensors differs from "
+  CHECK(direct && in_ckpt && sz > 0 && memcmp(direct, in_ckpt, (size_t)sz) == 0,
+        "model.safetensors differs from "
         "px_safetensors_save's file");
   free(direct);
   free(in_ckpt);
@@ -112,24 +116,25 @@ int main(void) {
   ckpt_state_init(&c, 9);
   CHECK_OK(px_checkpoint_write(dir, 200, c.items, 2, 0, path, sizeof path));  // no state.json this time
   CHECK_OK(px_checkpoint_verify(path));
-  CHECK(ckpt_list_dir(path, names, sizeof names) == 3 && !strcmp(names, "SHA256SUMS model.safetensors optim.safetensors"),
+  CHECK(ckpt_list_dir(path, names, sizeof names) == 3 &&
+          !strcmp(names, "SHA256SUMS model.safetensors optim.safetensors"),
         "replaced checkpoint holds: %s", names);
   ckpt_state_init(&back, 0);
   ckpt_state_zero(&back);
   CHECK_OK(ckpt_state_load(path, &back));
   CHECK(ckpt_state_equal(&c, &back), "the replaced checkpoint still has the old values");
   CHECK(ckpt_list_dir(dir, names, sizeof names) == 6 &&
-            !strcmp(names, "step_00000003 step_00000050 step_00000100 step_00000200 step_123456789 step_99999999"),
+          !strcmp(names, "step_00000003 step_00000050 step_00000100 step_00000200 step_123456789 step_99999999"),
         "dir holds: %s", names);
 
   // ---- reading what is not there ----
   CHECK(px_checkpoint_read_file(path, "state.json", &bytes, &n) == PX_ERR_NOT_FOUND &&
-            strstr(px_last_error(), "state.json") && strstr(px_last_error(), path),
+          strstr(px_last_error(), "state.json") && strstr(px_last_error(), path),
         "reading an unlisted file: %s", px_last_error());
   CHECK(px_checkpoint_read_file(path, "../step_00000100/state.json", &bytes, &n) == PX_ERR_INVALID,
         "a name with .. was read: %s", px_last_error());
   CHECK(px_checkpoint_load_tensors(path, "model.safetensors", &b.optim, true) == PX_ERR_NOT_FOUND &&
-            strstr(px_last_error(), "exp_avg"),
+          strstr(px_last_error(), "exp_avg"),
         "loading the wrong state dict: %s", px_last_error());
   snprintf(file, sizeof file, "%s/step_00000777", dir);
   CHECK(px_checkpoint_verify(file) == PX_ERR_NOT_FOUND && strstr(px_last_error(), "step_00000777"),

@@ -71,8 +71,7 @@ int main(void) {
                "allgather (fingerprint exchange before allreduce #1 at "
                "tests/test_collective_fingerprints_catch_a_skipped_collective.c:%d, step 6)",
                o.line);
-      CHECK(o.st[r] == PX_ERR_TIMEOUT, "never: %d ranks, rank %d got %s (%s)", n, r, px_status_name(o.st[r]),
-            o.msg[r]);
+      CHECK(o.st[r] == PX_ERR_TIMEOUT, "never: %d ranks, rank %d got %s (%s)", n, r, px_status_name(o.st[r]), o.msg[r]);
       fp_expect_in(o.msg[r], want, r, "never");
       fp_expect_in(o.msg[r], "waiting on ranks [1]", r, "never");
     }

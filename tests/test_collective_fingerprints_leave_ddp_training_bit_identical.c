@@ -60,7 +60,7 @@ int main(void) {
     CHECK(code == 0, "%d ranks, mode on: exit %d (%s)", n, code, px_last_error());
     for (int r = 0; r < n; r++) {
       CHECK(on.n == off.n && off.params[r] && on.params[r] &&
-                memcmp(off.params[r], on.params[r], off.n * sizeof(float)) == 0,
+              memcmp(off.params[r], on.params[r], off.n * sizeof(float)) == 0,
             "%d ranks, rank %d: parameters differ with the mode on", n, r);
       CHECK(off.checked[r] == 0, "%d ranks, rank %d: %llu collectives checked with the mode off", n, r,
             (unsigned long long)off.checked[r]);

@@ -28,7 +28,9 @@ static uint32_t cc_hash(int r, size_t i, uint32_t salt) {
   x ^= x >> 15;
   return x;
 }
-static float cc_f32(int r, size_t i) { return ((float)(cc_hash(r, i, 1) >> 8) / 16777216.0f - 0.5f) * (1.0f + (float)r); }
+static float cc_f32(int r, size_t i) {
+  return ((float)(cc_hash(r, i, 1) >> 8) / 16777216.0f - 0.5f) * (1.0f + (float)r);
+}
 static double cc_f64(int r, size_t i) {
   uint64_t x = (uint64_t)cc_hash(r, i, 2) << 21 ^ cc_hash(r, i, 3);
   return ((double)(x & ((1ull << 53) - 1)) / 9007199254740992.0 - 0.5) * (1.0 + r);
@@ -47,19 +49,19 @@ static void cc_fill(void *buf, size_t count, px_dtype t, int r) {
 
 /* The serial reduction of element i over ranks 0..n-1, in rank order, as a
  * double, and the sum of magnitudes (the scale of its rounding error). */
-#define CC_SERIAL(T, GEN)                                                    \
-  {                                                                          \
-    T acc = GEN(0, i);                                                       \
-    *scale = fabs((double)acc);                                              \
-    for (int k = 1; k < n; k++) {                                            \
-      T v = GEN(k, i);                                                       \
-      *scale += fabs((double)v);                                             \
-      if (op == PX_SUM || op == PX_AVG) acc = (T)(acc + v);                  \
-      else if (op == PX_MIN) acc = v < acc ? v : acc;                        \
-      else acc = v > acc ? v : acc;                                          \
-    }                                                                        \
-    if (op == PX_AVG) acc = (T)(acc / (T)n);                                 \
-    return (double)acc;                                                      \
+#define CC_SERIAL(T, GEN)                                   \
+  {                                                         \
+    T acc = GEN(0, i);                                      \
+    *scale = fabs((double)acc);                             \
+    for (int k = 1; k < n; k++) {                           \
+      T v = GEN(k, i);                                      \
+      *scale += fabs((double)v);                            \
+      if (op == PX_SUM || op == PX_AVG) acc = (T)(acc + v); \
+      else if (op == PX_MIN) acc = v < acc ? v : acc;       \
+      else acc = v > acc ? v : acc;                         \
+    }                                                       \
+    if (op == PX_AVG) acc = (T)(acc / (T)n);                \
+    return (double)acc;                                     \
   }
 static double cc_serial(px_dtype t, px_reduce_op op, int n, size_t i, double *scale) {
   switch (t) {
@@ -100,8 +102,7 @@ static void cc_check_same_everywhere(px_comm *c, const void *buf, size_t bytes, 
   int n = px_comm_size(c);
   int64_t mine = cc_fnv(buf, bytes), *all = calloc((size_t)n, sizeof *all);
   CHECK_OK(px_comm_allgather(c, &mine, all, 1, PX_I64));
-  for (int k = 0; k < n; k++)
-    CHECK(all[k] == all[0], "%s: rank %d's result differs from rank 0's (bitwise)", what, k);
+  for (int k = 0; k < n; k++) CHECK(all[k] == all[0], "%s: rank %d's result differs from rank 0's (bitwise)", what, k);
   free(all);
 }
 
@@ -125,8 +126,11 @@ static void cc_allreduce(px_comm *c, bool exact) {
           if (!cc_matches(cc_get(buf, t, i), t, op, n, i, exact)) {
             double scale;
             CHECK(0, "allreduce %s %s n=%d count=%zu: [%zu] = %.17g, serial %.17g (rank %d)", px_dtype_name(t),
-                  op == PX_SUM ? "SUM" : op == PX_AVG ? "AVG" : op == PX_MIN ? "MIN" : "MAX", n, count, i,
-                  cc_get(buf, t, i), cc_serial(t, op, n, i, &scale), r);
+                  op == PX_SUM     ? "SUM"
+                    : op == PX_AVG ? "AVG"
+                    : op == PX_MIN ? "MIN"
+                                   : "MAX",
+                  n, count, i, cc_get(buf, t, i), cc_serial(t, op, n, i, &scale), r);
             bad++;
           }
         if (count) cc_check_same_everywhere(c, buf, count * px_dtype_size(t), "allreduce");
@@ -167,8 +171,8 @@ static void cc_allgather(px_comm *c) {
   CHECK_OK(px_comm_allgather(c, recv + (size_t)r * count, recv, count, PX_I32));
   for (int k = 0; k < n; k++)
     for (size_t i = 0; i < count; i++)
-      CHECK(recv[(size_t)k * count + i] == -k - (int32_t)i, "in-place allgather: block %d [%zu] = %d on rank %d", k,
-            i, recv[(size_t)k * count + i], r);
+      CHECK(recv[(size_t)k * count + i] == -k - (int32_t)i, "in-place allgather: block %d [%zu] = %d on rank %d", k, i,
+            recv[(size_t)k * count + i], r);
   free(recv);
 }
 
@@ -190,8 +194,8 @@ static void cc_reduce_scatter(px_comm *c, bool exact) {
         size_t g = (size_t)r * count + i;
         double scale, want = cc_serial(t, op, n, g, &scale);
         if (!cc_matches(cc_get(recv, t, i), t, op, n, g, exact)) {
-          CHECK(0, "reduce_scatter %s op %d n=%d: [%zu] = %.17g, serial %.17g (rank %d)", px_dtype_name(t), (int)op,
-                n, i, cc_get(recv, t, i), want, r);
+          CHECK(0, "reduce_scatter %s op %d n=%d: [%zu] = %.17g, serial %.17g (rank %d)", px_dtype_name(t), (int)op, n,
+                i, cc_get(recv, t, i), want, r);
           bad++;
         }
       }
@@ -365,7 +369,8 @@ static void cc_large(px_comm *c, bool exact) {
   // Not a multiple of any rank count or of a cache line: slices are ragged.
   size_t count = 3000001;
   float *x = malloc(count * sizeof *x);
-  for (size_t i = 0; i < count; i++) x[i] = (float)((i * 2654435761u + (size_t)r * 40503u) & 0xffff) / 65536.0f - 0.5f + 0.001f * r;
+  for (size_t i = 0; i < count; i++)
+    x[i] = (float)((i * 2654435761u + (size_t)r * 40503u) & 0xffff) / 65536.0f - 0.5f + 0.001f * r;
   CHECK_OK(px_comm_allreduce(c, x, count, PX_F32, PX_SUM));
   size_t bad = 0;
   for (size_t i = 0; i < count; i++) {
@@ -404,8 +409,7 @@ static void cc_errors_and_helpers(px_comm *c) {
   CHECK(fabs(m - (n - 1) / 2.0) < 1e-12, "px_comm_mean = %g, want %g", m, (n - 1) / 2.0);
   CHECK_OK(px_print_ordered(c, "rank %d of %d says hello\n(second line)", r, n));
   px_print0(c, "px_print0 from rank 0 of %d\n", n);
-  CHECK(px_comm_local_rank(c) >= 0 && px_comm_local_rank(c) < px_comm_local_size(c) &&
-            px_comm_local_size(c) <= n,
+  CHECK(px_comm_local_rank(c) >= 0 && px_comm_local_rank(c) < px_comm_local_size(c) && px_comm_local_size(c) <= n,
         "local rank %d of %d in a world of %d", px_comm_local_rank(c), px_comm_local_size(c), n);
   px_comm_set_label(c, "step 1, bucket 2");
   CHECK_OK(px_comm_barrier(c));

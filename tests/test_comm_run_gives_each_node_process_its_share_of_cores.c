@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 static const char *mode = "default";
-static int omp_default;  /* omp_get_max_threads() before plexus ran a kernel */
+static int omp_default; /* omp_get_max_threads() before plexus ran a kernel */
 
 static int expected_share(int procs) {
   long online = sysconf(_SC_NPROCESSORS_ONLN);

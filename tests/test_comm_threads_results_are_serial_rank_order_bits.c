@@ -67,17 +67,17 @@ static void fill(void *buf, px_dtype t, int r, size_t first, size_t count, uint3
 
 /* The serial reduction over ranks 0..n-1 of elements first .. first+count-1,
  * left to right, written as the backend must write it. */
-#define SERIAL(T, GEN, WRAP)                                                      \
-  for (size_t i = 0; i < count; i++) {                                            \
-    T acc = GEN(0, first + i, salt);                                              \
-    for (int k = 1; k < n; k++) {                                                 \
-      T v = GEN(k, first + i, salt);                                              \
-      if (op == PX_SUM || op == PX_AVG) acc = WRAP(acc, v);                       \
-      else if (op == PX_MIN) acc = v < acc ? v : acc;                             \
-      else acc = v > acc ? v : acc;                                               \
-    }                                                                             \
-    if (op == PX_AVG) acc = (T)(acc / (T)n);                                      \
-    ((T *)out)[i] = acc;                                                          \
+#define SERIAL(T, GEN, WRAP)                                \
+  for (size_t i = 0; i < count; i++) {                      \
+    T acc = GEN(0, first + i, salt);                        \
+    for (int k = 1; k < n; k++) {                           \
+      T v = GEN(k, first + i, salt);                        \
+      if (op == PX_SUM || op == PX_AVG) acc = WRAP(acc, v); \
+      else if (op == PX_MIN) acc = v < acc ? v : acc;       \
+      else acc = v > acc ? v : acc;                         \
+    }                                                       \
+    if (op == PX_AVG) acc = (T)(acc / (T)n);                \
+    ((T *)out)[i] = acc;                                    \
   }
 #define FADD(a, b) ((a) + (b))
 #define IADD32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
@@ -98,8 +98,7 @@ static const char *op_name(px_reduce_op op) {
 }
 
 /* Bitwise: memcmp, so -0 differs from +0 and NaN equals itself. */
-static void expect_bits(const void *have, const void *want, size_t count, px_dtype t, const char *what, int r,
-                        int n) {
+static void expect_bits(const void *have, const void *want, size_t count, px_dtype t, const char *what, int r, int n) {
   size_t es = px_dtype_size(t);
   if (memcmp(have, want, count * es) == 0) return;
   size_t i = 0;
@@ -156,7 +155,7 @@ static void check_reduce_scatter(px_comm *c) {
  * the same bits. */
 static void check_allreduce_huge(px_comm *c) {
   int n = px_comm_size(c), r = px_comm_rank(c);
-  const size_t count = 8388613; // F32: 32 MiB + 20 B
+  const size_t count = 8388613;  // F32: 32 MiB + 20 B
   float *buf = malloc(count * 4), *want = malloc(count * 4);
   fill(buf, PX_F32, r, 0, count, 4242);
   serial(want, PX_F32, PX_SUM, n, 0, count, 4242);
@@ -169,7 +168,7 @@ static void check_allreduce_huge(px_comm *c) {
  * bits, from ragged starts (recv one element past an aligned address). */
 static void check_reduce_scatter_streamed(px_comm *c) {
   int n = px_comm_size(c), r = px_comm_rank(c);
-  const size_t count = 1048579; // F32: 4 MiB + 12 B; F64: 8 MiB + 24 B
+  const size_t count = 1048579;  // F32: 4 MiB + 12 B; F64: 8 MiB + 24 B
   const px_dtype ts[] = {PX_F32, PX_F64, PX_I32};
   const px_reduce_op os[] = {PX_SUM, PX_AVG, PX_MAX};
   for (int q = 0; q < 3; q++) {
@@ -194,7 +193,8 @@ static void check_allgather_broadcast(px_comm *c) {
     unsigned char *send = malloc(count), *recv = malloc((size_t)n * count), *want = malloc((size_t)n * count);
     for (size_t i = 0; i < count; i++) send[i] = (unsigned char)hash3((uint32_t)i, (uint32_t)r, 77);
     for (int k = 0; k < n; k++)
-      for (size_t i = 0; i < count; i++) want[(size_t)k * count + i] = (unsigned char)hash3((uint32_t)i, (uint32_t)k, 77);
+      for (size_t i = 0; i < count; i++)
+        want[(size_t)k * count + i] = (unsigned char)hash3((uint32_t)i, (uint32_t)k, 77);
     memset(recv, 0xEE, (size_t)n * count);
     CHECK_OK(px_comm_allgather(c, send, recv, count, PX_U8));
     CHECK(memcmp(recv, want, (size_t)n * count) == 0, "allgather U8 count %zu wrong on rank %d", count, r);
@@ -321,7 +321,7 @@ static void check_point_to_point(px_comm *c) {
   fill(b, PX_F32, r, 0, count, 32);
   CHECK_OK(px_comm_send(c, a, count, PX_F32, right, 8));
   CHECK_OK(px_comm_send(c, b, count, PX_F32, right, 8));
-  memset(a, 0, count * 4), memset(b, 0, count * 4); // sent means copied
+  memset(a, 0, count * 4), memset(b, 0, count * 4);  // sent means copied
   for (uint32_t salt = 31; salt <= 32; salt++) {
     fill(want, PX_F32, left, 0, count, salt);
     CHECK_OK(px_comm_recv(c, in, count, PX_F32, left, 8));

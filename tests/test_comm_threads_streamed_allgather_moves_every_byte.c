@@ -41,7 +41,7 @@ static void check_allgather(px_comm *c, size_t count, bool in_place) {
   size_t over = 0;
   for (size_t i = total; i < total + GUARD; i++) over += recv[i] != 0xA5;
   CHECK(over == 0, "allgather of %zu bytes a rank wrote %zu bytes past rank %d's recv", count, over, r);
-  CHECK_OK(px_comm_barrier(c)); // no rank frees a buffer a peer may still write
+  CHECK_OK(px_comm_barrier(c));  // no rank frees a buffer a peer may still write
   free(send);
   free(recv);
 }

@@ -69,7 +69,7 @@ static void check(px_comm *c, px_dtype t, px_reduce_op op, const char *what) {
   size_t over = 0;
   for (size_t i = COUNT * es; i < COUNT * es + GUARD; i++) over += recv[i] != 0xA5;
   CHECK(over == 0, "streamed reduce_scatter %s wrote %zu bytes past rank %d's recv", what, over, r);
-  CHECK_OK(px_comm_barrier(c)); // no rank frees a buffer a peer may still write
+  CHECK_OK(px_comm_barrier(c));  // no rank frees a buffer a peer may still write
   free(send);
   free(recv);
   free(want);

@@ -78,15 +78,17 @@ int main(void) {
   const int sizes[] = {2, 4};
   for (int si = 0; si < 2; si++)
     for (int w = BARRIER; w <= IALLREDUCE; w++) {
-      if (sizes[si] == 4 && w == RECV) continue; // the same wait as with 2
+      if (sizes[si] == 4 && w == RECV) continue;  // the same wait as with 2
       shared s = {.w = (what)w};
       int code = -1;
       CHECK_OK(px_comm_run(sizes[si], rank_main, &s, &code));
       CHECK(code == 0, "exit code %d", code);
       printf("%d ranks, %s: waited %.3f s using %.4f s of CPU\n", sizes[si], names[w], s.wall_s, s.cpu_s);
       CHECK(s.wall_s > 0.5 * STALL_S, "%s returned after %.3f s, before the stalled rank came", names[w], s.wall_s);
-      CHECK(s.cpu_s < MAX_CPU_S, "%d ranks, %s: waiting for a stalled peer for %.2f s used %.3f s of CPU "
-            "(limit %.2f): the wait spins instead of sleeping", sizes[si], names[w], s.wall_s, s.cpu_s, MAX_CPU_S);
+      CHECK(s.cpu_s < MAX_CPU_S,
+            "%d ranks, %s: waiting for a stalled peer for %.2f s used %.3f s of CPU "
+            "(limit %.2f): the wait spins instead of sleeping",
+            sizes[si], names[w], s.wall_s, s.cpu_s, MAX_CPU_S);
     }
   return px_test_finish("test_comm_threads_waiting_rank_sleeps");
 }

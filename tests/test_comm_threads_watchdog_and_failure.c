@@ -109,7 +109,7 @@ static int recv_main(px_comm *c, void *arg) {
   outcome *o = arg;
   int r = px_comm_rank(c);
   if (r != 0) {
-    nanosleep(&(struct timespec){0, 800000000}, NULL); // alive past rank 0's deadline
+    nanosleep(&(struct timespec){0, 800000000}, NULL);  // alive past rank 0's deadline
     return 0;
   }
   px_comm_set_timeout(c, 0.3);
@@ -149,7 +149,7 @@ static void expect(const outcome *o, int r, px_status st, double max_s, const ch
 }
 
 int main(void) {
-  alarm(30); // a backstop: a hang here must fail the test, not stall ctest
+  alarm(30);  // a backstop: a hang here must fail the test, not stall ctest
   int code = -1;
 
   outcome o1 = {0};
@@ -180,7 +180,8 @@ int main(void) {
   CHECK_OK(px_comm_run(N, abort_main, &o3, &code));
   CHECK(code == 0, "abort: exit code %d", code);
   for (int r = 0; r < N; r++)
-    if (r != 2) expect(&o3, r, PX_ERR_COMM, 2.0, (const char *const[]){"rank 2 aborted: loss is NaN at step 9", "barrier", NULL});
+    if (r != 2)
+      expect(&o3, r, PX_ERR_COMM, 2.0, (const char *const[]){"rank 2 aborted: loss is NaN at step 9", "barrier", NULL});
 
   outcome o4 = {0};
   CHECK_OK(px_comm_run(N, recv_main, &o4, &code));
@@ -188,7 +189,8 @@ int main(void) {
 
   outcome o4b = {0};
   CHECK_OK(px_comm_run(N, recv_gone_main, &o4b, &code));
-  expect(&o4b, 0, PX_ERR_COMM, 2.0, (const char *const[]){"rank 3 returned from its function without sending", "tag 11", NULL});
+  expect(&o4b, 0, PX_ERR_COMM, 2.0,
+         (const char *const[]){"rank 3 returned from its function without sending", "tag 11", NULL});
 
   outcome o5 = {0};
   CHECK_OK(px_comm_run(N, mismatch_main, &o5, &code));

@@ -18,7 +18,10 @@
 
 #include <string.h>
 
-typedef struct geom { int N, C, O, H, W; bool bias; } geom;
+typedef struct geom {
+  int N, C, O, H, W;
+  bool bias;
+} geom;
 
 static void fill(float *x, size_t n, uint64_t seed) {
   px_rng r = px_rng_make(seed, 7);
@@ -63,7 +66,9 @@ static double rel_err(const float *a, const double *b, size_t n) {
   return m / rms;
 }
 
-typedef struct run { float *y, *dx, *dw, *db; } run;
+typedef struct run {
+  float *y, *dx, *dw, *db;
+} run;
 
 // Forward, zero_grad, backward with the given threads; results copied out.
 static void run_layer(px_model *md, const geom *g, const float *x, const float *dyv, int threads, run *out) {
@@ -109,8 +114,8 @@ static void check_case(const geom *g, int ci) {
   fill(dyv, ny, 200 + ci);
   px_model *md;
   CHECK_OK(px_model_create(&md, px_conv2d(g->C, g->O, 3, 1, 1, g->bias), 11 + ci));
-  reference(g, x, px_model_find(md, "weight")->data, g->bias ? px_model_find(md, "bias")->data : NULL, dyv, ry,
-            rdx, rdw, rdb);
+  reference(g, x, px_model_find(md, "weight")->data, g->bias ? px_model_find(md, "bias")->data : NULL, dyv, ry, rdx,
+            rdw, rdb);
   const int threads0 = px_get_num_threads();
   // r[0..2]: direct with 1, 2, 3 threads; r[3]: im2col + GEMM, 1 thread.
   // PX_CONV_DIRECT=1: the direct kernels even past 64 channels (case 5).
@@ -136,8 +141,8 @@ static void check_case(const geom *g, int ci) {
     CHECK(memcmp(r[0].dx, r[k].dx, nx * sizeof(float)) == 0, "case %d dx: same bits, 1 and %d threads", ci, k + 1);
     CHECK(memcmp(r[0].dw, r[k].dw, nw * sizeof(float)) == 0, "case %d dW: same bits, 1 and %d threads", ci, k + 1);
     if (g->bias)
-      CHECK(memcmp(r[0].db, r[k].db, (size_t)g->O * sizeof(float)) == 0, "case %d db: same bits, 1 and %d threads",
-            ci, k + 1);
+      CHECK(memcmp(r[0].db, r[k].db, (size_t)g->O * sizeof(float)) == 0, "case %d db: same bits, 1 and %d threads", ci,
+            k + 1);
   }
   px_model_free(md);
   for (int k = 0; k < 4; k++) {
@@ -146,7 +151,12 @@ static void check_case(const geom *g, int ci) {
     free(r[k].dw);
     free(r[k].db);
   }
-  free(x); free(dyv); free(ry); free(rdx); free(rdw); free(rdb);
+  free(x);
+  free(dyv);
+  free(ry);
+  free(rdx);
+  free(rdw);
+  free(rdb);
 }
 
 int main(void) {

@@ -28,7 +28,7 @@
 typedef struct att_case {
   int N, T, H, d;
   float p;
-  int head0, heads_total;  /* 0, H unless a tensor-parallel slice */
+  int head0, heads_total; /* 0, H unless a tensor-parallel slice */
 } att_case;
 
 static void fill(float *x, size_t n, uint64_t seed, float scale) {
@@ -76,7 +76,10 @@ static void run_case(att_case c, int idx) {
     // width allows (else the f32 kernels again).
     const bool bf16 = variant == 2;
     gpu.compute_dtype = bf16 ? PX_BF16 : PX_F32;
-    const char *vname = variant == 0 ? "tiled" : variant == 1 ? "rowwise" : tc ? "bf16 tensor cores" : "bf16 (f32 kernels)";
+    const char *vname = variant == 0 ? "tiled"
+      : variant == 1                 ? "rowwise"
+      : tc                           ? "bf16 tensor cores"
+                                     : "bf16 (f32 kernels)";
     const double tol_y = bf16 && tc ? 1e-2 : 1e-5, tol_g = bf16 && tc ? 1e-2 : 1e-4;
     px_arena_reset(gpu.arena);
     px_tensor yd, dxd;
@@ -145,11 +148,12 @@ static void run_case(att_case c, int idx) {
 int main(void) {
   cc_require_gpu("test_cuda_attention_matches_cpu");
   const att_case fixed[] = {
-    {1, 1, 1, 16, 0.0f, 0, 0},    {1, 1, 2, 64, 0.2f, 0, 0},    {2, 5, 2, 16, 0.0f, 0, 0},
-    {2, 33, 3, 64, 0.0f, 0, 0},   {2, 33, 3, 64, 0.3f, 0, 0},   {1, 67, 2, 24, 0.1f, 0, 0},
-    {1, 130, 1, 128, 0.0f, 0, 0}, {1, 130, 2, 128, 0.2f, 0, 0}, {2, 64, 2, 64, 0.5f, 0, 0},
-    {1, 45, 2, 16, 0.25f, 1, 4},  {3, 129, 2, 64, 0.1f, 0, 0},
-    {1, 1024, 2, 64, 0.1f, 0, 0},  // GPT-2's context: 32 chunks of keys
+    {1, 1, 1, 16, 0.0f, 0, 0},    {1, 1, 2, 64, 0.2f, 0, 0},
+    {2, 5, 2, 16, 0.0f, 0, 0},    {2, 33, 3, 64, 0.0f, 0, 0},
+    {2, 33, 3, 64, 0.3f, 0, 0},   {1, 67, 2, 24, 0.1f, 0, 0},
+    {1, 130, 1, 128, 0.0f, 0, 0}, {1, 130, 2, 128, 0.2f, 0, 0},
+    {2, 64, 2, 64, 0.5f, 0, 0},   {1, 45, 2, 16, 0.25f, 1, 4},
+    {3, 129, 2, 64, 0.1f, 0, 0},  {1, 1024, 2, 64, 0.1f, 0, 0},  // GPT-2's context: 32 chunks of keys
   };
   const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
   for (int i = 0; i < nfixed; i++) run_case(fixed[i], i);
@@ -157,8 +161,10 @@ int main(void) {
   px_rng r = px_rng_make(2026, 15);
   const int dims[4] = {16, 32, 64, 80};
   for (int i = 0; i < 8; i++) {
-    att_case c = {.N = 1 + (int)px_rng_below(&r, 3), .T = 1 + (int)px_rng_below(&r, 150),
-                  .H = 1 + (int)px_rng_below(&r, 4), .d = dims[px_rng_below(&r, 4)],
+    att_case c = {.N = 1 + (int)px_rng_below(&r, 3),
+                  .T = 1 + (int)px_rng_below(&r, 150),
+                  .H = 1 + (int)px_rng_below(&r, 4),
+                  .d = dims[px_rng_below(&r, 4)],
                   .p = px_rng_below(&r, 2) ? 0.15f : 0.0f};
     run_case(c, nfixed + i);
   }

@@ -33,23 +33,34 @@
 #include <string.h>
 
 enum {
-  K_LAYERNORM, K_EMBEDDING, K_POS, K_POS_PART, K_ACT, K_RESIDUAL, K_RESIDUAL_SHORTCUT, K_LINEAR, K_CONV1D,
-  K_FLATTEN_LINEAR, K_TIED, K_PAIR, K_CHECKPOINT
+  K_LAYERNORM,
+  K_EMBEDDING,
+  K_POS,
+  K_POS_PART,
+  K_ACT,
+  K_RESIDUAL,
+  K_RESIDUAL_SHORTCUT,
+  K_LINEAR,
+  K_CONV1D,
+  K_FLATTEN_LINEAR,
+  K_TIED,
+  K_PAIR,
+  K_CHECKPOINT
 };
 
 typedef struct spec {
   const char *name;
-  int         kind;
-  int         a[4];       /* constructor arguments */
-  int         ndim;
-  int64_t     shape[4];   /* the input's */
-  int         vocab;      /* > 0: the input is int32 ids in [0, vocab) */
-  bool        want_dx;
-  px_dtype    compute;    /* PX_F32 or PX_BF16 */
-  bool        round_bf16; /* parameters, input and dy rounded to bf16 values */
-  double      tol, floor_frac;
-  bool        exact;      /* output and gradients must equal the CPU's bits */
-  float       scale;      /* of the random input */
+  int kind;
+  int a[4]; /* constructor arguments */
+  int ndim;
+  int64_t shape[4]; /* the input's */
+  int vocab;        /* > 0: the input is int32 ids in [0, vocab) */
+  bool want_dx;
+  px_dtype compute; /* PX_F32 or PX_BF16 */
+  bool round_bf16;  /* parameters, input and dy rounded to bf16 values */
+  double tol, floor_frac;
+  bool exact;  /* output and gradients must equal the CPU's bits */
+  float scale; /* of the random input */
 } spec;
 
 static px_module *build(const spec *s) {
@@ -69,8 +80,8 @@ static px_module *build(const spec *s) {
     }
   case K_RESIDUAL: return px_residual(px_chain_of(2, px_linear(a[0], a[0], true), px_gelu(true)));
   case K_RESIDUAL_SHORTCUT:
-    return px_residual_shortcut(px_chain_of(2, px_linear(a[0], a[1], true), px_relu()),
-                                px_linear(a[0], a[1], false), "down");
+    return px_residual_shortcut(px_chain_of(2, px_linear(a[0], a[1], true), px_relu()), px_linear(a[0], a[1], false),
+                                "down");
   case K_LINEAR: return px_linear(a[0], a[1], a[2] != 0);
   case K_CONV1D: return px_conv1d(a[0], a[1], a[2] != 0);
   case K_FLATTEN_LINEAR: return px_chain_of(2, px_flatten(), px_linear(a[0], a[1], true));
@@ -149,8 +160,7 @@ static void run_case(const spec *s, uint64_t seed) {
   void *hx = malloc((nx ? nx : 1) * 4);
   if (s->vocab)
     for (size_t i = 0; i < nx; i++) ((int32_t *)hx)[i] = (int32_t)px_rng_below(&rng, (uint64_t)s->vocab);
-  else
-    fill(&rng, hx, nx, s->scale, s->round_bf16);
+  else fill(&rng, hx, nx, s->scale, s->round_bf16);
   xh.data = hx;
   px_tensor xd = xh;
   xd.data = dev_copy(hx, nx * 4);
@@ -309,18 +319,38 @@ int main(void) {
     {"Linear(33 -> 17) 600 rows", K_LINEAR, {33, 17, 1}, 2, {600, 33}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     {"Conv1D(48 -> 80)", K_CONV1D, {48, 80, 1}, 3, {2, 7, 48}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     {"Conv1D(40 -> 120) 300 rows", K_CONV1D, {40, 120, 1}, 3, {3, 100, 40}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
-    {"Flatten then Linear(60 -> 7)", K_FLATTEN_LINEAR, {60, 7}, 4, {5, 3, 4, 5}, 0, true, F32(1e-5, 1e-1), false,
-     1.0f},
+    {"Flatten then Linear(60 -> 7)", K_FLATTEN_LINEAR, {60, 7}, 4, {5, 3, 4, 5}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     {"checkpoint_pair(GELU, Conv1D)", K_PAIR, {40, 24}, 3, {3, 7, 40}, 0, true, F32(1e-5, 1e-1), false, 1.0f},
     // d0.weight here is three GEMMs deep (dy -> d2's dx -> GELU -> d0's dW), each summed in cuBLAS's order
     // and OpenBLAS's: 1.10e-05 on an H200 (2026-11-28), so 2e-5 for this chain; one GEMM deep stays at 1e-5.
-    {"checkpoint(Linear, GELU, Linear)", K_CHECKPOINT, {24, 40}, 3, {3, 7, 24}, 0, true, F32(2e-5, 1e-1), false,
-     1.0f},
+    {"checkpoint(Linear, GELU, Linear)", K_CHECKPOINT, {24, 40}, 3, {3, 7, 24}, 0, true, F32(2e-5, 1e-1), false, 1.0f},
     {"Embedding(97, 32) + TiedHead", K_TIED, {97, 32}, 2, {3, 11}, 97, false, F32(1e-5, 1e-1), false, 1.0f},
     // bf16 GEMMs, operands already bf16 values: only the summation order differs.
-    {"bf16 exact operands Linear", K_LINEAR, {37, 53, 1}, 3, {4, 9, 37}, 0, true, PX_BF16, true, 1e-5, 1e-1, false,
+    {"bf16 exact operands Linear",
+     K_LINEAR,
+     {37, 53, 1},
+     3,
+     {4, 9, 37},
+     0,
+     true,
+     PX_BF16,
+     true,
+     1e-5,
+     1e-1,
+     false,
      1.0f},
-    {"bf16 exact operands Conv1D", K_CONV1D, {48, 80, 1}, 3, {2, 7, 48}, 0, true, PX_BF16, true, 1e-5, 1e-1, false,
+    {"bf16 exact operands Conv1D",
+     K_CONV1D,
+     {48, 80, 1},
+     3,
+     {2, 7, 48},
+     0,
+     true,
+     PX_BF16,
+     true,
+     1e-5,
+     1e-1,
+     false,
      1.0f},
     {"bf16 exact operands TiedHead", K_TIED, {97, 32}, 2, {3, 11}, 97, false, PX_BF16, true, 1e-5, 1e-1, false, 1.0f},
     // bf16 GEMMs of arbitrary f32 values against the f32 CPU.

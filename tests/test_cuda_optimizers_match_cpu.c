@@ -19,7 +19,10 @@ enum { STEPS = 10 };
 
 static float *dev_copy(const float *h, size_t n) {
   float *d = px_cuda_malloc(n * sizeof *d + 4);
-  if (!d) { fprintf(stderr, "px_cuda_malloc: %s\n", px_last_error()); exit(1); }
+  if (!d) {
+    fprintf(stderr, "px_cuda_malloc: %s\n", px_last_error());
+    exit(1);
+  }
   if (n) CHECK_OK(px_cuda_to_device(d, h, n * sizeof *d));
   return d;
 }
@@ -83,7 +86,10 @@ static void case_optim(const char *what, px_optim_opts opts, size_t n, bool segm
   // push it to the device, step once more: they still agree.
   for (int k = 0; k < cpu->n_state; k++) {
     float *cs = px_optim_state_slot(cpu, k, NULL), *gs = px_optim_state_slot(gpu, k, NULL);
-    for (size_t i = 0; i < n; i++) { cs[i] *= 0.5f; gs[i] = cs[i]; }
+    for (size_t i = 0; i < n; i++) {
+      cs[i] *= 0.5f;
+      gs[i] = cs[i];
+    }
   }
   CHECK_OK(px_optim_push(gpu));
   // pull right after push returns what was pushed, bit for bit
@@ -110,7 +116,9 @@ static void case_optim(const char *what, px_optim_opts opts, size_t n, bool segm
   px_optim_free(gpu);
   px_cuda_free(dp);
   px_cuda_free(dg);
-  free(p); free(g); free(host);
+  free(p);
+  free(g);
+  free(host);
 }
 
 static void case_clip(size_t n, float max_norm) {
@@ -124,7 +132,8 @@ static void case_clip(size_t n, float max_norm) {
   CHECK_OK(px_cuda_to_host(host, dg, n * sizeof *host));
   compare("clip_grad_norm", max_norm < cn ? "clipped" : "untouched", host, g, n);
   px_cuda_free(dg);
-  free(g); free(host);
+  free(g);
+  free(host);
 }
 
 int main(void) {
@@ -137,9 +146,13 @@ int main(void) {
 
   px_optim_opts sgd = px_sgd_defaults(0.05f);
   px_optim_opts mom = px_sgd_defaults(0.05f);
-  mom.momentum = 0.9f; mom.dampening = 0.1f; mom.weight_decay = 1e-2f;
+  mom.momentum = 0.9f;
+  mom.dampening = 0.1f;
+  mom.weight_decay = 1e-2f;
   px_optim_opts nes = px_sgd_defaults(0.05f);
-  nes.momentum = 0.9f; nes.nesterov = true; nes.weight_decay = 1e-2f;
+  nes.momentum = 0.9f;
+  nes.nesterov = true;
+  nes.weight_decay = 1e-2f;
   px_optim_opts adam = px_adam_defaults(1e-3f);
   adam.weight_decay = 1e-2f;
   px_optim_opts adamw = px_adamw_defaults(1e-3f);

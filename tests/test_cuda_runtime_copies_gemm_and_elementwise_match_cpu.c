@@ -152,7 +152,8 @@ static void check_gemm(bool ta, bool tb, int M, int N, int K) {
     for (int j = 0; j < N; j++) {
       const size_t k = (size_t)i * ldc + j;
       const double g = got[k];
-      if (!(fabs(g - ref[k]) <= 1e-4 * fmax(1.0, fabs(ref[k])) && fabs(g - ref32[k]) <= 1e-2 * fmax(1.0, fabs(ref32[k]))) &&
+      if (!(fabs(g - ref[k]) <= 1e-4 * fmax(1.0, fabs(ref[k])) &&
+            fabs(g - ref32[k]) <= 1e-2 * fmax(1.0, fabs(ref32[k]))) &&
           bad++ < 3)
         CHECK(0, "bf16 gemm ta %d tb %d (%d, %d, %d): C[%d, %d] %.9g, CPU of rounded %.9g, of f32 %.9g", ta, tb, M, N,
               K, i, j, g, (double)ref[k], (double)ref32[k]);
@@ -231,8 +232,8 @@ static void check_elementwise(void) {
   }
   // The CPU reference itself on known answers: ties go to even.
   CHECK(px_f32_to_bf16(from_bits(0x3f808000u)) == 0x3f80 && px_f32_to_bf16(from_bits(0x3f818000u)) == 0x3f82 &&
-            px_f32_to_bf16(from_bits(0x3f80ffffu)) == 0x3f81 && px_f32_to_bf16(1.0f) == 0x3f80 &&
-            px_f32_to_bf16(from_bits(0x7f7fffffu)) == 0x7f80 && (px_f32_to_bf16(NAN) & 0x7fc0) == 0x7fc0,
+          px_f32_to_bf16(from_bits(0x3f80ffffu)) == 0x3f81 && px_f32_to_bf16(1.0f) == 0x3f80 &&
+          px_f32_to_bf16(from_bits(0x7f7fffffu)) == 0x7f80 && (px_f32_to_bf16(NAN) & 0x7fc0) == 0x7fc0,
         "px_f32_to_bf16 known answers");
   CHECK(px_bf16_to_f32(0x3f80) == 1.0f && px_bf16_to_f32(0xc000) == -2.0f, "px_bf16_to_f32");
 
@@ -322,7 +323,8 @@ int main(void) {
     for (int tb = 0; tb < 2; tb++)
       for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         check_gemm(ta, tb, sizes[s][0], sizes[s][1], sizes[s][2]);
-  CHECK(px_cuda_sgemm(false, false, -1, 2, 2, 1, NULL, 2, NULL, 2, 0, NULL, 2) == PX_ERR_INVALID, "negative M accepted");
+  CHECK(px_cuda_sgemm(false, false, -1, 2, 2, 1, NULL, 2, NULL, 2, 0, NULL, 2) == PX_ERR_INVALID,
+        "negative M accepted");
   CHECK(px_cuda_sgemm(false, false, 4, 4, 4, 1, NULL, 3, NULL, 4, 0, NULL, 4) == PX_ERR_INVALID, "lda < K accepted");
   check_elementwise();
   check_arena();

@@ -38,7 +38,12 @@ static void check_softmax(int64_t R, int64_t D, float lo, float hi, int idx) {
   snprintf(what, sizeof what, "softmax (%lld, %lld) in [%g, %g]: dx", (long long)R, (long long)D, (double)lo,
            (double)hi);
   cc_compare(what, dxg, dx_cpu, n, 1e-5);
-  free(yg); free(dxg); free(x); free(dy); free(y_cpu); free(dx_cpu);
+  free(yg);
+  free(dxg);
+  free(x);
+  free(dy);
+  free(y_cpu);
+  free(dx_cpu);
   px_cuda_free(Xd.data);
   px_cuda_free(DYd.data);
   px_arena_free(cpu.arena);
@@ -68,7 +73,7 @@ static void check_ce(int64_t N, int C, float eps, int ignore_every, bool alias, 
   snprintf(what, sizeof what, "cross-entropy (%lld, %d) smoothing %g, ignore every %d%s%s: ", (long long)N, C,
            (double)eps, ignore_every, alias ? ", dlogits = logits" : "", grad ? "" : ", no dlogits");
   CHECK(fabs((double)loss_gpu - loss_cpu) <= 1e-5 * fmax(fabs((double)loss_cpu), 1e-30) ||
-            (loss_cpu == 0.0f && loss_gpu == 0.0f),
+          (loss_cpu == 0.0f && loss_gpu == 0.0f),
         "%sloss gpu %.9g cpu %.9g", what, (double)loss_gpu, (double)loss_cpu);
   if (grad) {
     float *g = malloc(n * sizeof *g);
@@ -82,7 +87,9 @@ static void check_ce(int64_t N, int C, float eps, int ignore_every, bool alias, 
   printf("cross-entropy case %d: loss cpu %.9g gpu %.9g\n", idx, (double)loss_cpu, (double)loss_gpu);
   px_cuda_free(Zd.data);
   px_cuda_free(td);
-  free(z); free(dz_cpu); free(t);
+  free(z);
+  free(dz_cpu);
+  free(t);
 }
 
 static void check_ce_bad_target(void) {
@@ -100,8 +107,7 @@ static void check_ce_bad_target(void) {
 }
 
 // Dropout: the GPU's bytes equal the CPU's, forward and backward.
-static void check_dropout(int64_t N, int64_t T, int64_t inner, float p, int part, int parts, bool training,
-                          int idx) {
+static void check_dropout(int64_t N, int64_t T, int64_t inner, float p, int part, int parts, bool training, int idx) {
   px_module *m = parts > 1 ? px_dropout_part(p, part, parts) : px_dropout(p);
   if (!m) exit(1);
   m->stream = 5u + (uint32_t)idx;
@@ -127,17 +133,22 @@ static void check_dropout(int64_t N, int64_t T, int64_t inner, float p, int part
   float *yg = cc_to_host(&y), *dxg = cc_to_host(&dx);
   size_t dropped = 0;
   for (size_t i = 0; i < n; i++) dropped += y_cpu[i] == 0.0f;
-  CHECK(memcmp(yg, y_cpu, n * sizeof(float)) == 0, "dropout case %d (p %g, part %d of %d, %s): forward differs",
-        idx, (double)p, part, parts, training ? "train" : "eval");
-  CHECK(memcmp(dxg, dx_cpu, n * sizeof(float)) == 0, "dropout case %d (p %g, part %d of %d, %s): backward differs",
-        idx, (double)p, part, parts, training ? "train" : "eval");
+  CHECK(memcmp(yg, y_cpu, n * sizeof(float)) == 0, "dropout case %d (p %g, part %d of %d, %s): forward differs", idx,
+        (double)p, part, parts, training ? "train" : "eval");
+  CHECK(memcmp(dxg, dx_cpu, n * sizeof(float)) == 0, "dropout case %d (p %g, part %d of %d, %s): backward differs", idx,
+        (double)p, part, parts, training ? "train" : "eval");
   // Not a vacuous comparison: training with p > 0 drops about p·n elements.
   if (training && p > 0 && n >= 1000)
-    CHECK(fabs((double)dropped / (double)n - p) < 0.05, "dropout case %d: %zu of %zu dropped at p %g", idx, dropped,
-          n, (double)p);
+    CHECK(fabs((double)dropped / (double)n - p) < 0.05, "dropout case %d: %zu of %zu dropped at p %g", idx, dropped, n,
+          (double)p);
   printf("dropout case %d: %zu elements, %zu dropped, p %g, part %d of %d, %s\n", idx, n, dropped, (double)p, part,
          parts, training ? "train" : "eval");
-  free(yg); free(dxg); free(x); free(dy); free(y_cpu); free(dx_cpu);
+  free(yg);
+  free(dxg);
+  free(x);
+  free(dy);
+  free(y_cpu);
+  free(dx_cpu);
   px_cuda_free(Xd.data);
   px_cuda_free(DYd.data);
   px_arena_free(cpu.arena);
@@ -155,20 +166,20 @@ int main(void) {
 
   check_ce(1, 1, 0.0f, 0, false, true, 0);
   check_ce(17, 10, 0.0f, 0, false, true, 1);
-  check_ce(64, 257, 0.0f, 3, false, true, 2);     // some rows ignored
-  check_ce(64, 257, 0.1f, 3, false, true, 3);     // and label smoothing
-  check_ce(9, 31, 0.2f, 1, false, true, 4);       // every row ignored: loss 0, dlogits 0
-  check_ce(100, 1000, 0.1f, 7, true, true, 5);    // dlogits = logits
-  check_ce(40, 5000, 0.0f, 0, false, false, 6);   // loss only
-  check_ce(8, 50257, 0.0f, 5, false, true, 7);    // GPT-2's vocabulary
+  check_ce(64, 257, 0.0f, 3, false, true, 2);    // some rows ignored
+  check_ce(64, 257, 0.1f, 3, false, true, 3);    // and label smoothing
+  check_ce(9, 31, 0.2f, 1, false, true, 4);      // every row ignored: loss 0, dlogits 0
+  check_ce(100, 1000, 0.1f, 7, true, true, 5);   // dlogits = logits
+  check_ce(40, 5000, 0.0f, 0, false, false, 6);  // loss only
+  check_ce(8, 50257, 0.0f, 5, false, true, 7);   // GPT-2's vocabulary
   check_ce_bad_target();
 
-  check_dropout(2, 3, 5, 0.3f, 0, 1, true, 0);      // 30 elements: blocks of 4 cut at the end
+  check_dropout(2, 3, 5, 0.3f, 0, 1, true, 0);  // 30 elements: blocks of 4 cut at the end
   check_dropout(4, 64, 97, 0.1f, 0, 1, true, 1);
   check_dropout(4, 64, 97, 0.5f, 0, 1, true, 2);
-  check_dropout(3, 17, 33, 0.2f, 1, 3, true, 3);    // sequence part 1 of 3
+  check_dropout(3, 17, 33, 0.2f, 1, 3, true, 3);  // sequence part 1 of 3
   check_dropout(3, 17, 33, 0.2f, 2, 3, true, 4);
-  check_dropout(4, 64, 97, 0.5f, 0, 1, false, 5);   // eval: identity
-  check_dropout(4, 64, 97, 0.0f, 0, 1, true, 6);    // p = 0: identity
+  check_dropout(4, 64, 97, 0.5f, 0, 1, false, 5);  // eval: identity
+  check_dropout(4, 64, 97, 0.0f, 0, 1, true, 6);   // p = 0: identity
   return px_test_finish("test_cuda_softmax_cross_entropy_dropout_match_cpu");
 }

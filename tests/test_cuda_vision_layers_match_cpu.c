@@ -45,7 +45,10 @@ static void compare(const char *label, const char *what, const float *gpu, const
   size_t worst = 0;
   for (size_t i = 0; i < n; i++) {
     const double d = fabs((double)gpu[i] - (double)cpu[i]);
-    if (!(d <= diff)) { diff = d; worst = i; }
+    if (!(d <= diff)) {
+      diff = d;
+      worst = i;
+    }
     if (fabs((double)cpu[i]) > scale) scale = fabs((double)cpu[i]);
   }
   const double rel = diff / (scale > 0 ? scale : 1.0);
@@ -85,8 +88,8 @@ static void *dev_copy(const void *host, size_t bytes) {
 /* One forward and backward of the model (moved to the GPU by
  * px_model_to_device) from the given starting gradients and buffers (set
  * first, so two runs start alike). */
-static void gpu_run(px_model *md, const float *x, const int64_t *xshape, int xdim, const float *dy,
-                    const float *grad0, const float *buf0, run_out *o) {
+static void gpu_run(px_model *md, const float *x, const int64_t *xshape, int xdim, const float *dy, const float *grad0,
+                    const float *buf0, run_out *o) {
   if (md->n_param_elems) CHECK_OK(px_cuda_to_device(md->grad_data, grad0, md->n_param_elems * sizeof(float)));
   if (md->n_buffer_elems) CHECK_OK(px_cuda_to_device(md->buffer_data, buf0, md->n_buffer_elems * sizeof(float)));
   px_tensor xt = px_tensor_view(NULL, PX_F32, xdim, xshape);
@@ -176,7 +179,7 @@ static void check_case(const char *label, make_fn make, const void *arg, bool tr
   }
   gpu_run(mg, x, xs, xdim, dy, grad0, buf0, &b);
   CHECK(same_bits(a.y, b.y, a.ny) && same_bits(a.dx, b.dx, a.nx) && same_bits(a.grad, b.grad, a.ngrad) &&
-            same_bits(a.buf, b.buf, a.nbuf),
+          same_bits(a.buf, b.buf, a.nbuf),
         "%s: two GPU runs differ in their bits", label);
   run_out_free(&a);
   run_out_free(&b);
@@ -189,13 +192,19 @@ static void check_case(const char *label, make_fn make, const void *arg, bool tr
 }
 
 /* ---- The cases ---- */
-typedef struct conv_arg { int C, O, k, s, p; bool bias; } conv_arg;
+typedef struct conv_arg {
+  int C, O, k, s, p;
+  bool bias;
+} conv_arg;
 static px_module *make_conv(const void *arg) {
   const conv_arg *a = arg;
   return px_conv2d(a->C, a->O, a->k, a->s, a->p, a->bias);
 }
 
-typedef struct bn_arg { int C; float momentum; } bn_arg;
+typedef struct bn_arg {
+  int C;
+  float momentum;
+} bn_arg;
 static px_module *make_bn(const void *arg) {
   const bn_arg *a = arg;
   px_module *m = px_batchnorm(a->C, 1e-5f, a->momentum);
@@ -207,7 +216,9 @@ static px_module *make_bn(const void *arg) {
   return m;
 }
 
-typedef struct pool_arg { int kind, k, s, p; } pool_arg;  /* kind 0 max, 1 avg, 2 global avg */
+typedef struct pool_arg {
+  int kind, k, s, p;
+} pool_arg; /* kind 0 max, 1 avg, 2 global avg */
 static px_module *make_pool(const void *arg) {
   const pool_arg *a = arg;
   if (a->kind == 2) return px_global_avgpool2d();
@@ -219,7 +230,9 @@ static int rnd(px_rng *r, int lo, int hi) { return lo + (int)px_rng_below(r, (ui
 
 static void check_convs(px_rng *r) {
   // Fixed: ResNet's shapes (3×3/1 pad 1, 3×3/2 pad 1, 1×1/2, 7×7/2 pad 3).
-  const conv_arg fixed[] = {{4, 8, 3, 1, 1, false}, {5, 6, 3, 2, 1, true}, {6, 4, 1, 2, 0, false},
+  const conv_arg fixed[] = {{4, 8, 3, 1, 1, false},
+                            {5, 6, 3, 2, 1, true},
+                            {6, 4, 1, 2, 0, false},
                             {3, 5, 7, 2, 3, true}};
   for (int dt = DT_F32; dt <= DT_BF16; dt++) {
     for (int i = 0; i < 4 + 6; i++) {
@@ -243,8 +256,8 @@ static void check_convs(px_rng *r) {
       else unsetenv("PX_CUDA_CONV_CHUNK");
       char label[160];
       snprintf(label, sizeof label, "conv %s N=%lld C=%d O=%d %lldx%lld k=%d s=%d p=%d bias=%d chunk=%d",
-               dt == DT_BF16 ? "bf16" : "f32", (long long)xs[0], a.C, a.O, (long long)xs[2], (long long)xs[3], a.k,
-               a.s, a.p, a.bias, chunk);
+               dt == DT_BF16 ? "bf16" : "f32", (long long)xs[0], a.C, a.O, (long long)xs[2], (long long)xs[3], a.k, a.s,
+               a.p, a.bias, chunk);
       check_case(label, make_conv, &a, true, dt, xs, 4, false, 100 + (uint64_t)i, dt == DT_BF16 ? 1e-2 : 1e-5);
     }
   }
@@ -272,8 +285,10 @@ static void check_pools(px_rng *r) {
       int64_t xs[4] = {rnd(r, 1, 3), rnd(r, 1, 5), 2 * rnd(r, 2, 7) + 1, 2 * rnd(r, 2, 7) + 1};
       char label[160];
       snprintf(label, sizeof label, "%s k=%d s=%d p=%d %lldx%lld%s",
-               a.kind == 0 ? "maxpool" : a.kind == 1 ? "avgpool" : "global avgpool", a.k, a.s, a.p,
-               (long long)xs[2], (long long)xs[3], ties ? " (ties)" : "");
+               a.kind == 0     ? "maxpool"
+                 : a.kind == 1 ? "avgpool"
+                               : "global avgpool",
+               a.k, a.s, a.p, (long long)xs[2], (long long)xs[3], ties ? " (ties)" : "");
       // Max and avg pools: the CPU's bits (the same scan, tie rule and
       // summation order); the global pool's double sum in another order: 1e-5.
       const double tol = a.kind == 2 ? 1e-5 : 0.0;

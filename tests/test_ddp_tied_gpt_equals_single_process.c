@@ -25,8 +25,8 @@
 enum { V = 37, CTX = 12, T = 10, B = 3, STEPS = 8 };
 enum { OPT_SGD, OPT_ADAMW };
 
-static const px_gpt_config cfg = {.vocab_size = V, .context = CTX, .n_layer = 2, .n_head = 2, .n_embd = 16,
-                                  .dropout = 0.0f};
+static const px_gpt_config cfg =
+  {.vocab_size = V, .context = CTX, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.0f};
 
 // Sequence i of step s of the global batch: ids and next-token targets.
 static void make_rows(int step, int first, int count, int32_t *x, int32_t *y, bool reversed) {
@@ -65,8 +65,8 @@ static px_optim *make_opt(px_model *md, int opt) {
  * owning it reports ready. */
 typedef struct wte_watch {
   px_param *wte;
-  float    *at_ready;
-  int       fired;
+  float *at_ready;
+  int fired;
 } wte_watch;
 
 static void on_ready(void *user, px_module *m) {
@@ -125,7 +125,10 @@ static double compare(const px_model *a, const px_model *b, int opt, const char 
     } else {
       w = slice_rel(pa, p->data, p->numel);
     }
-    if (w > worst) { worst = w; *worst_name = p->name; }
+    if (w > worst) {
+      worst = w;
+      *worst_name = p->name;
+    }
   }
   return worst;
 }
@@ -154,13 +157,14 @@ static void case_equivalence(px_comm *c, int opt, size_t bucket_bytes) {
   // gradient nearly cancels; there DDP must be within 10x of it.
   double noise = compare(rev, ref, opt, &nname);
   double tol = opt == OPT_SGD ? 1e-5 : fmax(1e-5, 10.0 * noise);
-  CHECK(worst <= tol, "rank %d/%d %s, buckets of %zu B (%d): \"%s\" differs by %.3g relative (tolerance %.3g; "
-        "the reversed-rows run differs by %.3g)", rank, world, opt == OPT_SGD ? "sgd" : "adamw", bucket_bytes,
-        px_ddp_bucket_count(d), name, worst, tol, noise);
+  CHECK(worst <= tol,
+        "rank %d/%d %s, buckets of %zu B (%d): \"%s\" differs by %.3g relative (tolerance %.3g; "
+        "the reversed-rows run differs by %.3g)",
+        rank, world, opt == OPT_SGD ? "sgd" : "adamw", bucket_bytes, px_ddp_bucket_count(d), name, worst, tol, noise);
   if (rank == 0)
     printf("  %d ranks, %-5s buckets of %8zu B (%2d): worst relative difference %.2e (%s); single process with "
-           "rows reversed %.2e\n", world, opt == OPT_SGD ? "sgd" : "adamw", bucket_bytes, px_ddp_bucket_count(d),
-           worst, name, noise);
+           "rows reversed %.2e\n",
+           world, opt == OPT_SGD ? "sgd" : "adamw", bucket_bytes, px_ddp_bucket_count(d), worst, name, noise);
   px_model_free(rev);
   px_optim_free(o);
   px_ddp_free(d);

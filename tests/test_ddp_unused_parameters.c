@@ -66,9 +66,11 @@ static int with_option(px_comm *c, void *arg) {
   }
   double worst = px_max_rel_diff(md->param_data, ref->param_data, md->n_param_elems, 1e-2);
   CHECK(worst < 1e-5, "rank %d: %.3g from one process", px_comm_rank(c), worst);
-  px_optim_free(opt); px_optim_free(ropt);
+  px_optim_free(opt);
+  px_optim_free(ropt);
   px_ddp_free(d);
-  px_model_free(md); px_model_free(ref);
+  px_model_free(md);
+  px_model_free(ref);
   return px_test_failures ? 1 : 0;
 }
 

@@ -9,9 +9,8 @@
 
 static px_module *make_model(void) {
   // 8 small layers: 64 + 8 floats each, far under 1 MiB in all.
-  return px_chain_of(8, px_linear(8, 8, true), px_linear(8, 8, true), px_linear(8, 8, true),
-                     px_linear(8, 8, true), px_linear(8, 8, true), px_linear(8, 8, true),
-                     px_linear(8, 8, true), px_linear(8, 8, true));
+  return px_chain_of(8, px_linear(8, 8, true), px_linear(8, 8, true), px_linear(8, 8, true), px_linear(8, 8, true),
+                     px_linear(8, 8, true), px_linear(8, 8, true), px_linear(8, 8, true), px_linear(8, 8, true));
 }
 
 static int run(px_comm *c, void *arg) {
@@ -34,11 +33,13 @@ static int run(px_comm *c, void *arg) {
   for (int b = 0; b < want; b++) px_ddp_bucket_range(d, b, &want_off[b], &want_cnt[b]);
   px_ddp_free(d);
   CHECK_OK(px_ddp_wrap(&d, md, c, &small));
-  CHECK(px_ddp_bucket_count(d) == want, "%d buckets with only bucket_bytes 300, %d with both", px_ddp_bucket_count(d), want);
+  CHECK(px_ddp_bucket_count(d) == want, "%d buckets with only bucket_bytes 300, %d with both", px_ddp_bucket_count(d),
+        want);
   for (int b = 0; b < want; b++) {
     size_t off, cnt;
     px_ddp_bucket_range(d, b, &off, &cnt);
-    CHECK(off == want_off[b] && cnt == want_cnt[b], "bucket %d: [%zu, +%zu), expected [%zu, +%zu)", b, off, cnt, want_off[b], want_cnt[b]);
+    CHECK(off == want_off[b] && cnt == want_cnt[b], "bucket %d: [%zu, +%zu), expected [%zu, +%zu)", b, off, cnt,
+          want_off[b], want_cnt[b]);
   }
   // The first bucket (the model's end) holds no more than bucket_bytes
   // (a bucket holds at least one parameter; each here is under 300 bytes).

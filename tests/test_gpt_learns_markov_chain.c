@@ -28,8 +28,8 @@ enum { STEPS = 2000 };
 enum { V = 16, K = 4, T = 32, BATCH = 16, VAL_SEQ = 256 };
 
 typedef struct chain {
-  int    next[V][V][K];  /* allowed next tokens of context (a, b) */
-  double prob[V][V][K];  /* their probabilities */
+  int next[V][V][K];    /* allowed next tokens of context (a, b) */
+  double prob[V][V][K]; /* their probabilities */
 } chain;
 
 static void make_chain(chain *ch, px_rng *r) {
@@ -135,7 +135,10 @@ int main(void) {
   CHECK_OK(px_optim_create(&opt, md->param_data, md->grad_data, md->n_param_elems, &oo));
   // Warm-up, then cosine down to a tenth: the last steps average out the
   // noise of small batches.
-  px_lr_schedule sched = {.kind = PX_LR_COSINE, .base_lr = oo.lr, .warmup_steps = 100, .total_steps = STEPS,
+  px_lr_schedule sched = {.kind = PX_LR_COSINE,
+                          .base_lr = oo.lr,
+                          .warmup_steps = 100,
+                          .total_steps = STEPS,
                           .min_lr = 0.1f * oo.lr};
 
   static int32_t vx[VAL_SEQ * T], vy[VAL_SEQ * T], bx[BATCH * T], by[BATCH * T];
@@ -162,8 +165,8 @@ int main(void) {
   if (PX_UNDER_SANITIZER)
     CHECK(val < val0 - 0.1f, "validation loss %.4f did not fall from %.4f", (double)val, (double)val0);
   else
-    CHECK(fabs((double)val - H) <= 0.10 * H, "validation loss %.4f is not within 10%% of the entropy %.4f",
-          (double)val, H);
+    CHECK(fabs((double)val - H) <= 0.10 * H, "validation loss %.4f is not within 10%% of the entropy %.4f", (double)val,
+          H);
   px_optim_free(opt);
   px_model_free(md);
   return px_test_finish("test_gpt_learns_markov_chain");

@@ -25,7 +25,10 @@ static void save_hf(const px_model *src, const char *path, int skip, int reshape
     px_named_tensor *it = &sd.items[sd.count++];
     snprintf(it->name, sizeof it->name, "transformer.%.100s", p->name);
     it->tensor = px_tensor_view(p->data, PX_F32, p->ndim, p->shape);
-    if (k == reshape) { it->tensor.ndim = 1; it->tensor.shape[0] = (int64_t)p->numel; }
+    if (k == reshape) {
+      it->tensor.ndim = 1;
+      it->tensor.shape[0] = (int64_t)p->numel;
+    }
   }
   for (int l = 0; l < cfg.n_layer; l++) {
     px_named_tensor *it = &sd.items[sd.count++];
@@ -52,7 +55,7 @@ int main(void) {
   snprintf(shape, sizeof shape, "gpt_hf_shape_%d.safetensors", (int)getpid());
   save_hf(a, good, -1, -1);
   save_hf(a, missing, a->n_params - 1, -1);  // no ln_f.bias: found only after all others were matched
-  save_hf(a, shape, -1, a->n_params - 4);  // h.1.mlp.c_proj.weight as 1-D
+  save_hf(a, shape, -1, a->n_params - 4);    // h.1.mlp.c_proj.weight as 1-D
   CHECK(memcmp(a->param_data, b->param_data, a->n_param_elems * sizeof(float)) != 0, "two seeds, two models");
 
   // Refused files leave b untouched.

@@ -24,7 +24,10 @@ static void expect(const px_model *md, int *k, const char *name, int ndim, int64
 
 static void stats(const px_param *p, double *mean, double *std) {
   double s = 0, ss = 0;
-  for (size_t i = 0; i < p->numel; i++) { s += p->data[i]; ss += (double)p->data[i] * p->data[i]; }
+  for (size_t i = 0; i < p->numel; i++) {
+    s += p->data[i];
+    ss += (double)p->data[i] * p->data[i];
+  }
   *mean = s / (double)p->numel;
   *std = sqrt(ss / (double)p->numel - *mean * *mean);
 }

@@ -49,8 +49,8 @@ static void check_pairs(void) {
   float x[2 * 3 * 6];
   gc_fill_uniform(x, 36, 3, -1, 1);
   px_tensor t = px_tensor_f32(x, 3, 2, 3, 6, 0);
-  gradcheck("pair(gelu, conv1d)", px_checkpoint_pair("act", px_gelu(true), "c_proj", widen(px_conv1d(6, 4, true), 0.5f)),
-            &t, (gc_opts){0});
+  gradcheck("pair(gelu, conv1d)",
+            px_checkpoint_pair("act", px_gelu(true), "c_proj", widen(px_conv1d(6, 4, true), 0.5f)), &t, (gc_opts){0});
   px_tensor t2 = px_tensor_f32(x, 2, 6, 6, 0, 0);
   gradcheck("linear pair(tanh, linear)",
             px_chain_of(2, px_linear(6, 6, true), px_checkpoint_pair("a", px_tanh(), "b", px_linear(6, 4, true))), &t2,

@@ -45,8 +45,10 @@ static void check_pool(void) {
 
 // γ = 1, β = 0 would hide a missing γ in dx: draw both from N(0, 1) instead.
 static px_module *random_affine(px_module *m) {
-  m->params[0].init = PX_INIT_NORMAL; m->params[0].init_a = 1.0f;
-  m->params[1].init = PX_INIT_NORMAL; m->params[1].init_a = 1.0f;
+  m->params[0].init = PX_INIT_NORMAL;
+  m->params[0].init_a = 1.0f;
+  m->params[1].init = PX_INIT_NORMAL;
+  m->params[1].init_a = 1.0f;
   return m;
 }
 
@@ -55,8 +57,8 @@ static void check_norms(void) {
     float x2[6 * 4];
     gc_fill_uniform(x2, 24, 51, -2, 2);
     px_tensor t2 = px_tensor_f32(x2, 2, 6, 4, 0, 0);
-    gradcheck(train ? "batchnorm (N,C) train" : "batchnorm (N,C) eval",
-              random_affine(px_batchnorm(4, 1e-5f, 0.1f)), &t2, (gc_opts){.train = train});
+    gradcheck(train ? "batchnorm (N,C) train" : "batchnorm (N,C) eval", random_affine(px_batchnorm(4, 1e-5f, 0.1f)),
+              &t2, (gc_opts){.train = train});
     float x4[3 * 2 * 3 * 4];
     gc_fill_uniform(x4, 72, 52, -2, 2);
     px_tensor t4 = px_tensor_f32(x4, 4, 3, 2, 3, 4);
@@ -70,7 +72,8 @@ static void check_norms(void) {
     gc_fill_uniform(x, 60, 53, -1, 3);
     px_tensor t = px_tensor_f32(x, 4, 5, 3, 2, 2);
     px_module *bn = random_affine(px_batchnorm(3, 1e-5f, 0.5f));
-    bn->params[2].init = PX_INIT_NORMAL; bn->params[2].init_a = 1.0f;  // running_mean
+    bn->params[2].init = PX_INIT_NORMAL;
+    bn->params[2].init_a = 1.0f;  // running_mean
     bn->params[3].init = PX_INIT_ONES;
     gradcheck("batchnorm eval, random running mean", bn, &t, (gc_opts){.train = false});
   }
@@ -87,8 +90,8 @@ static void check_chain(void) {
   gc_fill_uniform(x, sizeof x / sizeof *x, 61, -1, 1);
   px_tensor t = px_tensor_f32(x, 4, 2, 2, 6, 6);
   gradcheck("conv-bn-tanh-avgpool-flatten-linear",
-            px_chain_of(6, px_conv2d(2, 3, 3, 1, 1, true), px_batchnorm(3, 1e-5f, 0.1f), px_tanh(),
-                        px_avgpool2d(2, 2), px_flatten(), px_linear(3 * 3 * 3, 4, true)),
+            px_chain_of(6, px_conv2d(2, 3, 3, 1, 1, true), px_batchnorm(3, 1e-5f, 0.1f), px_tanh(), px_avgpool2d(2, 2),
+                        px_flatten(), px_linear(3 * 3 * 3, 4, true)),
             &t, (gc_opts){.max_checks = 96});
 }
 

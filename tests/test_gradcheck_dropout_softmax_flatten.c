@@ -25,10 +25,9 @@ int main(void) {
   px_tensor t4 = px_tensor_f32(x4, 4, 2, 3, 2, 2);
   // Flatten is a view: check it between two layers that own memory.
   gradcheck("flatten between linears",
-            px_chain_of(3, px_linear(2, 3, true), px_flatten(), px_linear(3 * 2 * 3, 2, true)), &t4,
-            (gc_opts){0});
+            px_chain_of(3, px_linear(2, 3, true), px_flatten(), px_linear(3 * 2 * 3, 2, true)), &t4, (gc_opts){0});
   // Dropout inside a chain: its mask is keyed by its own uid.
-  gradcheck("linear-dropout-softmax",
-            px_chain_of(3, px_linear(5, 6, true), px_dropout(0.5f), px_softmax()), &t, (gc_opts){0});
+  gradcheck("linear-dropout-softmax", px_chain_of(3, px_linear(5, 6, true), px_dropout(0.5f), px_softmax()), &t,
+            (gc_opts){0});
   return px_test_finish("test_gradcheck_dropout_softmax_flatten");
 }

@@ -23,8 +23,10 @@ static void check_losses(void) {
   CHECK_OK(px_mse_loss(&P, &T, &L, d));
   for (int i = 0; i < 12; i++) {
     float keep = p[i];
-    p[i] = keep + 1e-2f; CHECK_OK(px_mse_loss(&P, &T, &Lp, NULL));
-    p[i] = keep - 1e-2f; CHECK_OK(px_mse_loss(&P, &T, &Lm, NULL));
+    p[i] = keep + 1e-2f;
+    CHECK_OK(px_mse_loss(&P, &T, &Lp, NULL));
+    p[i] = keep - 1e-2f;
+    CHECK_OK(px_mse_loss(&P, &T, &Lm, NULL));
     p[i] = keep;
     CHECK_CLOSE(d[i], (Lp - Lm) / 2e-2f, 2e-2);
   }
@@ -39,11 +41,13 @@ static void check_losses(void) {
     CHECK_OK(px_cross_entropy_loss(&Z, y, &o, &L, dz));
     for (int i = 0; i < 35; i++) {
       float keep = z[i];
-      z[i] = keep + 1e-2f; CHECK_OK(px_cross_entropy_loss(&Z, y, &o, &Lp, NULL));
-      z[i] = keep - 1e-2f; CHECK_OK(px_cross_entropy_loss(&Z, y, &o, &Lm, NULL));
+      z[i] = keep + 1e-2f;
+      CHECK_OK(px_cross_entropy_loss(&Z, y, &o, &Lp, NULL));
+      z[i] = keep - 1e-2f;
+      CHECK_OK(px_cross_entropy_loss(&Z, y, &o, &Lm, NULL));
       z[i] = keep;
-      CHECK(fabs(dz[i] - (Lp - Lm) / 2e-2f) < 2e-3, "ce smooth=%d dz[%d] %g vs %g", smooth, i,
-            (double)dz[i], (double)((Lp - Lm) / 2e-2f));
+      CHECK(fabs(dz[i] - (Lp - Lm) / 2e-2f) < 2e-3, "ce smooth=%d dz[%d] %g vs %g", smooth, i, (double)dz[i],
+            (double)((Lp - Lm) / 2e-2f));
     }
     CHECK(dz[7] == 0.0f && dz[13] == 0.0f, "ignored row has zero gradient");
   }
@@ -74,8 +78,7 @@ int main(void) {
   gc_fill_uniform(x, 12, 5, -1, 1);
   px_tensor t = px_tensor_f32(x, 2, 3, 4, 0, 0);
   gradcheck("chain+residual",
-            px_chain_of(3, px_linear(4, 4, true),
-                        px_residual(px_chain_of(2, px_tanh(), px_linear(4, 4, true))),
+            px_chain_of(3, px_linear(4, 4, true), px_residual(px_chain_of(2, px_tanh(), px_linear(4, 4, true))),
                         px_linear(4, 2, false)),
             &t, (gc_opts){0});
   check_losses();

@@ -42,8 +42,10 @@ static void check_global_avgpool(void) {
 // γ = 1, β = 0 would hide a missing γ in dx: draw both from N(0, 1) instead.
 static px_module *random_bn(int c) {
   px_module *m = px_batchnorm(c, 1e-5f, 0.1f);
-  m->params[0].init = PX_INIT_NORMAL; m->params[0].init_a = 1.0f;
-  m->params[1].init = PX_INIT_NORMAL; m->params[1].init_a = 1.0f;
+  m->params[0].init = PX_INIT_NORMAL;
+  m->params[0].init_a = 1.0f;
+  m->params[1].init = PX_INIT_NORMAL;
+  m->params[1].init_a = 1.0f;
   return m;
 }
 
@@ -73,8 +75,8 @@ static void check_residuals(void) {
   // A shortcut that is a bare module (not a chain), named "".
   gradcheck("residual: linear + linear shortcut",
             px_chain_of(2, px_flatten(),
-                        px_residual_shortcut(px_chain_of(2, px_linear(90, 7, true), px_tanh()),
-                                             px_linear(90, 7, false), NULL)),
+                        px_residual_shortcut(px_chain_of(2, px_linear(90, 7, true), px_tanh()), px_linear(90, 7, false),
+                                             NULL)),
             &t, (gc_opts){.max_checks = 96});
 }
 

@@ -71,8 +71,8 @@ static int rank_fn(px_comm *comm, void *arg) {
       double down = global_loss(comm, md, x, r);
       *e = keep;
       double numeric = (up - down) / (2 * h);
-      CHECK(agree(grads[p * C + c], numeric), "%d ranks: d%s[%d]: analytic %.6g, numeric %.6g", n,
-            p ? "beta" : "gamma", c, (double)grads[p * C + c], numeric);
+      CHECK(agree(grads[p * C + c], numeric), "%d ranks: d%s[%d]: analytic %.6g, numeric %.6g", n, p ? "beta" : "gamma",
+            c, (double)grads[p * C + c], numeric);
     }
   // Inputs: rank j moves its entry i; every rank runs the probes.
   for (int j = 0; j < n; j++)

@@ -85,7 +85,8 @@ static void check_gpt(void) {
   px_gpt_config cfg = {.vocab_size = 11, .context = 8, .n_layer = 2, .n_head = 2, .n_embd = 8, .dropout = 0.1f};
   int32_t ids[2 * 6] = {1, 5, 10, 0, 3, 3, 7, 2, 2, 9, 4, 6};
   px_tensor t = px_tensor_view(ids, PX_I32, 2, (int64_t[]){2, 6});
-  gradcheck("gpt 2 layers", widen(px_zoo_gpt(&cfg), 0.3f), &t, (gc_opts){.skip_input = true, .max_checks = 128, .train = true});
+  gradcheck("gpt 2 layers", widen(px_zoo_gpt(&cfg), 0.3f), &t,
+            (gc_opts){.skip_input = true, .max_checks = 128, .train = true});
 }
 
 int main(void) {

@@ -33,7 +33,7 @@ static char dir[64];
 // Every batch of EPOCHS epochs: indices, x and y, concatenated.
 typedef struct record {
   unsigned char *bytes;
-  size_t         len, cap;
+  size_t len, cap;
 } record;
 
 static void append(record *r, const void *p, size_t n) {
@@ -47,7 +47,9 @@ static void append(record *r, const void *p, size_t n) {
 }
 
 // Rows of a batch: the bytes of its first b->n samples (the tensors hold capacity rows).
-static size_t row_bytes(const px_tensor *t) { return (size_t)(px_tensor_numel(t) / t->shape[0]) * px_dtype_size(t->dtype); }
+static size_t row_bytes(const px_tensor *t) {
+  return (size_t)(px_tensor_numel(t) / t->shape[0]) * px_dtype_size(t->dtype);
+}
 
 static void run(record *r, px_dataset *d, int workers) {
   px_loader *l;
@@ -83,7 +85,8 @@ static void expect_same(px_dataset *ref, px_dataset *h5, const char *what) {
   run(&b, h5, 2);
   CHECK(a.len > 0 && a.len == b.len && memcmp(a.bytes, b.bytes, a.len) == 0,
         "%s: batches differ from the reference's (%zu vs %zu bytes)", what, b.len, a.len);
-  if (a.len == b.len && memcmp(a.bytes, b.bytes, a.len) == 0) printf("%s: %zu bytes of batches identical\n", what, a.len);
+  if (a.len == b.len && memcmp(a.bytes, b.bytes, a.len) == 0)
+    printf("%s: %zu bytes of batches identical\n", what, a.len);
 }
 
 // ---- Writing with the C library -----------------------------------------------
@@ -140,8 +143,8 @@ static void check_tokens(const char *path, const char *x, px_dataset *ref, const
 }
 
 static px_dataset *idx_subset(px_dataset **base, size_t n) {
-  CHECK_OK(px_idx_dataset_open(base, FMNIST "/train-images-idx3-ubyte.gz", FMNIST "/train-labels-idx1-ubyte.gz",
-                               MEAN, STD));
+  CHECK_OK(
+    px_idx_dataset_open(base, FMNIST "/train-images-idx3-ubyte.gz", FMNIST "/train-labels-idx1-ubyte.gz", MEAN, STD));
   px_dataset *sub;
   CHECK_OK(px_dataset_subset(&sub, *base, 0, n));
   return sub;
@@ -206,8 +209,8 @@ int main(int argc, char **argv) {
   H5Fclose(f);
   f = H5Fcreate(chunked, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   H5Gclose(H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  write_ds(f, "train/x", H5T_STD_U8LE, H5T_NATIVE_UINT8, 4, (hsize_t[]){N_IMG, 1, 28, 28},
-           (hsize_t[]){50, 1, 28, 28}, pix);
+  write_ds(f, "train/x", H5T_STD_U8LE, H5T_NATIVE_UINT8, 4, (hsize_t[]){N_IMG, 1, 28, 28}, (hsize_t[]){50, 1, 28, 28},
+           pix);
   write_ds(f, "train/y", H5T_STD_I64BE, H5T_NATIVE_INT64, 1, (hsize_t[]){N_IMG}, (hsize_t[]){128}, lab64);
   H5Fclose(f);
   f = H5Fcreate(tiles, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);  // chunks of half images: read per sample

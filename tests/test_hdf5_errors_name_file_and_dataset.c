@@ -69,8 +69,7 @@ static void expect_open_fails(const px_hdf5_opts *o, px_status want, const char 
         px_status_name(want), msg);
   CHECK(d == NULL, "a dataset was returned on error");
   if (d) px_dataset_free(d);
-  for (const char *const *h = has; *h; h++)
-    CHECK(strstr(msg, *h) != NULL, "message \"%s\" lacks \"%s\"", msg, *h);
+  for (const char *const *h = has; *h; h++) CHECK(strstr(msg, *h) != NULL, "message \"%s\" lacks \"%s\"", msg, *h);
   printf("  %s\n", msg);
 }
 
@@ -110,8 +109,7 @@ static void expect_read_fails(const px_hdf5_opts *o, const char *const *has) {
   } while (st == PX_OK && b);
   const char *msg = px_last_error();
   CHECK(st == PX_ERR_FORMAT, "x='%s': reading gave %s, expected PX_ERR_FORMAT", o->x, px_status_name(st));
-  for (const char *const *h = has; *h; h++)
-    CHECK(strstr(msg, *h) != NULL, "message \"%s\" lacks \"%s\"", msg, *h);
+  for (const char *const *h = has; *h; h++) CHECK(strstr(msg, *h) != NULL, "message \"%s\" lacks \"%s\"", msg, *h);
   printf("  %s\n", msg);
   px_loader_free(l);
   px_dataset_free(d);
@@ -158,7 +156,8 @@ int main(void) {
   o = images("images", "labels_short");
   expect_open_fails(&o, PX_ERR_FORMAT, HAS("dataset 'labels_short'", path, "N=60", "found (59,) int32"));
   o = images("flat", "labels_ok");
-  expect_open_fails(&o, PX_ERR_FORMAT, HAS("dataset 'flat'", path, "(N, H, W) or (N, C, H, W)", "found (60, 784) uint8"));
+  expect_open_fails(&o, PX_ERR_FORMAT,
+                    HAS("dataset 'flat'", path, "(N, H, W) or (N, C, H, W)", "found (60, 784) uint8"));
   o = images("images_i16", "labels_ok");
   expect_open_fails(&o, PX_ERR_FORMAT, HAS("dataset 'images_i16'", "uint8 or float32", "found (60, 28, 28) int16"));
   o = images("images_f64", "labels_ok");
@@ -167,11 +166,13 @@ int main(void) {
   expect_open_fails(&o, PX_ERR_FORMAT, HAS("dataset 'labels_neg'", path, "label -1 at index 7 is out of range"));
   o = images("images", "labels_big");
   o.num_classes = 10;
-  expect_open_fails(&o, PX_ERR_FORMAT, HAS("dataset 'labels_big'", path, "label 12 at index 9 is out of range [0, 10)"));
+  expect_open_fails(&o, PX_ERR_FORMAT,
+                    HAS("dataset 'labels_big'", path, "label 12 at index 9 is out of range [0, 10)"));
 
   o = tokens("tokens_2d", 0);
-  expect_open_fails(&o, PX_ERR_FORMAT, HAS("dataset 'tokens_2d'", path, "expected 1 dimension of integer tokens",
-                                           "found (200, 2) uint16"));
+  expect_open_fails(&o, PX_ERR_FORMAT,
+                    HAS("dataset 'tokens_2d'", path, "expected 1 dimension of integer tokens",
+                        "found (200, 2) uint16"));
   o = tokens("tokens_f32", 0);
   expect_open_fails(&o, PX_ERR_FORMAT, HAS("dataset 'tokens_f32'", "found (400,) float32"));
   o = tokens("tokens_short", 0);

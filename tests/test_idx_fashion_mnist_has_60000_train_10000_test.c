@@ -50,7 +50,7 @@ int main(void) {
   px_dataset *d;
   CHECK_OK(px_mnist_open(&d, FMNIST_DIR, "train", 0.0f, 1.0f));
   CHECK(d->length == 60000 && d->num_classes == 10 && d->x_ndim == 3 && d->x_shape[0] == 1 && d->x_shape[1] == 28 &&
-            d->x_shape[2] == 28,
+          d->x_shape[2] == 28,
         "train: %zu samples, %zu classes, %lld×%lld×%lld", d->length, d->num_classes, (long long)d->x_shape[0],
         (long long)d->x_shape[1], (long long)d->x_shape[2]);
   stats(d, &mean, &std, per_class);

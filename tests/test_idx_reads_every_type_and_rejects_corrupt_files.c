@@ -89,17 +89,29 @@ static void every_type_plain_and_gzip(void) {
     unsigned code;
     px_dtype dtype;
     size_t size;
-  } types[] = {{0x08, PX_U8, 1}, {0x09, PX_I8, 1},  {0x0B, PX_I16, 2},
+  } types[] = {{0x08, PX_U8, 1},  {0x09, PX_I8, 1},  {0x0B, PX_I16, 2},
                {0x0C, PX_I32, 4}, {0x0D, PX_F32, 4}, {0x0E, PX_F64, 8}};
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     double want[6];
     for (int i = 0; i < 6; i++) {
       uint64_t bits = 0;
       switch (types[t].dtype) {
-      case PX_U8: want[i] = 250 - 37 * i; bits = (uint64_t)(uint8_t)want[i]; break;
-      case PX_I8: want[i] = -100 + 41 * i; bits = (uint8_t)(int8_t)want[i]; break;
-      case PX_I16: want[i] = -30000 + 12001 * i; bits = (uint16_t)(int16_t)want[i]; break;
-      case PX_I32: want[i] = -2000000000.0 + 800000001.0 * i; bits = (uint32_t)(int32_t)want[i]; break;
+      case PX_U8:
+        want[i] = 250 - 37 * i;
+        bits = (uint64_t)(uint8_t)want[i];
+        break;
+      case PX_I8:
+        want[i] = -100 + 41 * i;
+        bits = (uint8_t)(int8_t)want[i];
+        break;
+      case PX_I16:
+        want[i] = -30000 + 12001 * i;
+        bits = (uint16_t)(int16_t)want[i];
+        break;
+      case PX_I32:
+        want[i] = -2000000000.0 + 800000001.0 * i;
+        bits = (uint32_t)(int32_t)want[i];
+        break;
       case PX_F32: {
         float v = -1.5f + 0.7f * (float)i;
         want[i] = v;
@@ -128,9 +140,9 @@ static void every_type_plain_and_gzip(void) {
       px_idx idx;
       CHECK_OK(px_idx_read(in_dir(name), &idx));
       CHECK(idx.dtype == types[t].dtype && idx.ndim == 2 && idx.dims[0] == 2 && idx.dims[1] == 3 &&
-                idx.nbytes == 6 * types[t].size,
-            "%s: dtype %s ndim %d dims %lld×%lld", name, px_dtype_name(idx.dtype), idx.ndim,
-            (long long)idx.dims[0], (long long)idx.dims[1]);
+              idx.nbytes == 6 * types[t].size,
+            "%s: dtype %s ndim %d dims %lld×%lld", name, px_dtype_name(idx.dtype), idx.ndim, (long long)idx.dims[0],
+            (long long)idx.dims[1]);
       for (int i = 0; i < 6; i++) {
         double got;
         switch (idx.dtype) {
@@ -287,8 +299,8 @@ static void dataset_and_mnist_layout(void) {
   px_dataset *d;
   CHECK_OK(px_idx_dataset_open(&d, in_dir("imgs"), in_dir("labs"), 0.25f, 0.5f));
   CHECK(d->length == N && d->num_classes == 7 && d->x_dtype == PX_F32 && d->y_dtype == PX_I32 && d->x_ndim == 3 &&
-            d->x_shape[0] == 1 && d->x_shape[1] == H && d->x_shape[2] == W && d->y_ndim == 0 &&
-            strcmp(d->kind, "idx") == 0,
+          d->x_shape[0] == 1 && d->x_shape[1] == H && d->x_shape[2] == W && d->y_ndim == 0 &&
+          strcmp(d->kind, "idx") == 0,
         "dataset: length %zu classes %zu", d->length, d->num_classes);
   check_through_loader(d, 0.25f, 0.5f, 0);
   check_through_loader(d, 0.25f, 0.5f, 3);
@@ -305,12 +317,12 @@ static void dataset_and_mnist_layout(void) {
   }
   px_status st = px_mnist_open(&d, dir, "valid", 0, 1);
   CHECK(st == PX_ERR_INVALID && d == NULL && strstr(px_last_error(), "\"valid\"") &&
-            strstr(px_last_error(), "\"train\" or \"test\""),
+          strstr(px_last_error(), "\"train\" or \"test\""),
         "bad split: %s", px_last_error());
   remove(in_dir("t10k-labels-idx1-ubyte.gz"));
   st = px_mnist_open(&d, dir, "test", 0, 1);
   CHECK(st == PX_ERR_NOT_FOUND && strstr(px_last_error(), "t10k-labels-idx1-ubyte not found") &&
-            strstr(px_last_error(), dir),
+          strstr(px_last_error(), dir),
         "missing labels: %s", px_last_error());
   st = px_idx_dataset_open(&d, in_dir("imgs"), in_dir("labs"), 0, 0);
   CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "std"), "std 0: %s", px_last_error());
@@ -319,8 +331,8 @@ static void dataset_and_mnist_layout(void) {
   write_set(in_dir("imgs2"), in_dir("labs2"), N, N - 1, false);
   st = px_idx_dataset_open(&d, in_dir("imgs2"), in_dir("labs2"), 0, 1);
   CHECK(st == PX_ERR_FORMAT && d == NULL && strstr(px_last_error(), in_dir("imgs2")) &&
-            strstr(px_last_error(), in_dir("labs2")) && strstr(px_last_error(), "37 images") &&
-            strstr(px_last_error(), "36 labels"),
+          strstr(px_last_error(), in_dir("labs2")) && strstr(px_last_error(), "37 images") &&
+          strstr(px_last_error(), "36 labels"),
         "count mismatch: %s", px_last_error());
   st = px_idx_dataset_open(&d, in_dir("imgs"), in_dir("imgs"), 0, 1);
   CHECK(st == PX_ERR_FORMAT && strstr(px_last_error(), "labels") && strstr(px_last_error(), "idx1-ubyte"),

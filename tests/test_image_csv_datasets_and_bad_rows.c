@@ -90,19 +90,19 @@ static void bad_rows_name_csv_and_line(void) {
   struct {
     const char *text, *want;
   } cases[] = {
-      {"path,label\na.png,1\nb.png\n", "line 3"},                 // missing field
-      {"path,label\na.png,1\na.png,1,2\n", "line 3"},             // extra field
-      {"path,label\na.png,x1\n", "line 2"},                       // non-integer label
-      {"path,label\na.png,-4\n", "negative"},                     // negative label
-      {"path,label\na.png,\n", "empty label"},                    // empty label
-      {"path,label\n,3\n", "empty path"},                         // empty path
-      {"path,label\na.png,1\n\"a.png,1\n", "not closed"},         // unterminated quote
-      {"path,label\na\"b.png,1\n", "quote inside"},               // stray quote
-      {"path,label\n\"a.png\"x,1\n", "after its closing quote"},  // text after a quote
-      {"file,label\na.png,1\n", "header"},                        // wrong header
-      {"", "empty"},                                              // no header
-      {"path,label\n", "no images"},                              // header only
-      {"path,label\na.png,99999999999\n", "too large"},
+    {"path,label\na.png,1\nb.png\n", "line 3"},                 // missing field
+    {"path,label\na.png,1\na.png,1,2\n", "line 3"},             // extra field
+    {"path,label\na.png,x1\n", "line 2"},                       // non-integer label
+    {"path,label\na.png,-4\n", "negative"},                     // negative label
+    {"path,label\na.png,\n", "empty label"},                    // empty label
+    {"path,label\n,3\n", "empty path"},                         // empty path
+    {"path,label\na.png,1\n\"a.png,1\n", "not closed"},         // unterminated quote
+    {"path,label\na\"b.png,1\n", "quote inside"},               // stray quote
+    {"path,label\n\"a.png\"x,1\n", "after its closing quote"},  // text after a quote
+    {"file,label\na.png,1\n", "header"},                        // wrong header
+    {"", "empty"},                                              // no header
+    {"path,label\n", "no images"},                              // header only
+    {"path,label\na.png,99999999999\n", "too large"},
   };
   px_image_opts o = PX_IMAGE_DEFAULTS;
   o.csv = in_dir("bad.csv");
@@ -131,7 +131,7 @@ static void bad_rows_name_csv_and_line(void) {
   CHECK_OK(px_batch_alloc(&b, d, 1));
   st = px_dataset_get(d, 1, &b, 0, &rng);
   CHECK(st == PX_ERR_FORMAT && strstr(px_last_error(), "big.png") && strstr(px_last_error(), "8×5") &&
-            strstr(px_last_error(), "6×5"),
+          strstr(px_last_error(), "6×5"),
         "size mismatch: %s: %s", px_status_name(st), px_last_error());
   px_batch_free(&b);
   px_dataset_free(d);
@@ -215,7 +215,7 @@ static void synset_lookup_and_prediction_words(void) {
   CHECK_OK(px_synsets_parse(map, strlen(map), "m", &s));
   CHECK(s.count == 4, "count %zu", s.count);
   CHECK(px_synsets_find(&s, "n3", 2) == 0 && px_synsets_find(&s, "n1", 2) == 1 && px_synsets_find(&s, "n22", 3) == 2 &&
-            px_synsets_find(&s, "n2", 2) == 3,
+          px_synsets_find(&s, "n2", 2) == 3,
         "lookup gives the wrong class");
   CHECK(px_synsets_find(&s, "n222", 3) == 2 && px_synsets_find(&s, "n", 1) == -1 && px_synsets_find(&s, "n4", 2) == -1,
         "prefixes or absent names found");

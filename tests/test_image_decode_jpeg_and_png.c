@@ -46,8 +46,8 @@ static void *read_bytes(const char *path, size_t *n) {
 
 // A PNG in a form px_image_save does not write, straight through libpng.
 // rows: 16-bit samples are given as values 0..65535; 8-bit as 0..255.
-static void write_png_raw(const char *path, int w, int h, int color_type, int depth, const uint16_t *samples,
-                          int spp, const png_color *palette, int n_palette, bool interlace) {
+static void write_png_raw(const char *path, int w, int h, int color_type, int depth, const uint16_t *samples, int spp,
+                          const png_color *palette, int n_palette, bool interlace) {
   FILE *f = fopen(path, "wb");
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
   png_infop info = png_create_info_struct(png);

@@ -73,7 +73,7 @@ static void resize_matches_hand_computed_bilinear(void) {
 
 static void center_crop_is_where_torchvision_puts_it(void) {
   CHECK(px_transform_half_round_even(3) == 2 && px_transform_half_round_even(5) == 2 &&
-            px_transform_half_round_even(4) == 2 && px_transform_half_round_even(1) == 0,
+          px_transform_half_round_even(4) == 2 && px_transform_half_round_even(1) == 0,
         "round(x/2) with halves to even: 3->2, 5->2, 4->2, 1->0");
   // 9×6 crop 4: top = round(2/2) = 1, left = round(5/2) = 2 (half to even).
   px_image img = pattern(9, 6, 1);

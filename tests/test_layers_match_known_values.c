@@ -59,7 +59,9 @@ static void conv_by_hand(void) {
 // Direct definition, in double:
 //   y[n,o,i,j] = b[o] + Σ_{c,a,e} W[o,c,a,e]·x[n,c,i·s-p+a, j·s-p+e]   (zero outside)
 // and its adjoint for dy: dx, dW, db.
-typedef struct conv_geom { int N, C, H, W, O, k, s, p, Ho, Wo; } conv_geom;
+typedef struct conv_geom {
+  int N, C, H, W, O, k, s, p, Ho, Wo;
+} conv_geom;
 
 static void conv_reference(const conv_geom *g, const float *x, const float *w, const float *b, const float *dy,
                            double *y, double *dx, double *dw, double *db) {
@@ -96,10 +98,15 @@ static double max_abs_diff(const float *a, const double *b, size_t n) {
 
 static void conv_matches_definition(void) {
   const conv_geom cfgs[] = {
-    {2, 3, 7, 6, 4, 3, 1, 0, 0, 0}, {2, 3, 7, 6, 4, 3, 2, 1, 0, 0}, {3, 2, 5, 5, 5, 1, 1, 0, 0, 0},
-    {1, 4, 9, 8, 2, 5, 3, 2, 0, 0}, {2, 2, 3, 3, 3, 5, 1, 1, 0, 0},
+    {2, 3, 7, 6, 4, 3, 1, 0, 0, 0},
+    {2, 3, 7, 6, 4, 3, 2, 1, 0, 0},
+    {3, 2, 5, 5, 5, 1, 1, 0, 0, 0},
+    {1, 4, 9, 8, 2, 5, 3, 2, 0, 0},
+    {2, 2, 3, 3, 3, 5, 1, 1, 0, 0},
     // "same" convolutions (s = 1, k = 2p + 1), including planes narrower than p
-    {2, 3, 6, 5, 4, 3, 1, 1, 0, 0}, {2, 2, 4, 7, 3, 5, 1, 2, 0, 0}, {1, 2, 1, 1, 2, 3, 1, 1, 0, 0},
+    {2, 3, 6, 5, 4, 3, 1, 1, 0, 0},
+    {2, 2, 4, 7, 3, 5, 1, 2, 0, 0},
+    {1, 2, 1, 1, 2, 3, 1, 1, 0, 0},
     {2, 1, 2, 9, 2, 5, 1, 2, 0, 0},
   };
   for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++)
@@ -110,8 +117,7 @@ static void conv_matches_definition(void) {
       const size_t nx = (size_t)g.N * g.C * g.H * g.W, ny = (size_t)g.N * g.O * g.Ho * g.Wo;
       const size_t nw = (size_t)g.O * g.C * g.k * g.k;
       float *x = malloc(nx * sizeof *x), *dyv = malloc(ny * sizeof *dyv);
-      double *y = malloc(ny * sizeof *y), *dx = malloc(nx * sizeof *dx), *dw = malloc(nw * sizeof *dw),
-             db[8];
+      double *y = malloc(ny * sizeof *y), *dx = malloc(nx * sizeof *dx), *dw = malloc(nw * sizeof *dw), db[8];
       fill(x, nx, 100 + ci, -1, 1);
       fill(dyv, ny, 200 + ci, -1, 1);
       px_model *md;
@@ -132,8 +138,7 @@ static void conv_matches_definition(void) {
       CHECK(max_abs_diff(px_f32(&din), dx, nx) < 1e-5, "conv cfg %zu dx: %g", ci, max_abs_diff(px_f32(&din), dx, nx));
       CHECK(max_abs_diff(px_model_find(md, "weight")->grad, dw, nw) < 1e-4, "conv cfg %zu dW: %g", ci,
             max_abs_diff(px_model_find(md, "weight")->grad, dw, nw));
-      if (bias)
-        CHECK(max_abs_diff(px_model_find(md, "bias")->grad, db, (size_t)g.O) < 1e-4, "conv cfg %zu db", ci);
+      if (bias) CHECK(max_abs_diff(px_model_find(md, "bias")->grad, db, (size_t)g.O) < 1e-4, "conv cfg %zu db", ci);
       // A second backward without forward recomputes the columns that the
       // first consumed, and accumulates: grads double.
       CHECK_OK(px_model_backward(md, &dyt, &din));
@@ -141,7 +146,11 @@ static void conv_matches_definition(void) {
       for (size_t i = 0; i < nw; i++) dw[i] *= 2;
       CHECK(max_abs_diff(px_model_find(md, "weight")->grad, dw, nw) < 2e-4, "conv cfg %zu dW accumulates", ci);
       px_model_free(md);
-      free(x); free(dyv); free(y); free(dx); free(dw);
+      free(x);
+      free(dyv);
+      free(y);
+      free(dx);
+      free(dw);
     }
 }
 
@@ -152,7 +161,8 @@ static void conv_matches_definition(void) {
 // another with each GEMM cut into fixed row chunks (the wide path): the same
 // bits for 1 and 2 threads too, and the definition's values (cfg 1, 2).
 static void conv_threads_and_wide_layers(void) {
-  const conv_geom cfgs[3] = {{64, 8, 12, 12, 16, 3, 1, 1, 0, 0}, {64, 64, 4, 4, 128, 3, 1, 1, 0, 0},
+  const conv_geom cfgs[3] = {{64, 8, 12, 12, 16, 3, 1, 1, 0, 0},
+                             {64, 64, 4, 4, 128, 3, 1, 1, 0, 0},
                              {2, 256, 4, 4, 1024, 3, 1, 1, 0, 0}};
   for (int ci = 0; ci < 3; ci++) {
     conv_geom g = cfgs[ci];
@@ -184,13 +194,15 @@ static void conv_threads_and_wide_layers(void) {
         if (ci >= 1) {  // the wide layers against the definition
           double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx), *rdw = malloc(nw * sizeof *rdw);
           double rdb[1024];
-          conv_reference(&g, x, px_model_find(md, "weight")->data, px_model_find(md, "bias")->data, dyv, ry, rdx,
-                         rdw, rdb);
+          conv_reference(&g, x, px_model_find(md, "weight")->data, px_model_find(md, "bias")->data, dyv, ry, rdx, rdw,
+                         rdb);
           CHECK(max_abs_diff(y1, ry, ny) < 1e-4, "wide conv forward: %g", max_abs_diff(y1, ry, ny));
           CHECK(max_abs_diff(dx1, rdx, nx) < 1e-4, "wide conv dx: %g", max_abs_diff(dx1, rdx, nx));
           CHECK(max_abs_diff(dw1, rdw, nw) < 1e-3, "wide conv dW: %g", max_abs_diff(dw1, rdw, nw));
           CHECK(max_abs_diff(px_model_find(md, "bias")->grad, rdb, (size_t)g.O) < 1e-3, "wide conv db");
-          free(ry); free(rdx); free(rdw);
+          free(ry);
+          free(rdx);
+          free(rdw);
         }
       } else {
         CHECK(memcmp(y1, y.data, ny * sizeof *y1) == 0, "conv cfg %d forward: same bits with 1 and 2 threads", ci);
@@ -200,7 +212,11 @@ static void conv_threads_and_wide_layers(void) {
     }
     px_set_num_threads(threads0);
     px_model_free(md);
-    free(x); free(dyv); free(y1); free(dx1); free(dw1);
+    free(x);
+    free(dyv);
+    free(y1);
+    free(dx1);
+    free(dw1);
   }
 }
 
@@ -227,9 +243,14 @@ static void pools_by_hand(void) {
   float x[16] = {1, 5, 2, 0, 3, 4, 8, 7, 0, -1, 6, 6, 2, 9, 6, 1};
   float dyv[4] = {1, 2, 3, 4};
   px_tensor t = px_tensor_f32(x, 4, 1, 1, 4, 4);
-  struct { px_module *m; float y[4]; float dx[16]; } cases[3] = {
+  struct {
+    px_module *m;
+    float y[4];
+    float dx[16];
+  } cases[3] = {
     {px_maxpool2d(2, 0), {5, 8, 9, 6}, {0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 3, 0, 0}},
-    {px_avgpool2d(2, 0), {3.25f, 4.25f, 2.5f, 4.75f},
+    {px_avgpool2d(2, 0),
+     {3.25f, 4.25f, 2.5f, 4.75f},
      {.25f, .25f, .5f, .5f, .25f, .25f, .5f, .5f, .75f, .75f, 1, 1, .75f, .75f, 1, 1}},
     {px_maxpool2d(3, 1), {8, 8, 9, 9}, {0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 7, 0, 0}},
   };
@@ -245,8 +266,8 @@ static void pools_by_hand(void) {
     memcpy(dyt.data, dyv, sizeof dyv);
     CHECK_OK(px_model_backward(md, &dyt, &dx));
     for (int i = 0; i < 16; i++)
-      CHECK(px_f32(&dx)[i] == cases[c].dx[i], "pool case %d dx[%d] = %g, expected %g", c, i,
-            (double)px_f32(&dx)[i], (double)cases[c].dx[i]);
+      CHECK(px_f32(&dx)[i] == cases[c].dx[i], "pool case %d dx[%d] = %g, expected %g", c, i, (double)px_f32(&dx)[i],
+            (double)cases[c].dx[i]);
     px_model_free(md);
   }
   // NaN propagates through maxpool, as in PyTorch (a NaN replaces the maximum).
@@ -269,8 +290,8 @@ static void pools_by_hand(void) {
   CHECK_OK(px_model_create(&md, px_maxpool2d(2, 0), 1));
   px_tensor y;
   CHECK_OK(px_model_forward(md, &t5, &y));
-  CHECK(y.shape[2] == 2 && y.shape[3] == 2, "floor mode: 5x5 / 2 -> 2x2, got %lldx%lld",
-        (long long)y.shape[2], (long long)y.shape[3]);
+  CHECK(y.shape[2] == 2 && y.shape[3] == 2, "floor mode: 5x5 / 2 -> 2x2, got %lldx%lld", (long long)y.shape[2],
+        (long long)y.shape[3]);
   px_model_free(md);
 }
 
@@ -293,8 +314,7 @@ static void batchnorm_by_hand(void) {
   // Eval: normalise with the running statistics, leave them unchanged.
   px_model_train(md, false);
   CHECK_OK(px_model_forward(md, &t, &y));
-  for (int i = 0; i < 4; i++)
-    CHECK_CLOSE(px_f32(&y)[i], (x[i] - 0.25) / sqrt(0.9 + 0.1 * 5.0 / 3.0 + 1e-5), 1e-6);
+  for (int i = 0; i < 4; i++) CHECK_CLOSE(px_f32(&y)[i], (x[i] - 0.25) / sqrt(0.9 + 0.1 * 5.0 / 3.0 + 1e-5), 1e-6);
   CHECK_CLOSE(px_model_find(md, "running_mean")->data[0], 0.25, 1e-7);
   px_model_free(md);
 }
@@ -308,7 +328,8 @@ static void batchnorm_normalises_batches(void) {
   fill(x, sizeof x / sizeof *x, 401, -1, 1);
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++)
-      for (int q = 0; q < HW; q++) x[(n * C + c) * HW + q] = x[(n * C + c) * HW + q] * (float)(c + 1) * 3.0f + 5.0f * (float)c - 2.0f;
+      for (int q = 0; q < HW; q++)
+        x[(n * C + c) * HW + q] = x[(n * C + c) * HW + q] * (float)(c + 1) * 3.0f + 5.0f * (float)c - 2.0f;
   px_tensor t = px_tensor_f32(x, 4, N, C, 5, 5);
   px_model *md;
   const float momentum = 0.3f;
@@ -320,10 +341,18 @@ static void batchnorm_normalises_batches(void) {
     for (int c = 0; c < C; c++) {
       double s = 0, ss = 0, ys = 0, yss = 0;
       for (int n = 0; n < N; n++)
-        for (int q = 0; q < HW; q++) { double v = x[(n * C + c) * HW + q]; s += v; ss += v * v; }
+        for (int q = 0; q < HW; q++) {
+          double v = x[(n * C + c) * HW + q];
+          s += v;
+          ss += v * v;
+        }
       const double cnt = N * HW, mu = s / cnt, var = ss / cnt - mu * mu;
       for (int n = 0; n < N; n++)
-        for (int q = 0; q < HW; q++) { double v = px_f32(&y)[(n * C + c) * HW + q]; ys += v; yss += v * v; }
+        for (int q = 0; q < HW; q++) {
+          double v = px_f32(&y)[(n * C + c) * HW + q];
+          ys += v;
+          yss += v * v;
+        }
       CHECK(fabs(ys / cnt) < 1e-5, "channel %d mean after batchnorm: %g", c, ys / cnt);
       CHECK_CLOSE(yss / cnt, var / (var + 1e-5), 1e-5);
       rm[c] = (1 - momentum) * rm[c] + momentum * mu;
@@ -373,7 +402,10 @@ static void dropout_masks(void) {
   const float scale = 1.0f / (1.0f - p);
   for (size_t i = 0; i < n; i++) {
     const float v = px_f32(&y)[i];
-    if (v != 0.0f) { kept++; exact += v == x[i] * scale; }
+    if (v != 0.0f) {
+      kept++;
+      exact += v == x[i] * scale;
+    }
     // The documented mask: words of philox(seed, (uid << 40) ^ step, i / 4).
     uint32_t w[4];
     px_philox4x32(42, ((uint64_t)md->root->uid << 40) ^ 1u, i / 4, w);

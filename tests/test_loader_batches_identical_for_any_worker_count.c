@@ -16,7 +16,7 @@ enum { N = 203, BS = 8, EPOCHS = 3 };
 typedef struct record {
   size_t n_batches;
   size_t rows[EPOCHS][64];
-  float  x[EPOCHS][64][BS * 3];
+  float x[EPOCHS][64][BS * 3];
   int32_t y[EPOCHS][64][BS];
 } record;
 
@@ -38,8 +38,8 @@ static void run(record *r, int workers, int prefetch, long delay_us) {
     for (;;) {
       CHECK_OK(px_loader_next(l, &b));
       if (!b) break;
-      CHECK(b->number == k && b->epoch == (uint64_t)e, "batch %zu of epoch %d came as %zu/%llu", k, e,
-            b->number, (unsigned long long)b->epoch);
+      CHECK(b->number == k && b->epoch == (uint64_t)e, "batch %zu of epoch %d came as %zu/%llu", k, e, b->number,
+            (unsigned long long)b->epoch);
       CHECK(b->x.shape[0] == (int64_t)b->n && b->y.shape[0] == (int64_t)b->n, "shape[0] != n");
       r->rows[e][k] = b->n;
       memcpy(r->x[e][k], b->x.data, b->n * 3 * sizeof(float));
@@ -117,10 +117,9 @@ int main(void) {
     run(&got, cfg[c][0], cfg[c][1], 200);
     CHECK(got.n_batches == ref.n_batches, "batch count");
     CHECK(memcmp(got.rows, ref.rows, sizeof ref.rows) == 0, "workers %d: batch sizes differ", cfg[c][0]);
-    CHECK(memcmp(got.x, ref.x, sizeof ref.x) == 0, "workers %d prefetch %d: inputs differ from 0 workers",
-          cfg[c][0], cfg[c][1]);
-    CHECK(memcmp(got.y, ref.y, sizeof ref.y) == 0, "workers %d prefetch %d: labels differ", cfg[c][0],
+    CHECK(memcmp(got.x, ref.x, sizeof ref.x) == 0, "workers %d prefetch %d: inputs differ from 0 workers", cfg[c][0],
           cfg[c][1]);
+    CHECK(memcmp(got.y, ref.y, sizeof ref.y) == 0, "workers %d prefetch %d: labels differ", cfg[c][0], cfg[c][1]);
   }
   // Every sample once per epoch (world 1, no padding).
   for (int e = 0; e < EPOCHS; e++) {

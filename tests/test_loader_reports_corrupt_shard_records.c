@@ -62,7 +62,7 @@ static void bad_token(int workers) {
   px_status st = epoch(d, workers, false, seen, &skipped);
   CHECK(st == PX_ERR_FORMAT, "workers %d: %s, expected PX_ERR_FORMAT", workers, px_status_name(st));
   CHECK(strstr(px_last_error(), shard1) && strstr(px_last_error(), "position 77 (sample 26) is 5000") &&
-            strstr(px_last_error(), "vocabulary of 1000") && strstr(px_last_error(), "batch 3"),
+          strstr(px_last_error(), "vocabulary of 1000") && strstr(px_last_error(), "batch 3"),
         "message does not name file, position, sample and batch: %s", px_last_error());
 
   // skip_bad: only sample 26 is left out.  Capture the end-of-epoch report.
@@ -74,8 +74,7 @@ static void bad_token(int workers) {
   fflush(stderr);
   dup2(saved, 2);
   close(saved);
-  CHECK(st == PX_OK && skipped == 1, "workers %d: skip_bad gave %s, %zu skipped", workers, px_status_name(st),
-        skipped);
+  CHECK(st == PX_OK && skipped == 1, "workers %d: skip_bad gave %s, %zu skipped", workers, px_status_name(st), skipped);
   for (int i = 0; i < 38; i++) CHECK(seen[i] == (i == 26 ? 0 : 1), "sample %d seen %d times", i, seen[i]);
   char text[2048] = {0};
   rewind(cap);
@@ -97,7 +96,7 @@ static void shard_cut_after_open(int workers) {
   size_t skipped;
   px_status st = epoch(d, workers, false, seen, &skipped);
   CHECK(st == PX_ERR_IO && strstr(px_last_error(), shard1) && strstr(px_last_error(), "sample 28") &&
-            strstr(px_last_error(), "cut short"),
+          strstr(px_last_error(), "cut short"),
         "workers %d: %s: %s", workers, px_status_name(st), px_last_error());
   fflush(stderr);
   int saved = dup(2);

@@ -40,8 +40,7 @@ static void check(size_t n, int world, bool drop_last, bool drop_last_batch, siz
       }
       nb++;
     }
-    CHECK(nb == px_loader_num_batches(l), "rank %d: %zu batches, loader says %zu", r, nb,
-          px_loader_num_batches(l));
+    CHECK(nb == px_loader_num_batches(l), "rank %d: %zu batches, loader says %zu", r, nb, px_loader_num_batches(l));
     if (r == 0) batches0 = nb;
     CHECK(nb == batches0, "world %d: rank %d has %zu batches, rank 0 %zu", world, r, nb, batches0);
     px_loader_free(l);

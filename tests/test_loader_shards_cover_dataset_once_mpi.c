@@ -53,8 +53,7 @@ static int run(px_comm *c, void *arg) {
     CHECK(seen[i] <= 1, "sample %d read by %d ranks", i, seen[i]);
     if (!seen[i]) missing++;
   }
-  CHECK(missing == (size_t)(N % world), "world %d: %zu samples missing, expected %d", world, missing,
-        N % world);
+  CHECK(missing == (size_t)(N % world), "world %d: %zu samples missing, expected %d", world, missing, N % world);
   CHECK(total == (size_t)(N - N % world), "total %zu", total);
   free(seen);
   free(mine);

@@ -60,8 +60,7 @@ static void skipping(int workers) {
       }
       rows += b->n;
     }
-    CHECK(px_loader_skipped(l) == N / BAD_EVERY, "skipped %zu, expected %d", px_loader_skipped(l),
-          N / BAD_EVERY);
+    CHECK(px_loader_skipped(l) == N / BAD_EVERY, "skipped %zu, expected %d", px_loader_skipped(l), N / BAD_EVERY);
     CHECK(rows == N - N / BAD_EVERY, "epoch %d: %zu good rows, expected %d", e, rows, N - N / BAD_EVERY);
   }
   fflush(stderr);
@@ -74,7 +73,7 @@ static void skipping(int workers) {
   size_t got = fread(text, 1, sizeof text - 1, cap);
   fclose(cap);
   CHECK(got > 0 && strstr(text, "loader: skipped 12 bad records in epoch 0") &&
-            strstr(text, "loader: skipped 12 bad records in epoch 1") && strstr(text, "is corrupt"),
+          strstr(text, "loader: skipped 12 bad records in epoch 1") && strstr(text, "is corrupt"),
         "end-of-epoch report missing or wrong: %s", text);
   px_loader_free(l);
   px_dataset_free(d);

@@ -20,20 +20,47 @@ static char *slurp(const char *path) {
   long n = ftell(f);
   fseek(f, 0, SEEK_SET);
   char *b = calloc((size_t)n + 1, 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
   fclose(f);
   return b;
 }
 
-typedef struct hook_rec { int steps, epochs, evals; px_step_metrics last_step; px_eval_metrics last_eval; int64_t last_epoch; } hook_rec;
-static void h_step(const px_step_metrics *m, void *u) { hook_rec *r = u; r->steps++; r->last_step = *m; }
-static void h_epoch(int64_t e, int64_t s, void *u) { hook_rec *r = u; (void)s; r->epochs++; r->last_epoch = e; }
-static void h_eval(const px_eval_metrics *m, void *u) { hook_rec *r = u; r->evals++; r->last_eval = *m; }
+typedef struct hook_rec {
+  int steps, epochs, evals;
+  px_step_metrics last_step;
+  px_eval_metrics last_eval;
+  int64_t last_epoch;
+} hook_rec;
+static void h_step(const px_step_metrics *m, void *u) {
+  hook_rec *r = u;
+  r->steps++;
+  r->last_step = *m;
+}
+static void h_epoch(int64_t e, int64_t s, void *u) {
+  hook_rec *r = u;
+  (void)s;
+  r->epochs++;
+  r->last_epoch = e;
+}
+static void h_eval(const px_eval_metrics *m, void *u) {
+  hook_rec *r = u;
+  r->evals++;
+  r->last_eval = *m;
+}
 
 static px_step_metrics step_m(int64_t i) {
-  px_step_metrics m = {.step = i, .total_steps = 10, .epoch = 1, .total_epochs = 2,
-                       .loss = 2.5 / (double)i, .lr = 1e-3 * (double)i, .grad_norm = 0.5 + (double)i,
-                       .samples_per_s = 1000.0 + (double)i, .eta_s = 3725.0};
+  px_step_metrics m = {.step = i,
+                       .total_steps = 10,
+                       .epoch = 1,
+                       .total_epochs = 2,
+                       .loss = 2.5 / (double)i,
+                       .lr = 1e-3 * (double)i,
+                       .grad_norm = 0.5 + (double)i,
+                       .samples_per_s = 1000.0 + (double)i,
+                       .eta_s = 3725.0};
   return m;
 }
 
@@ -53,15 +80,23 @@ int main(void) {
   /* Plain lines + JSONL + TB + hooks. */
   FILE *con = fopen(con_path, "w");
   px_logger *l = NULL;
-  px_logger_opts o = {.rank = 0, .console = true, .progress = 0, .jsonl_path = jsonl_path,
-                      .tensorboard_dir = tb_dir, .run_name = "unit", .console_stream = con};
+  px_logger_opts o = {.rank = 0,
+                      .console = true,
+                      .progress = 0,
+                      .jsonl_path = jsonl_path,
+                      .tensorboard_dir = tb_dir,
+                      .run_name = "unit",
+                      .console_stream = con};
   CHECK_OK(px_logger_create(&l, &o));
   hook_rec rec[9] = {0};
   for (int i = 0; i < 9; i++) {
     px_log_hooks h = {h_step, h_epoch, h_eval, &rec[i]};
     CHECK_OK(px_log_add_hooks(l, &h));
   }
-  for (int64_t i = 1; i <= 3; i++) { px_step_metrics m = step_m(i); CHECK_OK(px_log_step(l, &m)); }
+  for (int64_t i = 1; i <= 3; i++) {
+    px_step_metrics m = step_m(i);
+    CHECK_OK(px_log_step(l, &m));
+  }
   CHECK_OK(px_log_epoch(l, 1, 3));
   px_eval_metrics ev = {.step = 3, .epoch = 1, .loss = 0.75, .accuracy = 0.875, .perplexity = NAN, .samples = 64};
   CHECK_OK(px_log_eval(l, &ev));
@@ -71,7 +106,8 @@ int main(void) {
   fclose(con);
 
   for (int i = 0; i < 9; i++) {
-    CHECK(rec[i].steps == 3 && rec[i].epochs == 1 && rec[i].evals == 1, "hook %d counts %d %d %d", i, rec[i].steps, rec[i].epochs, rec[i].evals);
+    CHECK(rec[i].steps == 3 && rec[i].epochs == 1 && rec[i].evals == 1, "hook %d counts %d %d %d", i, rec[i].steps,
+          rec[i].epochs, rec[i].evals);
     CHECK(rec[i].last_step.step == 3 && rec[i].last_step.loss == 2.5 / 3.0, "hook %d step metrics", i);
     CHECK(rec[i].last_eval.accuracy == 0.875 && rec[i].last_epoch == 1, "hook %d eval/epoch", i);
   }
@@ -101,7 +137,8 @@ int main(void) {
     CHECK(j != NULL, "invalid JSON line: %s", line);
     if (!j) continue;
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(j, "type"));
-    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "time")) && cJSON_GetObjectItem(j, "time")->valuedouble > 1.6e9, "time: %s", line);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "time")) && cJSON_GetObjectItem(j, "time")->valuedouble > 1.6e9,
+          "time: %s", line);
     if (type && !strcmp(type, "step")) {
       n_step++;
       int64_t s = (int64_t)cJSON_GetObjectItem(j, "step")->valuedouble;
@@ -130,7 +167,8 @@ int main(void) {
     }
     cJSON_Delete(j);
   }
-  CHECK(n_step == 3 && n_eval == 1 && n_epoch == 1 && n_scalar == 1, "record counts %d %d %d %d", n_step, n_eval, n_epoch, n_scalar);
+  CHECK(n_step == 3 && n_eval == 1 && n_epoch == 1 && n_scalar == 1, "record counts %d %d %d %d", n_step, n_eval,
+        n_epoch, n_scalar);
   free(js);
 
   /* The TB directory was created (mkdir -p) and holds one event file. */
@@ -141,7 +179,10 @@ int main(void) {
   con = fopen(bar_path, "w");
   o = (px_logger_opts){.rank = 0, .console = true, .progress = 1, .console_stream = con};
   CHECK_OK(px_logger_create(&l, &o));
-  for (int64_t i = 1; i <= 3; i++) { px_step_metrics m = step_m(i); CHECK_OK(px_log_step(l, &m)); }
+  for (int64_t i = 1; i <= 3; i++) {
+    px_step_metrics m = step_m(i);
+    CHECK_OK(px_log_step(l, &m));
+  }
   CHECK_OK(px_log_text(l, "note"));
   px_step_metrics m4 = step_m(4);
   CHECK_OK(px_log_step(l, &m4));
@@ -167,7 +208,13 @@ int main(void) {
   snprintf(tb1, sizeof tb1, "%s/tb1", dir);
   snprintf(c1, sizeof c1, "%s/rank1.txt", dir);
   con = fopen(c1, "w");
-  o = (px_logger_opts){.rank = 1, .console = true, .progress = 1, .jsonl_path = j1, .tensorboard_dir = tb1, .run_name = "r1", .console_stream = con};
+  o = (px_logger_opts){.rank = 1,
+                       .console = true,
+                       .progress = 1,
+                       .jsonl_path = j1,
+                       .tensorboard_dir = tb1,
+                       .run_name = "r1",
+                       .console_stream = con};
   CHECK_OK(px_logger_create(&l, &o));
   hook_rec r1 = {0};
   px_log_hooks h1 = {h_step, h_epoch, h_eval, &r1};

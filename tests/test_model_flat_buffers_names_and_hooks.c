@@ -21,9 +21,18 @@ static float grad_seen_at_ready;
 static void record(const char *what, px_module *m) {
   if (n_events < MAX_EVENTS) snprintf(events[n_events++], 48, "%s %s:%u", what, m->ops->type, m->uid);
 }
-static void on_pre_fwd(void *u, px_module *m) { (void)u; record("pf", m); }
-static void on_post_fwd(void *u, px_module *m) { (void)u; record("qf", m); }
-static void on_pre_bwd(void *u, px_module *m) { (void)u; record("pb", m); }
+static void on_pre_fwd(void *u, px_module *m) {
+  (void)u;
+  record("pf", m);
+}
+static void on_post_fwd(void *u, px_module *m) {
+  (void)u;
+  record("qf", m);
+}
+static void on_pre_bwd(void *u, px_module *m) {
+  (void)u;
+  record("pb", m);
+}
 static void on_ready(void *u, px_module *m) {
   (void)u;
   record("gr", m);
@@ -34,8 +43,7 @@ static void on_ready(void *u, px_module *m) {
 int main(void) {
   // chain: 0 Linear(3,4) 1 Tanh 2 Residual(chain(0 Linear(4,4), 1 ReLU)) 3 Linear(4,2, no bias)
   px_module *root = px_chain_of(4, px_linear(3, 4, true), px_tanh(),
-                                px_residual(px_chain_of(2, px_linear(4, 4, true), px_relu())),
-                                px_linear(4, 2, false));
+                                px_residual(px_chain_of(2, px_linear(4, 4, true), px_relu())), px_linear(4, 2, false));
   px_model *md;
   CHECK_OK(px_model_create(&md, root, 1));
   the_model = md;
@@ -56,7 +64,9 @@ int main(void) {
   // Initialisation like PyTorch: U(±1/√fan_in).
   for (size_t i = 0; i < 12; i++) CHECK(fabsf(md->param_data[i]) <= 1.0f / sqrtf(3.0f), "init bound");
 
-  px_hooks h = {.pre_forward = on_pre_fwd, .post_forward = on_post_fwd, .pre_backward = on_pre_bwd,
+  px_hooks h = {.pre_forward = on_pre_fwd,
+                .post_forward = on_post_fwd,
+                .pre_backward = on_pre_bwd,
                 .grads_ready = on_ready};
   CHECK_OK(px_model_attach_hooks(md, &h, NULL));
 
@@ -70,13 +80,13 @@ int main(void) {
   px_model_zero_grad(md);
   CHECK_OK(px_model_backward(md, &dy, NULL));
 
-  const char *expect[] = {
-    "pf Chain:0", "pf Linear:1", "qf Linear:1", "pf Tanh:2", "qf Tanh:2", "pf Residual:3", "pf Chain:4",
-    "pf Linear:5", "qf Linear:5", "pf ReLU:6", "qf ReLU:6", "qf Chain:4", "qf Residual:3", "pf Linear:7",
-    "qf Linear:7", "qf Chain:0",
-    "pb Chain:0", "pb Linear:7", "gr Linear:7", "pb Residual:3", "pb Chain:4", "pb ReLU:6", "gr ReLU:6",
-    "pb Linear:5", "gr Linear:5", "gr Chain:4", "gr Residual:3", "pb Tanh:2", "gr Tanh:2", "pb Linear:1",
-    "gr Linear:1", "gr Chain:0"};
+  const char *expect[] = {"pf Chain:0",    "pf Linear:1",   "qf Linear:1",   "pf Tanh:2",   "qf Tanh:2",
+                          "pf Residual:3", "pf Chain:4",    "pf Linear:5",   "qf Linear:5", "pf ReLU:6",
+                          "qf ReLU:6",     "qf Chain:4",    "qf Residual:3", "pf Linear:7", "qf Linear:7",
+                          "qf Chain:0",    "pb Chain:0",    "pb Linear:7",   "gr Linear:7", "pb Residual:3",
+                          "pb Chain:4",    "pb ReLU:6",     "gr ReLU:6",     "pb Linear:5", "gr Linear:5",
+                          "gr Chain:4",    "gr Residual:3", "pb Tanh:2",     "gr Tanh:2",   "pb Linear:1",
+                          "gr Linear:1",   "gr Chain:0"};
   int n_expect = (int)(sizeof expect / sizeof *expect);
   CHECK(n_events == n_expect, "%d hook events, expected %d", n_events, n_expect);
   for (int i = 0; i < n_events && i < n_expect; i++)
@@ -111,7 +121,7 @@ int main(void) {
   px_status st = px_model_forward(md, &xb, &y);
   CHECK(st == PX_ERR_SHAPE, "status %s", px_status_name(st));
   CHECK(strstr(px_last_error(), "Linear(3 -> 4)") && strstr(px_last_error(), "(2, 5)") &&
-            strstr(px_last_error(), "0.weight"),
+          strstr(px_last_error(), "0.weight"),
         "message: %s", px_last_error());
 
   // Same seed → same weights; another seed → different.
@@ -129,8 +139,8 @@ int main(void) {
   CHECK_OK(px_chain_add_named(dup, "x", px_linear(2, 2, true)));
   CHECK_OK(px_chain_add_named(dup, "x", px_linear(2, 2, true)));
   px_model *d;
-  CHECK(px_model_create(&d, dup, 1) == PX_ERR_INVALID && strstr(px_last_error(), "x.weight"),
-        "duplicate names: %s", px_last_error());
+  CHECK(px_model_create(&d, dup, 1) == PX_ERR_INVALID && strstr(px_last_error(), "x.weight"), "duplicate names: %s",
+        px_last_error());
 
   // A failed constructor inside px_chain_of frees the rest and keeps its message.
   px_module *broken = px_chain_of(2, px_linear(2, 2, true), px_linear(0, 2, true));

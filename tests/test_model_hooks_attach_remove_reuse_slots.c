@@ -12,7 +12,7 @@
 
 typedef struct counter {
   int pre_forward, post_forward, pre_backward, grads_ready;
-  int order_seen;  /* what `order` read when this listener heard the root's pre_forward */
+  int order_seen; /* what `order` read when this listener heard the root's pre_forward */
   int *order;
 } counter;
 
@@ -21,13 +21,21 @@ static void c_pf(void *u, px_module *m) {
   c->pre_forward++;
   if (!m->parent) c->order_seen = (*c->order)++;
 }
-static void c_qf(void *u, px_module *m) { (void)m; ((counter *)u)->post_forward++; }
-static void c_pb(void *u, px_module *m) { (void)m; ((counter *)u)->pre_backward++; }
-static void c_gr(void *u, px_module *m) { (void)m; ((counter *)u)->grads_ready++; }
+static void c_qf(void *u, px_module *m) {
+  (void)m;
+  ((counter *)u)->post_forward++;
+}
+static void c_pb(void *u, px_module *m) {
+  (void)m;
+  ((counter *)u)->pre_backward++;
+}
+static void c_gr(void *u, px_module *m) {
+  (void)m;
+  ((counter *)u)->grads_ready++;
+}
 
 static px_hooks counting(counter *c) {
-  return (px_hooks){.user = c, .pre_forward = c_pf, .post_forward = c_qf, .pre_backward = c_pb,
-                    .grads_ready = c_gr};
+  return (px_hooks){.user = c, .pre_forward = c_pf, .post_forward = c_qf, .pre_backward = c_pb, .grads_ready = c_gr};
 }
 
 static void one_step(px_model *md) {
@@ -111,7 +119,7 @@ int main(void) {
   CHECK(ha > 0 && hb > 0 && ha != hb, "handles %d and %d", ha, hb);
   one_step(md);
   CHECK(a.pre_forward == N_MODULES && a.post_forward == N_MODULES && a.pre_backward == N_MODULES &&
-            a.grads_ready == N_MODULES,
+          a.grads_ready == N_MODULES,
         "listener a heard %d/%d/%d/%d, expected %d of each", a.pre_forward, a.post_forward, a.pre_backward,
         a.grads_ready, N_MODULES);
   CHECK(memcmp(&a, &b, offsetof(counter, order_seen)) == 0, "listeners a and b heard different hooks");
@@ -132,8 +140,8 @@ int main(void) {
   px_model_remove_hooks(md, 0);
   one_step(md);
   CHECK(c.pre_forward == N_MODULES && b.pre_forward == 3 * N_MODULES,
-        "after a stale remove: c heard %d (expected %d), b %d (expected %d)", c.pre_forward, N_MODULES,
-        b.pre_forward, 3 * N_MODULES);
+        "after a stale remove: c heard %d (expected %d), b %d (expected %d)", c.pre_forward, N_MODULES, b.pre_forward,
+        3 * N_MODULES);
   px_model_remove_hooks(md, hb);
   px_model_remove_hooks(md, hc);
 

@@ -47,7 +47,7 @@ int main(void) {
   CHECK(px_cuda_current_device() == 0, "current device %d", px_cuda_current_device());
   for (int i = 0; i < m->n_params; i++)
     CHECK(m->params[i]->data == m->param_data + m->params[i]->offset &&
-              m->params[i]->grad == m->grad_data + m->params[i]->offset,
+            m->params[i]->grad == m->grad_data + m->params[i]->offset,
           "%s not in the device arrays", m->params[i]->name);
   for (int i = 0; i < m->n_buffers; i++)
     CHECK(m->buffers[i]->data == m->buffer_data + m->buffers[i]->offset, "buffer %s", m->buffers[i]->name);
@@ -134,7 +134,7 @@ int main(void) {
   CHECK(memcmp(m->grad_data, g0, n * 4) == 0, "gradients back on the host differ");
   for (int i = 0; i < m->n_params; i++)
     CHECK(m->params[i]->data == m->param_data + m->params[i]->offset &&
-              m->params[i]->grad == m->grad_data + m->params[i]->offset,
+            m->params[i]->grad == m->grad_data + m->params[i]->offset,
           "%s not re-pointed to the host", m->params[i]->name);
   CHECK(px_cuda_allocated_bytes() == alloc0, "device memory in use after coming back: %zu, before %zu",
         px_cuda_allocated_bytes(), alloc0);

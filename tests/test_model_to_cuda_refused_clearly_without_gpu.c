@@ -27,7 +27,9 @@ int main(void) {
   const char *reason = "plexus was built without CUDA";
 #endif
   px_model *m = NULL;
-  CHECK_OK(px_model_create(&m, px_chain_of(3, px_linear(5, 7, true), px_batchnorm(7, 1e-5f, 0.1f), px_linear(7, 3, true)), 11));
+  CHECK_OK(px_model_create(&m,
+                           px_chain_of(3, px_linear(5, 7, true), px_batchnorm(7, 1e-5f, 0.1f), px_linear(7, 3, true)),
+                           11));
   const size_t n = m->n_param_elems, nb = m->n_buffer_elems;
   float *before = malloc(n * sizeof(float));
   CHECK(before != NULL, "malloc");
@@ -55,7 +57,7 @@ int main(void) {
   st = px_model_set_compute_dtype(m, PX_BF16);
   CHECK(st == PX_ERR_UNSUPPORTED, "set_compute_dtype(BF16) on CPU returned %s", px_status_name(st));
   CHECK(strstr(px_last_error(), "bf16 computation needs the model on CUDA (--device cuda)") != NULL &&
-            strstr(px_last_error(), "the CPU path computes in f32") != NULL,
+          strstr(px_last_error(), "the CPU path computes in f32") != NULL,
         "message \"%s\"", px_last_error());
   CHECK(m->ctx.compute_dtype == PX_F32, "compute dtype changed to %d", (int)m->ctx.compute_dtype);
   st = px_model_set_compute_dtype(m, PX_F16);

@@ -15,12 +15,12 @@ int main(void) {
   px_lr_schedule s;
 
   // Constant, no warm-up.
-  s = (px_lr_schedule){ .kind = PX_LR_CONSTANT, .base_lr = 0.3f };
+  s = (px_lr_schedule){.kind = PX_LR_CONSTANT, .base_lr = 0.3f};
   CHECK_CLOSE(px_lr_at(&s, 0), 0.3, tol);
   CHECK_CLOSE(px_lr_at(&s, 123456789), 0.3, tol);
 
   // Warm-up ramp over 10 steps: 0.01, 0.02, ..., 0.1, then base_lr.
-  s = (px_lr_schedule){ .kind = PX_LR_CONSTANT, .base_lr = 0.1f, .warmup_steps = 10 };
+  s = (px_lr_schedule){.kind = PX_LR_CONSTANT, .base_lr = 0.1f, .warmup_steps = 10};
   CHECK_CLOSE(px_lr_at(&s, 0), 0.01, tol);
   CHECK_CLOSE(px_lr_at(&s, 4), 0.05, tol);
   CHECK_CLOSE(px_lr_at(&s, 9), 0.1, tol);
@@ -31,7 +31,7 @@ int main(void) {
   CHECK_CLOSE(px_lr_at(&s, -5), 0.01, tol);  // a negative step reads as step 0
 
   // Step decay: halve every 3 steps; boundaries at 3, 6, ...
-  s = (px_lr_schedule){ .kind = PX_LR_STEP, .base_lr = 1.0f, .step_size = 3, .gamma = 0.5f };
+  s = (px_lr_schedule){.kind = PX_LR_STEP, .base_lr = 1.0f, .step_size = 3, .gamma = 0.5f};
   CHECK_CLOSE(px_lr_at(&s, 0), 1.0, tol);
   CHECK_CLOSE(px_lr_at(&s, 2), 1.0, tol);
   CHECK_CLOSE(px_lr_at(&s, 3), 0.5, tol);
@@ -46,11 +46,11 @@ int main(void) {
   CHECK_CLOSE(px_lr_at(&s, 2), 1.0, tol);
   CHECK_CLOSE(px_lr_at(&s, 3), 0.5, tol);
   // step_size <= 0: no decay.
-  s = (px_lr_schedule){ .kind = PX_LR_STEP, .base_lr = 1.0f, .step_size = 0, .gamma = 0.1f };
+  s = (px_lr_schedule){.kind = PX_LR_STEP, .base_lr = 1.0f, .step_size = 0, .gamma = 0.1f};
   CHECK_CLOSE(px_lr_at(&s, 50), 1.0, tol);
 
   // Cosine from 1.0 to 0.1 over 100 steps: endpoints, midpoint, quarter, after.
-  s = (px_lr_schedule){ .kind = PX_LR_COSINE, .base_lr = 1.0f, .total_steps = 100, .min_lr = 0.1f };
+  s = (px_lr_schedule){.kind = PX_LR_COSINE, .base_lr = 1.0f, .total_steps = 100, .min_lr = 0.1f};
   CHECK_CLOSE(px_lr_at(&s, 0), 1.0, tol);
   CHECK_CLOSE(px_lr_at(&s, 50), 0.55, tol);
   CHECK_CLOSE(px_lr_at(&s, 25), 0.1 + 0.45 * (1 + cos(PI / 4)), tol);
@@ -72,7 +72,7 @@ int main(void) {
   CHECK_CLOSE(px_lr_at(&s, 9), 1.0, tol);
   CHECK_CLOSE(px_lr_at(&s, 10), 0.1, tol);
   // min_lr 0 (the usual setting): 0 at the end.
-  s = (px_lr_schedule){ .kind = PX_LR_COSINE, .base_lr = 3e-4f, .total_steps = 1000 };
+  s = (px_lr_schedule){.kind = PX_LR_COSINE, .base_lr = 3e-4f, .total_steps = 1000};
   CHECK(px_lr_at(&s, 1000) == 0.0f, "cosine to 0 ends at %g", (double)px_lr_at(&s, 1000));
   CHECK_CLOSE(px_lr_at(&s, 500), 1.5e-4, tol);
 

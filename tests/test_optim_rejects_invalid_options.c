@@ -20,8 +20,8 @@ static void expect_invalid(const char *label, px_optim_opts opts, const char *ne
   CHECK(st == PX_ERR_INVALID, "%s: returned %s, expected PX_ERR_INVALID", label, px_status_name(st));
   CHECK(o == NULL, "%s: *out not NULL after a failure", label);
   CHECK(px_last_error()[0] != '\0', "%s: empty error message", label);
-  CHECK(strstr(px_last_error(), needle) != NULL, "%s: message \"%s\" does not mention \"%s\"", label,
-        px_last_error(), needle);
+  CHECK(strstr(px_last_error(), needle) != NULL, "%s: message \"%s\" does not mention \"%s\"", label, px_last_error(),
+        needle);
   if (st == PX_OK) px_optim_free(o);
 }
 
@@ -86,8 +86,7 @@ int main(void) {
   px_optim *opt = NULL;
   o = px_sgd_defaults(0.1f);
   px_clear_error();
-  CHECK(px_optim_create(NULL, params, grads, 8, &o) == PX_ERR_INVALID && px_last_error()[0],
-        "NULL out accepted");
+  CHECK(px_optim_create(NULL, params, grads, 8, &o) == PX_ERR_INVALID && px_last_error()[0], "NULL out accepted");
   px_clear_error();
   CHECK(px_optim_create(&opt, params, grads, 8, NULL) == PX_ERR_INVALID && !opt && px_last_error()[0],
         "NULL opts accepted");
@@ -99,7 +98,8 @@ int main(void) {
         "NULL grads accepted");
   px_clear_error();
   CHECK(px_optim_create(&opt, params, params + 4, 8, &o) == PX_ERR_INVALID && !opt &&
-        strstr(px_last_error(), "overlap"), "overlapping params and grads accepted: %s", px_last_error());
+          strstr(px_last_error(), "overlap"),
+        "overlapping params and grads accepted: %s", px_last_error());
   px_clear_error();
   CHECK(px_optim_step(NULL) == PX_ERR_INVALID && px_last_error()[0], "step on NULL accepted");
 

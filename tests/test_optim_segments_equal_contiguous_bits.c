@@ -41,8 +41,8 @@ static int run(const char *label, px_optim_opts opts) {
   px_optim *c = NULL, *s = NULL;
   CHECK_OK(px_optim_create(&c, cp, cg, total, &opts));
   CHECK_OK(px_optim_create_segments(&s, seg, NSEG, n_space, &opts));
-  CHECK(s->n == n_space && s->n_state == c->n_state, "%s: state %d x %zu, expected %d x %zu", label, s->n_state,
-        s->n, c->n_state, n_space);
+  CHECK(s->n == n_space && s->n_state == c->n_state, "%s: state %d x %zu, expected %d x %zu", label, s->n_state, s->n,
+        c->n_state, n_space);
   for (int step = 0; step < STEPS; step++) {
     for (size_t i = 0; i < total; i++) cg[i] = next_value() * (float)(step + 1);
     for (int k = 0, at = 0; k < NSEG; at += (int)count[k], k++) memcpy(sg[k], cg + at, count[k] * sizeof(float));
@@ -73,7 +73,10 @@ static int run(const char *label, px_optim_opts opts) {
   CHECK(s->step == STEPS, "%s: %lld steps counted", label, (long long)s->step);
   px_optim_free(c);
   px_optim_free(s);
-  for (int k = 0; k < NSEG; k++) { free(sp[k]); free(sg[k]); }
+  for (int k = 0; k < NSEG; k++) {
+    free(sp[k]);
+    free(sg[k]);
+  }
   free(cp);
   free(cg);
   return px_test_failures == before;
@@ -85,8 +88,8 @@ static void expect_refused(const char *label, const px_optim_segment *seg, int n
   px_clear_error();
   px_status st = px_optim_create_segments(&o, seg, n_seg, n, &opts);
   CHECK(st == PX_ERR_INVALID && o == NULL, "%s: returned %s, expected PX_ERR_INVALID", label, px_status_name(st));
-  CHECK(strstr(px_last_error(), needle) != NULL, "%s: message \"%s\" does not mention \"%s\"", label,
-        px_last_error(), needle);
+  CHECK(strstr(px_last_error(), needle) != NULL, "%s: message \"%s\" does not mention \"%s\"", label, px_last_error(),
+        needle);
   if (st == PX_OK) px_optim_free(o);
 }
 
@@ -113,7 +116,7 @@ int main(void) {
   px_optim_opts adamw = px_adamw_defaults(1e-2f);
   adamw.weight_decay = 0.1f;
   int ok = run("sgd", sgd) + run("sgd momentum", mom) + run("sgd nesterov", nes) + run("adam", adam) +
-           run("adamw", adamw);
+    run("adamw", adamw);
   printf("  %d of 5 optimizers: segments (%zu + %zu + %zu + %zu, state n %zu) equal the contiguous bits\n", ok,
          count[0], count[1], count[2], count[3], n_space);
 

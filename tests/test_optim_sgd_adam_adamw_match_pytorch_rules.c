@@ -15,14 +15,14 @@
 
 // ---- Reference, in double ------------------------------------------------
 typedef struct ref_optim {
-  px_optim_opts o;    // the same (float) hyperparameters, read as double
+  px_optim_opts o;  // the same (float) hyperparameters, read as double
   size_t n;
   double *p, *buf, *m, *v;
-  int64_t t;          // steps taken
+  int64_t t;  // steps taken
 } ref_optim;
 
 static ref_optim ref_make(const px_optim_opts *o, const float *p0, size_t n) {
-  ref_optim r = { .o = *o, .n = n, .t = 0 };
+  ref_optim r = {.o = *o, .n = n, .t = 0};
   r.p = calloc(n, sizeof(double));
   r.buf = calloc(n, sizeof(double));
   r.m = calloc(n, sizeof(double));
@@ -32,7 +32,10 @@ static ref_optim ref_make(const px_optim_opts *o, const float *p0, size_t n) {
 }
 
 static void ref_free(ref_optim *r) {
-  free(r->p); free(r->buf); free(r->m); free(r->v);
+  free(r->p);
+  free(r->buf);
+  free(r->m);
+  free(r->v);
 }
 
 static void ref_step(ref_optim *r, const float *grads) {
@@ -84,8 +87,7 @@ static void fill_uniform(float *x, size_t n, px_rng *rng, float lo, float hi) {
 // the same fresh gradients each step; at step 3 the learning rate is halved
 // (px_optim_set_lr), as a scheduler would.  Params and state must stay
 // within tol of the reference after every step.
-static void check_matches_reference(const char *label, px_optim_opts opts, size_t n, int steps,
-                                    double tol) {
+static void check_matches_reference(const char *label, px_optim_opts opts, size_t n, int steps, double tol) {
   float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *g_copy = malloc(n * sizeof *g);
   px_rng rng = px_rng_make(1234, (uint64_t)n);
   fill_uniform(p, n, &rng, -2.0f, 2.0f);
@@ -126,17 +128,18 @@ static void check_matches_reference(const char *label, px_optim_opts opts, size_
   CHECK(px_optim_state_slot(o, expect_slots, NULL) == NULL, "%s: slot %d should be out of range", label, expect_slots);
   CHECK(px_optim_state_slot(o, -1, NULL) == NULL, "%s: slot -1 should be out of range", label);
   CHECK(worst_p <= tol, "%s (n=%zu): params differ from the reference by %.3g (tol %.3g)", label, n, worst_p, tol);
-  CHECK(worst_state <= tol, "%s (n=%zu): state differs from the reference by %.3g (tol %.3g)", label, n,
-        worst_state, tol);
+  CHECK(worst_state <= tol, "%s (n=%zu): state differs from the reference by %.3g (tol %.3g)", label, n, worst_state,
+        tol);
   printf("  %-34s n=%-6zu params err %.2e  state err %.2e\n", label, n, worst_p, worst_state);
   px_optim_free(o);
   ref_free(&ref);
-  free(p); free(g); free(g_copy);
+  free(p);
+  free(g);
+  free(g_copy);
 }
 
 // Runs one optimizer `steps` times on a copy of p0 with the same gradients.
-static void run_steps(px_optim_opts opts, const float *p0, float *p, const float *const *grads, size_t n,
-                      int steps) {
+static void run_steps(px_optim_opts opts, const float *p0, float *p, const float *const *grads, size_t n, int steps) {
   float *g = malloc(n * sizeof *g);
   memcpy(p, p0, n * sizeof *p);
   px_optim *o = NULL;
@@ -153,13 +156,16 @@ int main(void) {
   // Defaults are PyTorch's.
   px_optim_opts d = px_sgd_defaults(0.1f);
   CHECK(d.kind == PX_OPTIM_SGD && d.lr == 0.1f && d.momentum == 0 && d.dampening == 0 && !d.nesterov &&
-        d.weight_decay == 0, "SGD defaults");
+          d.weight_decay == 0,
+        "SGD defaults");
   d = px_adam_defaults(1e-3f);
   CHECK(d.kind == PX_OPTIM_ADAM && d.lr == 1e-3f && d.beta1 == 0.9f && d.beta2 == 0.999f && d.eps == 1e-8f &&
-        d.weight_decay == 0, "Adam defaults");
+          d.weight_decay == 0,
+        "Adam defaults");
   d = px_adamw_defaults(1e-3f);
   CHECK(d.kind == PX_OPTIM_ADAMW && d.lr == 1e-3f && d.beta1 == 0.9f && d.beta2 == 0.999f && d.eps == 1e-8f &&
-        d.weight_decay == 0.01f, "AdamW defaults");
+          d.weight_decay == 0.01f,
+        "AdamW defaults");
 
   // Hand-computed first steps.  SGD: p = 1 - 0.1·0.5 = 0.95.  Nesterov
   // (momentum 0.9): buf = g, p = 1 - 0.1·(g + 0.9·g) = 0.905.  Adam: the

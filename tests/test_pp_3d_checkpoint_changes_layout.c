@@ -56,15 +56,20 @@ static size_t *global_index(const px_param *p, const px_param *q) {
 }
 
 typedef struct layout {
-  int  dp, tp, pp, zero;
+  int dp, tp, pp, zero;
   bool save;  // train K_STEPS and save (else: load and compare)
 } layout;
 
 static px_pp *make(px_mesh *mesh, const layout *L, p3d_gpt_arg *garg, px_optim_opts *oo, uint64_t seed,
                    px_pp_schedule **sched) {
   CHECK_OK(px_pp_schedule_make(PX_PP_1F1B, L->pp, 2, 1, sched));
-  px_pp_opts po = {.build = p3d_build_gpt, .build_arg = garg, .seed = seed, .optim = oo, .dp = mesh->dp_comm,
-                   .tp = L->tp > 1 ? mesh->tp_comm : NULL, .zero_stage = L->zero};
+  px_pp_opts po = {.build = p3d_build_gpt,
+                   .build_arg = garg,
+                   .seed = seed,
+                   .optim = oo,
+                   .dp = mesh->dp_comm,
+                   .tp = L->tp > 1 ? mesh->tp_comm : NULL,
+                   .zero_stage = L->zero};
   px_pp *pp = NULL;
   CHECK_OK(px_pp_create(&pp, mesh->pp_comm, *sched, &po));
   return pp;
@@ -75,7 +80,8 @@ static px_status step(px_pp *pp, px_mesh *mesh, int s) {
   ppg_batch(s, xi, y);
   const int B = PPG_B / mesh->dp, d = mesh->dp_rank;
   const px_tensor mine = px_tensor_view(xi + (size_t)d * B * PPG_T, PX_I32, 2, (int64_t[]){B, PPG_T});
-  p3d_tp_targets tt = {.g = &mesh->tp_group, .targets = y + (size_t)d * B * PPG_T,
+  p3d_tp_targets tt = {.g = &mesh->tp_group,
+                       .targets = y + (size_t)d * B * PPG_T,
                        .rows_per_micro = (int64_t)(B / 2) * PPG_T};
   px_pp_ce_targets tg = {.targets = tt.targets, .rows_per_micro = tt.rows_per_micro};
   float l;
@@ -92,8 +98,7 @@ static void gather_truth(px_pp *pp, px_mesh *mesh) {
     px_optim *o = px_pp_chunk_optim(pp, c);
     size_t z_off = 0, z_len = md->n_param_elems;
     const bool zero = px_pp_chunk_zero_slice(pp, c, &z_off, &z_len);
-    if (o && c == 0 && mesh->dp_rank == 0 && mesh->tp_rank == 0 && px_comm_rank(mesh->pp_comm) == 0)
-      T_step = o->step;
+    if (o && c == 0 && mesh->dp_rank == 0 && mesh->tp_rank == 0 && px_comm_rank(mesh->pp_comm) == 0) T_step = o->step;
     for (int i = 0; i < md->n_params; i++) {
       const px_param *p = md->params[i];
       if (ppc_is_tied_copy(pp, c, p)) continue;
@@ -134,8 +139,8 @@ static size_t compare(px_pp *pp, const char *what) {
       px_tp_box_take(p, T_param + q->offset, want + p->offset);
       size_t nb = 0;
       for (size_t e = 0; e < p->numel; e++) nb += memcmp(&p->data[e], &want[p->offset + e], sizeof(float)) != 0;
-      CHECK(nb == 0, "%s stage %d: %zu elements of \"%s\" differ from the saved run's", what,
-            px_pp_chunk_stage(pp, c), nb, p->name);
+      CHECK(nb == 0, "%s stage %d: %zu elements of \"%s\" differ from the saved run's", what, px_pp_chunk_stage(pp, c),
+            nb, p->name);
       bad += nb;
     }
     for (int k = 0; o && k < K_SLOTS; k++) {
@@ -191,8 +196,7 @@ static int run(px_comm *world, void *arg) {
 static void on(layout L) {
   int code = 0;
   CHECK_OK(px_comm_run(L.dp * L.tp * L.pp, run, &L, &code));
-  CHECK(code == 0, "dp %d tp %d pp %d zero %d (%s): a rank failed", L.dp, L.tp, L.pp, L.zero,
-        L.save ? "save" : "load");
+  CHECK(code == 0, "dp %d tp %d pp %d zero %d (%s): a rank failed", L.dp, L.tp, L.pp, L.zero, L.save ? "save" : "load");
 }
 
 // One process: the checkpoint's files assembled into the zoo GPT's tensors,

@@ -43,7 +43,8 @@ static int refuse(px_comm *c, void *arg) {
   px_pp *pp = NULL;
   px_status st = px_pp_create(&pp, c, sched, &po);
   CHECK(st == PX_ERR_INVALID && !pp && strstr(px_last_error(), "ZeRO stage 3") &&
-        strstr(px_last_error(), "does not combine"), "ZeRO 3 with the pipeline: %s", px_last_error());
+          strstr(px_last_error(), "does not combine"),
+        "ZeRO 3 with the pipeline: %s", px_last_error());
   po.dp = NULL;
   po.zero_stage = 1;
   st = px_pp_create(&pp, c, sched, &po);

@@ -26,10 +26,10 @@
 enum { K_STEPS = 5 };
 
 typedef struct truth {
-  bool        gpt;
-  px_model   *md;   // the whole model: the saved run's parameters
-  px_optim   *opt;  // its optimizer: the saved run's slots
-  int64_t     opt_step;
+  bool gpt;
+  px_model *md;   // the whole model: the saved run's parameters
+  px_optim *opt;  // its optimizer: the saved run's slots
+  int64_t opt_step;
 } truth;
 
 static truth T;
@@ -83,13 +83,13 @@ static int visit(px_pp *pp, bool copy, const char *what) {
 }
 
 typedef struct job {
-  int         p, v, m;
-  uint64_t    seed;      // initial weights (the loads must replace them)
-  int         train;     // steps before anything else
+  int p, v, m;
+  uint64_t seed;         // initial weights (the loads must replace them)
+  int train;             // steps before anything else
   const char *load;      // checkpoint to load (NULL: none)
   const char *save_dir;  // save here after training/loading (NULL: no)
-  bool        capture;   // copy the state into T after training
-  bool        check;     // compare with T after loading
+  bool capture;          // copy the state into T after training
+  bool check;            // compare with T after loading
 } job;
 
 static void batch(int s, float *xf, int32_t *xi, int32_t *y, px_tensor *x, px_pp_ce_targets *tg, int m) {

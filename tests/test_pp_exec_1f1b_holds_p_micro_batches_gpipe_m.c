@@ -75,9 +75,11 @@ int main(void) {
     CHECK(f.slots[r] == p - r, "1F1B rank %d keeps %d micro-batches, expected p - r = %d", r, f.slots[r], p - r);
   CHECK(f2.slots[0] == 2, "1F1B with m = 2 < p: stage 0 keeps %d micro-batches, expected 2", f2.slots[0]);
   const double ratio = (double)f.bytes[0] / (double)g.bytes[0];
-  CHECK(fabs(ratio - (double)p / m) <= 0.1 * p / m, "stage 0's activations: 1F1B %zu bytes, GPipe %zu: ratio %.3f, "
-        "expected p/m = %.3f", f.bytes[0], g.bytes[0], ratio, (double)p / m);
-  printf("  stage 0, p %d m %d: GPipe %d micro-batches, %zu bytes; 1F1B %d, %zu bytes (ratio %.3f)\n", p, m,
-         g.slots[0], g.bytes[0], f.slots[0], f.bytes[0], ratio);
+  CHECK(fabs(ratio - (double)p / m) <= 0.1 * p / m,
+        "stage 0's activations: 1F1B %zu bytes, GPipe %zu: ratio %.3f, "
+        "expected p/m = %.3f",
+        f.bytes[0], g.bytes[0], ratio, (double)p / m);
+  printf("  stage 0, p %d m %d: GPipe %d micro-batches, %zu bytes; 1F1B %d, %zu bytes (ratio %.3f)\n", p, m, g.slots[0],
+         g.bytes[0], f.slots[0], f.bytes[0], ratio);
   return px_test_finish("test_pp_exec_1f1b_holds_p_micro_batches_gpipe_m");
 }

@@ -41,8 +41,8 @@ static int run(px_comm *c, void *varg) {
   px_pp_schedule *s;
   CHECK_OK(px_pp_schedule_make(a->kind, p, a->m, a->v, &s));
   char what[96];
-  snprintf(what, sizeof what, "%s p %d m %d v %d, split %s%s", px_pp_kind_name(a->kind), p, a->m, a->v,
-           a->split_name, a->dropout > 0 ? ", dropout" : "");
+  snprintf(what, sizeof what, "%s p %d m %d v %d, split %s%s", px_pp_kind_name(a->kind), p, a->m, a->v, a->split_name,
+           a->dropout > 0 ? ", dropout" : "");
   if (a->gpt) ppg_case(c, s, a->dropout, what);
   else ppc_case(c, s, 6, a->split, a->clip, a->dropout, what);
   px_pp_schedule_free(s);

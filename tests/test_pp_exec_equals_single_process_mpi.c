@@ -18,15 +18,18 @@ static int run(px_comm *c, void *arg) {
   px_comm_set_timeout(c, 120);
   const int p = px_comm_size(c);
   const int m_il = 4 % p == 0 ? 4 : 6;  // interleaved needs m % p == 0 (p = 3: 6)
-  const struct { px_pp_kind kind; int m, v; } cases[] = {
-    {PX_PP_GPIPE, 4, 1}, {PX_PP_1F1B, 4, 1}, {PX_PP_1F1B, 1, 1}, {PX_PP_INTERLEAVED, m_il, 2}};
+  const struct {
+    px_pp_kind kind;
+    int m, v;
+  } cases[] = {{PX_PP_GPIPE, 4, 1}, {PX_PP_1F1B, 4, 1}, {PX_PP_1F1B, 1, 1}, {PX_PP_INTERLEAVED, m_il, 2}};
   for (int i = 0; i < 4; i++) {
     px_pp_schedule *s;
     CHECK_OK(px_pp_schedule_make(cases[i].kind, p, cases[i].m, cases[i].v, &s));
     char what[96];
-    snprintf(what, sizeof what, "%s p %d m %d v %d (%s)", px_pp_kind_name(cases[i].kind), p, cases[i].m,
-             cases[i].v, px_comm_backend_name(px_comm_backend_of(c)));
-    ppc_case(c, s, 6, NULL, i == 1 ? 0.3f : 0.0f, i == 3 ? 0.2f : 0.0f, what);  // interleaved: with dropout  // 1F1B: with gradient-norm clipping
+    snprintf(what, sizeof what, "%s p %d m %d v %d (%s)", px_pp_kind_name(cases[i].kind), p, cases[i].m, cases[i].v,
+             px_comm_backend_name(px_comm_backend_of(c)));
+    ppc_case(c, s, 6, NULL, i == 1 ? 0.3f : 0.0f, i == 3 ? 0.2f : 0.0f,
+             what);  // interleaved: with dropout  // 1F1B: with gradient-norm clipping
     px_pp_schedule_free(s);
   }
   // The GPT: wte on the first stage, its tied head (and a copy of wte.weight) on the last.

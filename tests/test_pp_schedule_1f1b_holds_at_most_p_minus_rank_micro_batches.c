@@ -26,10 +26,9 @@ int main(void) {
       CHECK_OK(px_pp_schedule_make(PX_PP_1F1B, p, m, 1, &s));
       for (int r = 0; r < p; r++) {
         int peak = peak_in_flight(s, r), bound = p - r < m ? p - r : m;
-        CHECK(peak <= p - r, "1f1b p %d m %d rank %d: %d micro-batches in flight, more than p - r = %d", p, m, r,
-              peak, p - r);
-        CHECK(peak == bound, "1f1b p %d m %d rank %d: %d in flight, expected min(p - r, m) = %d", p, m, r, peak,
-              bound);
+        CHECK(peak <= p - r, "1f1b p %d m %d rank %d: %d micro-batches in flight, more than p - r = %d", p, m, r, peak,
+              p - r);
+        CHECK(peak == bound, "1f1b p %d m %d rank %d: %d in flight, expected min(p - r, m) = %d", p, m, r, peak, bound);
       }
       px_pp_schedule_free(s);
       CHECK_OK(px_pp_schedule_make(PX_PP_GPIPE, p, m, 1, &s));
@@ -42,8 +41,8 @@ int main(void) {
         for (int r = 0; r < p; r++) {
           int bound = 2 * (p - r - 1) + (v - 1) * p + 1;
           if (bound > m * v) bound = m * v;
-          CHECK(peak_in_flight(s, r) <= bound, "interleaved p %d m %d v %d rank %d: %d in flight, bound %d", p, m,
-                v, r, peak_in_flight(s, r), bound);
+          CHECK(peak_in_flight(s, r) <= bound, "interleaved p %d m %d v %d rank %d: %d in flight, bound %d", p, m, v, r,
+                peak_in_flight(s, r), bound);
         }
         px_pp_schedule_free(s);
       }

@@ -42,8 +42,7 @@ int main(void) {
           double span;
           double gap = worst_gap((px_pp_kind)kind, p, m, v, 1, 1, &span);
           CHECK(gap <= 1e-12, "%s p %d m %d v %d: bubble off the formula %.6f by %.3g (makespan %g)",
-                px_pp_kind_name((px_pp_kind)kind), p, m, v, px_pp_bubble_formula((px_pp_kind)kind, p, m, v), gap,
-                span);
+                px_pp_kind_name((px_pp_kind)kind), p, m, v, px_pp_bubble_formula((px_pp_kind)kind, p, m, v), gap, span);
           /* The makespan itself: (v·m + p - 1) slots of tf + tb. */
           double vm = kind == PX_PP_INTERLEAVED ? (double)v * m : m;
           CHECK(span == 2 * (vm + p - 1), "%s p %d m %d v %d: makespan %g, expected %g",

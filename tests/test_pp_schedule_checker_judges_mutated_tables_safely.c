@@ -65,7 +65,7 @@ static void mutate(px_pp_schedule *c) {
 
 int main(void) {
   int accepted = 0, refused = 0;
-  const int shapes[][4] = {{PX_PP_1F1B, 2, 4, 1}, {PX_PP_1F1B, 4, 3, 1}, {PX_PP_GPIPE, 3, 5, 1},
+  const int shapes[][4] = {{PX_PP_1F1B, 2, 4, 1},        {PX_PP_1F1B, 4, 3, 1},        {PX_PP_GPIPE, 3, 5, 1},
                            {PX_PP_INTERLEAVED, 2, 4, 2}, {PX_PP_INTERLEAVED, 3, 6, 3}, {PX_PP_1F1B, 1, 3, 1}};
   for (unsigned sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
     px_pp_schedule *s = NULL;
@@ -82,8 +82,8 @@ int main(void) {
         CHECK(st == PX_OK, "an accepted table does not run: %s", px_last_error());
         /* Complete: each rank computes v·m forwards (1) and backwards (2). */
         for (int r = 0; r < c->p && st == PX_OK; r++)
-          CHECK(fabs(busy[r] * span - 3.0 * c->v * c->m) < 1e-9, "rank %d computes %g, expected %g", r,
-                busy[r] * span, 3.0 * c->v * c->m);
+          CHECK(fabs(busy[r] * span - 3.0 * c->v * c->m) < 1e-9, "rank %d computes %g, expected %g", r, busy[r] * span,
+                3.0 * c->v * c->m);
       } else {
         refused++;
         CHECK(st == PX_ERR_INVALID, "refused with %s", px_status_name(st));

@@ -11,31 +11,38 @@
 
 #include "px_test.h"
 
-#define F(s, i) {PX_PP_FORWARD, s, i, -1}
-#define B(s, i) {PX_PP_BACKWARD, s, i, -1}
-#define SA(s, i, q) {PX_PP_SEND_ACT, s, i, q}
-#define RA(s, i, q) {PX_PP_RECV_ACT, s, i, q}
-#define SG(s, i, q) {PX_PP_SEND_GRAD, s, i, q}
-#define RG(s, i, q) {PX_PP_RECV_GRAD, s, i, q}
-#define OPT {PX_PP_OPTIM_STEP, -1, -1, -1}
+#define F(s, i) \
+  { PX_PP_FORWARD, s, i, -1 }
+#define B(s, i) \
+  { PX_PP_BACKWARD, s, i, -1 }
+#define SA(s, i, q) \
+  { PX_PP_SEND_ACT, s, i, q }
+#define RA(s, i, q) \
+  { PX_PP_RECV_ACT, s, i, q }
+#define SG(s, i, q) \
+  { PX_PP_SEND_GRAD, s, i, q }
+#define RG(s, i, q) \
+  { PX_PP_RECV_GRAD, s, i, q }
+#define OPT \
+  { PX_PP_OPTIM_STEP, -1, -1, -1 }
 
 /* 1F1B, p 2, m 2, every action blocking-safe. */
 static const px_pp_action good0[] = {F(0, 0), SA(0, 0, 1), F(0, 1), SA(0, 1, 1), RG(0, 0, 1),
                                      B(0, 0), RG(0, 1, 1), B(0, 1), OPT};
 static const px_pp_action good1[] = {RA(1, 0, 0), F(1, 0), RA(1, 1, 0), B(1, 0), SG(1, 0, 0),
-                                     F(1, 1), B(1, 1), SG(1, 1, 0), OPT};
+                                     F(1, 1),     B(1, 1), SG(1, 1, 0), OPT};
 /* The same micro-batches with Megatron's placement run one action at a
  * time: rank 0 sends micro 1's activation before receiving micro 0's
  * gradient, rank 1 sends that gradient before receiving the activation. */
 static const px_pp_action cross0[] = {F(0, 0), SA(0, 0, 1), F(0, 1), SA(0, 1, 1), RG(0, 0, 1),
                                       B(0, 0), RG(0, 1, 1), B(0, 1), OPT};
-static const px_pp_action cross1[] = {RA(1, 0, 0), F(1, 0), B(1, 0), SG(1, 0, 0), RA(1, 1, 0),
-                                      F(1, 1), B(1, 1), SG(1, 1, 0), OPT};
+static const px_pp_action cross1[] = {RA(1, 0, 0), F(1, 0), B(1, 0),     SG(1, 0, 0), RA(1, 1, 0),
+                                      F(1, 1),     B(1, 1), SG(1, 1, 0), OPT};
 
 typedef struct table {
-  px_pp_action   a[2][16];
-  int            n[2];
-  px_pp_action  *rows[2];
+  px_pp_action a[2][16];
+  int n[2];
+  px_pp_action *rows[2];
   px_pp_schedule s;
 } table;
 
@@ -66,8 +73,7 @@ static void refused(const char *what, table *t, const char *const *phrases) {
   px_status st = px_pp_schedule_check(&t->s);
   CHECK(st == PX_ERR_INVALID, "%s: check returned %s", what, px_status_name(st));
   for (; *phrases; phrases++)
-    CHECK(strstr(px_last_error(), *phrases) != NULL, "%s: message lacks \"%s\": %s", what, *phrases,
-          px_last_error());
+    CHECK(strstr(px_last_error(), *phrases) != NULL, "%s: message lacks \"%s\": %s", what, *phrases, px_last_error());
   printf("%s -> %s\n", what, px_last_error());
 }
 

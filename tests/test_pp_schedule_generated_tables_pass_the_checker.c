@@ -62,8 +62,8 @@ int main(void) {
           st = px_pp_schedule_check(s);
           CHECK(st == PX_OK, "check %s p %d m %d v %d: %s", px_pp_kind_name((px_pp_kind)kind), p, m, v,
                 px_last_error());
-          CHECK(shape_ok(s), "%s p %d m %d v %d: a table without the promised shape",
-                px_pp_kind_name((px_pp_kind)kind), p, m, v);
+          CHECK(shape_ok(s), "%s p %d m %d v %d: a table without the promised shape", px_pp_kind_name((px_pp_kind)kind),
+                p, m, v);
           px_pp_schedule_free(s);
           tables++;
         }
@@ -73,8 +73,8 @@ int main(void) {
   px_pp_schedule *s = NULL;
   px_status st = px_pp_schedule_make(PX_PP_INTERLEAVED, 4, 6, 2, &s);
   CHECK(st == PX_ERR_INVALID && s == NULL, "interleaved p 4 m 6: %s", px_status_name(st));
-  CHECK(strstr(px_last_error(), "6 micro-batches") && strstr(px_last_error(), "4 pipeline ranks"),
-        "message: %s", px_last_error());
+  CHECK(strstr(px_last_error(), "6 micro-batches") && strstr(px_last_error(), "4 pipeline ranks"), "message: %s",
+        px_last_error());
   /* v > 1 is the interleaved schedule's only. */
   st = px_pp_schedule_make(PX_PP_1F1B, 2, 4, 2, &s);
   CHECK(st == PX_ERR_INVALID, "1f1b with v 2: %s", px_status_name(st));

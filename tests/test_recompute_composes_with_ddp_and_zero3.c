@@ -22,8 +22,7 @@
 enum { V = 23, CTX = 8, T = 6, B = 2, L = 3, STEPS = 3 };
 
 static px_module *make_gpt(const char *policy) {
-  const px_gpt_config cfg = {.vocab_size = V, .context = CTX, .n_layer = L, .n_head = 2, .n_embd = 8,
-                             .dropout = 0.1f};
+  const px_gpt_config cfg = {.vocab_size = V, .context = CTX, .n_layer = L, .n_head = 2, .n_embd = 8, .dropout = 0.1f};
   px_module *m = px_zoo_gpt(&cfg);
   px_recompute r;
   CHECK_OK(px_recompute_parse(policy, &r));
@@ -33,7 +32,10 @@ static px_module *make_gpt(const char *policy) {
 
 static void step(px_model *md, int s, int rank) {
   int32_t x[B * T], y[B * T];
-  for (int i = 0; i < B * T; i++) { x[i] = (i * 5 + s + 7 * rank) % V; y[i] = (i * 3 + s + 1 + rank) % V; }
+  for (int i = 0; i < B * T; i++) {
+    x[i] = (i * 5 + s + 7 * rank) % V;
+    y[i] = (i * 3 + s + 1 + rank) % V;
+  }
   px_tensor X = px_tensor_view(x, PX_I32, 2, (int64_t[]){B, T}), logits;
   CHECK_OK(px_model_forward(md, &X, &logits));
   px_tensor dl = logits;
@@ -45,7 +47,11 @@ static void step(px_model *md, int s, int rank) {
 
 /* ---- ZeRO-3 -------------------------------------------------------------- */
 
-typedef struct z_out { int64_t ag_fwd[STEPS], ag_bwd[STEPS], rs[STEPS]; float *params; size_t n; } z_out;
+typedef struct z_out {
+  int64_t ag_fwd[STEPS], ag_bwd[STEPS], rs[STEPS];
+  float *params;
+  size_t n;
+} z_out;
 
 static z_out zero3_run(px_comm *c, const char *policy, const char *const *units) {
   px_model *md;
@@ -68,7 +74,10 @@ static z_out zero3_run(px_comm *c, const char *policy, const char *const *units)
     px_zero_zero_grad(z);
     px_zero_counts(z, &ag0, &rs0);
     int32_t x[B * T], y[B * T];
-    for (int i = 0; i < B * T; i++) { x[i] = (i * 5 + s + 7 * px_comm_rank(c)) % V; y[i] = (i * 3 + s + 1) % V; }
+    for (int i = 0; i < B * T; i++) {
+      x[i] = (i * 5 + s + 7 * px_comm_rank(c)) % V;
+      y[i] = (i * 3 + s + 1) % V;
+    }
     px_tensor X = px_tensor_view(x, PX_I32, 2, (int64_t[]){B, T}), logits;
     CHECK_OK(px_model_forward(md, &X, &logits));
     px_zero_counts(z, &ag1, &rs1);
@@ -108,9 +117,9 @@ static int zero3_rank(px_comm *c, void *arg) {
       for (int s = 0; s < STEPS; s++) {
         CHECK(got.ag_fwd[s] == ref.ag_fwd[s] && got.ag_bwd[s] == ref.ag_bwd[s] && got.rs[s] == ref.rs[s],
               "units %s.., step %d: with --recompute %s %lld+%lld all-gathers (forward+backward) and %lld "
-              "reduce-scatters, without %lld+%lld and %lld", cases[k][0], s, policy, (long long)got.ag_fwd[s],
-              (long long)got.ag_bwd[s], (long long)got.rs[s], (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s],
-              (long long)ref.rs[s]);
+              "reduce-scatters, without %lld+%lld and %lld",
+              cases[k][0], s, policy, (long long)got.ag_fwd[s], (long long)got.ag_bwd[s], (long long)got.rs[s],
+              (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s], (long long)ref.rs[s]);
         // Each unit once per pass, plus the root unit (wte, wpe, ln_f, and
         // the blocks' other modules when the units are inside them), which
         // a unit that starts frees: with the blocks as units it is gathered
@@ -120,8 +129,8 @@ static int zero3_rank(px_comm *c, void *arg) {
         // gathers it again after each unit, later steps once a step.
         const int root_fwd = k == 0 ? 2 : s == 0 ? 1 + L : 1, root_bwd = k == 0 ? 1 : s == 0 ? L : 0;
         CHECK(ref.ag_fwd[s] == L + root_fwd && ref.ag_bwd[s] == L + root_bwd,
-              "units %s.. step %d: %lld + %lld all-gathers, expected %d + %d", cases[k][0], s,
-              (long long)ref.ag_fwd[s], (long long)ref.ag_bwd[s], L + root_fwd, L + root_bwd);
+              "units %s.. step %d: %lld + %lld all-gathers, expected %d + %d", cases[k][0], s, (long long)ref.ag_fwd[s],
+              (long long)ref.ag_bwd[s], L + root_fwd, L + root_bwd);
       }
       CHECK(memcmp(ref.params, got.params, ref.n * sizeof(float)) == 0,
             "units %s..: ZeRO-3 parameters after %d steps differ with --recompute %s", cases[k][0], STEPS, policy);
@@ -172,7 +181,9 @@ static probe *ddp_run(px_comm *c, const char *policy) {
   o.bucket_bytes = o.first_bucket_bytes = 256;
   CHECK_OK(px_ddp_wrap(&p->ddp, p->md, c, &o));
   int handle;
-  px_hooks h = {.user = p, .pre_forward = on_pre_forward, .pre_backward = on_pre_backward,
+  px_hooks h = {.user = p,
+                .pre_forward = on_pre_forward,
+                .pre_backward = on_pre_backward,
                 .grads_ready = on_grads_ready};
   CHECK_OK(px_model_attach_hooks(p->md, &h, &handle));
   for (int s = 0; s < 2; s++) {
@@ -180,8 +191,10 @@ static probe *ddp_run(px_comm *c, const char *policy) {
     px_model_zero_grad(p->md);
     step(p->md, s, px_comm_rank(c));
     CHECK_OK(px_ddp_sync(p->ddp));
-    CHECK(p->t_bucket0_at_first_block > p->t_step, "%s step %d: no bucket had started its all-reduce when the "
-          "first block's backward began", policy, s);
+    CHECK(p->t_bucket0_at_first_block > p->t_step,
+          "%s step %d: no bucket had started its all-reduce when the "
+          "first block's backward began",
+          policy, s);
   }
   px_model_remove_hooks(p->md, handle);
   return p;

@@ -23,8 +23,8 @@ typedef struct tp_out {
 } tp_out;
 
 static px_model *build(px_tp_group *g, const char *policy) {
-  const px_tp_gpt_config cfg = {.vocab_size = V, .context = CTX, .n_layer = LAYERS, .n_head = 4, .n_embd = 16,
-                                .dropout = 0.1f};
+  const px_tp_gpt_config cfg =
+    {.vocab_size = V, .context = CTX, .n_layer = LAYERS, .n_head = 4, .n_embd = 16, .dropout = 0.1f};
   px_module *m = px_tp_gpt(g, &cfg);
   CHECK(m != NULL, "px_tp_gpt: %s", px_last_error());
   px_recompute r;
@@ -87,21 +87,26 @@ static int run(px_comm *c, void *arg) {
       CHECK(q && q->numel == p->numel, "tp %d %s: \"%s\" missing or resized", tp, policies[k], p->name);
       if (q && q->numel == p->numel) same += memcmp(p->data, q->data, p->numel * sizeof(float)) == 0;
     }
-    CHECK(same == md->n_params, "tp %d --recompute %s: only %d of %d parameter boxes equal the run without "
-          "recomputation to the bit", tp, policies[k], same, md->n_params);
+    CHECK(same == md->n_params,
+          "tp %d --recompute %s: only %d of %d parameter boxes equal the run without "
+          "recomputation to the bit",
+          tp, policies[k], same, md->n_params);
     // px_tp_counts files a collective under the op that issues it: the
     // recompute's are forward ops (run inside backward).
     CHECK(with.fwd_allreduce == plain.fwd_allreduce + 2 * recomputed[k],
           "tp %d %s: %llu forward-op all-reduces a step; expected %llu (%llu without recomputation + 2 for each of "
-          "%llu recomputed blocks)", tp, policies[k], (unsigned long long)with.fwd_allreduce,
+          "%llu recomputed blocks)",
+          tp, policies[k], (unsigned long long)with.fwd_allreduce,
           (unsigned long long)(plain.fwd_allreduce + 2 * recomputed[k]), (unsigned long long)plain.fwd_allreduce,
           (unsigned long long)recomputed[k]);
-    CHECK(with.bwd_allreduce == plain.bwd_allreduce, "tp %d %s: %llu backward all-reduces a step, %llu without "
-          "recomputation", tp, policies[k], (unsigned long long)with.bwd_allreduce,
-          (unsigned long long)plain.bwd_allreduce);
+    CHECK(with.bwd_allreduce == plain.bwd_allreduce,
+          "tp %d %s: %llu backward all-reduces a step, %llu without "
+          "recomputation",
+          tp, policies[k], (unsigned long long)with.bwd_allreduce, (unsigned long long)plain.bwd_allreduce);
     if (px_comm_rank(c) == 0)
       printf("  tp %d --recompute %-7s: %d/%d boxes bitwise, all-reduces a step forward %llu, backward %llu "
-             "(without: %llu, %llu)\n", tp, policies[k], same, md->n_params, (unsigned long long)with.fwd_allreduce,
+             "(without: %llu, %llu)\n",
+             tp, policies[k], same, md->n_params, (unsigned long long)with.fwd_allreduce,
              (unsigned long long)with.bwd_allreduce, (unsigned long long)plain.fwd_allreduce,
              (unsigned long long)plain.bwd_allreduce);
     px_model_free(md);

@@ -33,8 +33,8 @@ static px_module *build(int kind, const char *policy) {
   CHECK_OK(px_recompute_parse(policy, &r));
   px_module *m;
   if (kind == GPT) {
-    const px_gpt_config cfg = {.vocab_size = V, .context = CTX, .n_layer = 4, .n_head = 2, .n_embd = 16,
-                               .dropout = 0.1f};
+    const px_gpt_config cfg =
+      {.vocab_size = V, .context = CTX, .n_layer = 4, .n_head = 2, .n_embd = 16, .dropout = 0.1f};
     m = px_zoo_gpt(&cfg);
     CHECK_OK(px_zoo_gpt_recompute(m, r));
   } else {
@@ -89,7 +89,8 @@ static run_out train(int kind, const char *policy, px_comm *comm, int first, int
     if (ddp) CHECK_OK(px_ddp_sync(ddp));
     CHECK_OK(px_optim_step(opt));
   }
-  run_out o = {.n_params = md->n_param_elems, .n_buffers = md->n_buffer_elems,
+  run_out o = {.n_params = md->n_param_elems,
+               .n_buffers = md->n_buffer_elems,
                .high_water = px_arena_high_water(md->arena)};
   o.params = malloc(o.n_params * sizeof(float) + 1);
   o.buffers = malloc(o.n_buffers * sizeof(float) + 1);
@@ -103,7 +104,10 @@ static run_out train(int kind, const char *policy, px_comm *comm, int first, int
   return o;
 }
 
-static void free_out(run_out *o) { free(o->params); free(o->buffers); }
+static void free_out(run_out *o) {
+  free(o->params);
+  free(o->buffers);
+}
 
 static size_t first_diff(const float *a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -114,12 +118,11 @@ static size_t first_diff(const float *a, const float *b, size_t n) {
 static void compare(const char *what, const char *policy, const run_out *ref, const run_out *got) {
   CHECK(ref->n_params == got->n_params && ref->n_buffers == got->n_buffers, "%s %s: layouts differ", what, policy);
   size_t i = first_diff(ref->params, got->params, ref->n_params);
-  CHECK(i == ref->n_params, "%s --recompute %s: parameter element %zu is %.9g, without recomputation %.9g",
-        what, policy, i, i < ref->n_params ? (double)got->params[i] : 0.0,
-        i < ref->n_params ? (double)ref->params[i] : 0.0);
+  CHECK(i == ref->n_params, "%s --recompute %s: parameter element %zu is %.9g, without recomputation %.9g", what,
+        policy, i, i < ref->n_params ? (double)got->params[i] : 0.0, i < ref->n_params ? (double)ref->params[i] : 0.0);
   i = first_diff(ref->buffers, got->buffers, ref->n_buffers);
-  CHECK(i == ref->n_buffers, "%s --recompute %s: running statistic %zu is %.9g, without recomputation %.9g",
-        what, policy, i, i < ref->n_buffers ? (double)got->buffers[i] : 0.0,
+  CHECK(i == ref->n_buffers, "%s --recompute %s: running statistic %zu is %.9g, without recomputation %.9g", what,
+        policy, i, i < ref->n_buffers ? (double)got->buffers[i] : 0.0,
         i < ref->n_buffers ? (double)ref->buffers[i] : 0.0);
 }
 

@@ -13,8 +13,10 @@ static void refused(const char *text, const char *needle) {
   px_recompute r = {.kind = PX_RECOMPUTE_FULL, .every = 5};
   px_status st = px_recompute_parse(text, &r);
   CHECK(st == PX_ERR_INVALID, "\"%s\": %s, expected PX_ERR_INVALID", text, px_status_name(st));
-  CHECK(strstr(px_last_error(), text) && strstr(px_last_error(), needle), "\"%s\": message \"%s\" lacks the text "
-        "or \"%s\"", text, px_last_error(), needle);
+  CHECK(strstr(px_last_error(), text) && strstr(px_last_error(), needle),
+        "\"%s\": message \"%s\" lacks the text "
+        "or \"%s\"",
+        text, px_last_error(), needle);
   CHECK(r.kind == PX_RECOMPUTE_NONE, "\"%s\": a refused policy left kind %d", text, (int)r.kind);
 }
 

@@ -33,19 +33,22 @@ static void check_padded_maxpool(void) {
   px_tensor t = px_tensor_f32(x, 4, 1, 1, 4, 4), y, dx;
   CHECK_OK(px_model_forward(md, &t, &y));
   CHECK(y.ndim == 4 && y.shape[2] == 2 && y.shape[3] == 2, "padded maxpool of 4x4 gives 2x2");
-  for (int i = 0; i < 4; i++) CHECK(px_f32(&y)[i] == want_y[i], "padded maxpool y[%d] = %g, want %g", i,
-                                    (double)px_f32(&y)[i], (double)want_y[i]);
+  for (int i = 0; i < 4; i++)
+    CHECK(px_f32(&y)[i] == want_y[i], "padded maxpool y[%d] = %g, want %g", i, (double)px_f32(&y)[i],
+          (double)want_y[i]);
   float g[4] = {1, 2, 3, 4};
   px_tensor dy = px_tensor_f32(g, 4, 1, 1, 2, 2);
   CHECK_OK(px_model_backward(md, &dy, &dx));
-  for (int i = 0; i < 16; i++) CHECK(px_f32(&dx)[i] == want_dx[i], "padded maxpool dx[%d] = %g, want %g", i,
-                                     (double)px_f32(&dx)[i], (double)want_dx[i]);
+  for (int i = 0; i < 16; i++)
+    CHECK(px_f32(&dx)[i] == want_dx[i], "padded maxpool dx[%d] = %g, want %g", i, (double)px_f32(&dx)[i],
+          (double)want_dx[i]);
   // All negative: zero padding would win every border window.
   for (int i = 0; i < 16; i++) x[i] = -x[i] - 1.0f;
   CHECK_OK(px_model_forward(md, &t, &y));
   const float want_neg[4] = {-2, -1, -1, -2};  // max of -(x+1) over the same windows
-  for (int i = 0; i < 4; i++) CHECK(px_f32(&y)[i] == want_neg[i], "negative plane: y[%d] = %g, want %g", i,
-                                    (double)px_f32(&y)[i], (double)want_neg[i]);
+  for (int i = 0; i < 4; i++)
+    CHECK(px_f32(&y)[i] == want_neg[i], "negative plane: y[%d] = %g, want %g", i, (double)px_f32(&y)[i],
+          (double)want_neg[i]);
   px_model_free(md);
 }
 
@@ -68,8 +71,8 @@ static void check_padded_maxpool_exhaustive(void) {
             CHECK_OK(px_model_create(&md, px_maxpool2d_padded(k, s, p), 1));
             px_tensor t = px_tensor_f32(x, 4, 1, 2, H, W), y, dx;
             CHECK_OK(px_model_forward(md, &t, &y));
-            CHECK(y.shape[2] == Ho && y.shape[3] == Wo, "k=%d s=%d p=%d on %dx%d: %lldx%lld, want %dx%d", k, s, p, H,
-                  W, (long long)y.shape[2], (long long)y.shape[3], Ho, Wo);
+            CHECK(y.shape[2] == Ho && y.shape[3] == Wo, "k=%d s=%d p=%d on %dx%d: %lldx%lld, want %dx%d", k, s, p, H, W,
+                  (long long)y.shape[2], (long long)y.shape[3], Ho, Wo);
             // dy = 1 everywhere: dx counts how often each pixel was a window's argmax.
             for (int i = 0; i < 2 * Ho * Wo; i++) dyb[i] = 1.0f;
             px_tensor dy = px_tensor_f32(dyb, 4, 1, 2, Ho, Wo);
@@ -85,7 +88,10 @@ static void check_padded_maxpool_exhaustive(void) {
                       const int h = oh * s - p + i, w = ow * s - p + j;
                       if (h < 0 || h >= H || w < 0 || w >= W) continue;
                       const float v = x[(c * H + h) * W + w];
-                      if (at < 0 || v > best) { best = v; at = (c * H + h) * W + w; }
+                      if (at < 0 || v > best) {
+                        best = v;
+                        at = (c * H + h) * W + w;
+                      }
                     }
                   count[at] += 1.0f;
                   bad += px_f32(&y)[(c * Ho + oh) * Wo + ow] != best;
@@ -104,13 +110,13 @@ static void check_global_avgpool(void) {
   px_tensor t = px_tensor_f32(x, 4, 1, 2, 2, 2), y, dx;
   CHECK_OK(px_model_forward(md, &t, &y));
   CHECK(y.ndim == 2 && y.shape[0] == 1 && y.shape[1] == 2, "global avgpool gives (N, C)");
-  CHECK(px_f32(&y)[0] == 2.5f && px_f32(&y)[1] == 1.0f, "global avgpool: %g %g, want 2.5 1",
-        (double)px_f32(&y)[0], (double)px_f32(&y)[1]);
+  CHECK(px_f32(&y)[0] == 2.5f && px_f32(&y)[1] == 1.0f, "global avgpool: %g %g, want 2.5 1", (double)px_f32(&y)[0],
+        (double)px_f32(&y)[1]);
   float g[2] = {4, 8};
   px_tensor dy = px_tensor_f32(g, 2, 1, 2, 0, 0);
   CHECK_OK(px_model_backward(md, &dy, &dx));
-  for (int i = 0; i < 8; i++) CHECK(px_f32(&dx)[i] == (i < 4 ? 1.0f : 2.0f), "global avgpool dx[%d] = %g", i,
-                                    (double)px_f32(&dx)[i]);
+  for (int i = 0; i < 8; i++)
+    CHECK(px_f32(&dx)[i] == (i < 4 ? 1.0f : 2.0f), "global avgpool dx[%d] = %g", i, (double)px_f32(&dx)[i]);
   px_model_free(md);
 }
 
@@ -120,7 +126,10 @@ static void check_residual_sum(void) {
   CHECK_OK(px_model_create(&md, px_residual_shortcut(px_linear(2, 2, false), px_linear(2, 2, false), "proj"), 1));
   px_param *a = px_model_find(md, "weight"), *b = px_model_find(md, "proj.weight");
   CHECK(a && b, "inner is transparent (\"weight\"), the shortcut named (\"proj.weight\")");
-  if (!a || !b) { px_model_free(md); return; }
+  if (!a || !b) {
+    px_model_free(md);
+    return;
+  }
   const float A[4] = {1, 2, 3, 4}, B[4] = {10, 0, 0, -1};
   memcpy(a->data, A, sizeof A);
   memcpy(b->data, B, sizeof B);
@@ -160,8 +169,9 @@ static void check_basic_block_names(void) {
   px_chain_add_named(root, "layer2", layer);
   px_model *md;
   CHECK_OK(px_model_create(&md, root, 1));
-  const char *names[] = {"layer2.0.conv1.weight", "layer2.0.bn1.weight", "layer2.0.bn1.running_mean",
-                         "layer2.0.conv2.weight", "layer2.0.bn2.bias", "layer2.0.downsample.0.weight",
+  const char *names[] = {"layer2.0.conv1.weight",      "layer2.0.bn1.weight",
+                         "layer2.0.bn1.running_mean",  "layer2.0.conv2.weight",
+                         "layer2.0.bn2.bias",          "layer2.0.downsample.0.weight",
                          "layer2.0.downsample.1.bias", "layer2.0.downsample.1.running_var"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     CHECK(px_model_find(md, names[i]) != NULL, "BasicBlock has \"%s\"", names[i]);

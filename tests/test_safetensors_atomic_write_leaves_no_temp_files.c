@@ -44,7 +44,10 @@ static bool file_is(const char *path, const char *contents) {
 
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/px_st_atomic_XXXXXX");
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   char path[256], names[1024];
   snprintf(path, sizeof path, "%s/state.bin", dir);
 

@@ -19,7 +19,10 @@ static char path[256], path_ours[256];
 // Writes le64(strlen(json)) | json | body.
 static void write_file(const char *p, const char *json, const void *body, size_t body_len) {
   FILE *f = fopen(p, "wb");
-  if (!f) { perror(p); exit(1); }
+  if (!f) {
+    perror(p);
+    exit(1);
+  }
   size_t n = strlen(json);
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (8 * i));
@@ -62,7 +65,8 @@ static void check_reference_f32(const char *name, int ndim, const int64_t *shape
   if (t) {
     CHECK(t->tensor.dtype == PX_F32 && t->tensor.ndim == ndim, "%s: dtype %s ndim %d", name,
           px_dtype_name(t->tensor.dtype), t->tensor.ndim);
-    for (int d = 0; d < ndim && d < t->tensor.ndim; d++) CHECK(t->tensor.shape[d] == shape[d], "%s: shape[%d]", name, d);
+    for (int d = 0; d < ndim && d < t->tensor.ndim; d++)
+      CHECK(t->tensor.shape[d] == shape[d], "%s: shape[%d]", name, d);
     float v[6];
     memcpy(v, t->tensor.data, sizeof v);
     for (int i = 0; i < 6; i++) CHECK(v[i] == (float)i, "%s: element %d = %g", name, i, v[i]);
@@ -79,7 +83,10 @@ static void check_reference_f32(const char *name, int ndim, const int64_t *shape
 
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/px_st_bytes_XXXXXX");
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   snprintf(path, sizeof path, "%s/theirs.safetensors", dir);
   snprintf(path_ours, sizeof path_ours, "%s/ours.safetensors", dir);
 
@@ -113,12 +120,11 @@ int main(void) {
   // dtype (U64 I64 F64 F32 U32 I32 BF16 F16 U16 I16 I8 U8 BOOL), then name,
   // so each stays aligned; the JSON lists them in that order.
   {
-    const char *json =
-        "{\"d\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]},"
-        "\"c\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[8,16]},"
-        "\"e\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]},"
-        "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[20,24]},"
-        "\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[24,27]}}";
+    const char *json = "{\"d\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]},"
+                       "\"c\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[8,16]},"
+                       "\"e\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]},"
+                       "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[20,24]},"
+                       "\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[24,27]}}";
     char padded[512];
     size_t jl = strlen(json), pl = (jl + 7) / 8 * 8;
     memcpy(padded, json, jl);
@@ -138,10 +144,11 @@ int main(void) {
     write_file(path, padded, body, sizeof body);
 
     const int64_t one = 1, two = 2, three = 3;
-    px_named_tensor items[5] = {
-        {"a", px_tensor_view(a, PX_U8, 1, &three)}, {"b", px_tensor_view(b, PX_F16, 1, &two)},
-        {"c", px_tensor_view(&c, PX_F64, 1, &one)}, {"d", px_tensor_view(&d, PX_I64, 1, &one)},
-        {"e", px_tensor_view(&e, PX_F32, 1, &one)}};
+    px_named_tensor items[5] = {{"a", px_tensor_view(a, PX_U8, 1, &three)},
+                                {"b", px_tensor_view(b, PX_F16, 1, &two)},
+                                {"c", px_tensor_view(&c, PX_F64, 1, &one)},
+                                {"d", px_tensor_view(&d, PX_I64, 1, &one)},
+                                {"e", px_tensor_view(&e, PX_F32, 1, &one)}};
     px_state_dict sd = {items, 5};
     CHECK_OK(px_safetensors_save(path_ours, &sd, NULL, 0));
     CHECK(same_file(path, path_ours), "mixed-dtype file differs from the reference layout");
@@ -151,10 +158,11 @@ int main(void) {
     float e2 = 0;
     uint16_t b2[2] = {0, 0};
     uint8_t a2[3] = {0, 0, 0};
-    px_named_tensor into[5] = {
-        {"a", px_tensor_view(a2, PX_U8, 1, &three)}, {"b", px_tensor_view(b2, PX_F16, 1, &two)},
-        {"c", px_tensor_view(&c2, PX_F64, 1, &one)}, {"d", px_tensor_view(&d2, PX_I64, 1, &one)},
-        {"e", px_tensor_view(&e2, PX_F32, 1, &one)}};
+    px_named_tensor into[5] = {{"a", px_tensor_view(a2, PX_U8, 1, &three)},
+                               {"b", px_tensor_view(b2, PX_F16, 1, &two)},
+                               {"c", px_tensor_view(&c2, PX_F64, 1, &one)},
+                               {"d", px_tensor_view(&d2, PX_I64, 1, &one)},
+                               {"e", px_tensor_view(&e2, PX_F32, 1, &one)}};
     px_state_dict sd_into = {into, 5};
     CHECK_OK(px_safetensors_load(path, &sd_into, true));
     CHECK(d2 == -5 && c2 == 2.5 && e2 == -1.25f && b2[0] == 0x3C00 && b2[1] == 0xC000 && a2[0] == 1 && a2[2] == 255,
@@ -165,14 +173,14 @@ int main(void) {
   // the F64 at body offset 0 sits at an odd address: readers must memcpy.
   {
     const char *json =
-        "{\n"
-        "  \"z.last\": {\"shape\": [2], \"dtype\": \"U16\", \"data_offsets\": [20, 24],\n"
-        "             \"extra\": {\"a\": [1, -2.5e3, 0.5E+2, true, false, null, \"s\\n\", {}, []]}},\n"
-        "  \"caf\\u00e9 \\ud83d\\ude00\": {\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]},\n"
-        "  \"__metadata__\": {\"k\\\"ey\": \"v\\\\al\\u00E9\\/\", \"empty\": \"\"},\n"
-        "  \"ints\" : { \"dtype\" : \"I32\" , \"shape\" : [ 1 , 2 ] , \"data_offsets\" : [ 8 , 16 ] } ,\n"
-        "  \"nothing\": {\"dtype\": \"BF16\", \"shape\": [0, 4], \"data_offsets\": [16, 16]}\n"
-        "}";
+      "{\n"
+      "  \"z.last\": {\"shape\": [2], \"dtype\": \"U16\", \"data_offsets\": [20, 24],\n"
+      "             \"extra\": {\"a\": [1, -2.5e3, 0.5E+2, true, false, null, \"s\\n\", {}, []]}},\n"
+      "  \"caf\\u00e9 \\ud83d\\ude00\": {\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]},\n"
+      "  \"__metadata__\": {\"k\\\"ey\": \"v\\\\al\\u00E9\\/\", \"empty\": \"\"},\n"
+      "  \"ints\" : { \"dtype\" : \"I32\" , \"shape\" : [ 1 , 2 ] , \"data_offsets\" : [ 8 , 16 ] } ,\n"
+      "  \"nothing\": {\"dtype\": \"BF16\", \"shape\": [0, 4], \"data_offsets\": [16, 16]}\n"
+      "}";
     char header[1024];
     snprintf(header, sizeof header, "%s%s", json, strlen(json) % 2 ? "" : "\n");  // odd length
     unsigned char body[24];
@@ -214,7 +222,8 @@ int main(void) {
     t = px_safetensors_find(f, "nothing");
     CHECK(t && t->tensor.dtype == PX_BF16 && t->tensor.shape[0] == 0 && t->tensor.shape[1] == 4, "empty BF16");
     // Header order is kept.
-    CHECK(strcmp(px_safetensors_get(f, 0)->name, "z.last") == 0 && strcmp(px_safetensors_get(f, 3)->name, "nothing") == 0,
+    CHECK(strcmp(px_safetensors_get(f, 0)->name, "z.last") == 0 &&
+            strcmp(px_safetensors_get(f, 3)->name, "nothing") == 0,
           "header order");
     const char *mv = px_safetensors_metadata(f, "k\"ey");
     CHECK(mv && strcmp(mv, "v\\al\xc3\xa9/") == 0, "metadata value %s", mv ? mv : "(null)");

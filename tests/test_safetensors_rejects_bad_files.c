@@ -41,7 +41,10 @@ static bool untouched(void) {
 // Writes le64(header_len) | json | body: the length field may lie.
 static void write_raw(const char *json, uint64_t header_len, const void *body, size_t body_len) {
   FILE *f = fopen(path, "wb");
-  if (!f) { perror(path); exit(1); }
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
   size_t n = strlen(json);
   uint64_t hl = header_len;
   unsigned char len[8];
@@ -64,7 +67,8 @@ static void expect_reject_at(int line, bool strict, px_status want, const char *
   px_status st = px_safetensors_load(path, &model, strict);
   const char *msg = px_last_error();
   if (getenv("PX_TEST_VERBOSE")) fprintf(stderr, "line %d: %s\n", line, msg);
-  CHECK(st == want, "line %d: status %s, expected %s; message: %s", line, px_status_name(st), px_status_name(want), msg);
+  CHECK(st == want, "line %d: status %s, expected %s; message: %s", line, px_status_name(st), px_status_name(want),
+        msg);
   CHECK(strstr(msg, path) != NULL, "line %d: message does not name the file: %s", line, msg);
   if (name) CHECK(strstr(msg, name) != NULL, "line %d: message does not name \"%s\": %s", line, name, msg);
   if (also) CHECK(strstr(msg, also) != NULL, "line %d: message lacks \"%s\": %s", line, also, msg);
@@ -81,9 +85,9 @@ static void expect_reject_at(int line, bool strict, px_status want, const char *
 // Saves a state dict of (name, dtype, shape) views over `zeros`.
 typedef struct spec {
   const char *name;
-  px_dtype    dtype;
-  int         ndim;
-  int64_t     shape[4];
+  px_dtype dtype;
+  int ndim;
+  int64_t shape[4];
 } spec;
 
 static void save_specs(const spec *s, int n) {
@@ -99,7 +103,10 @@ static void save_specs(const spec *s, int n) {
 
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/px_st_reject_XXXXXX");
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   memset(model_items, 0, sizeof model_items);
   snprintf(model_items[0].name, PX_NAME_MAX, "0.weight");
@@ -130,7 +137,10 @@ int main(void) {
   expect_reject(true, PX_ERR_SHAPE, "\"0.weight\"", "(and 1 more mismatch)");
   // An extra tensor: refused under strict, ignored otherwise; PyTorch's
   // BatchNorm counter is never an error.
-  const spec extra[5] = {good[0], good[1], good[2], {"2.weight", PX_F32, 1, {3}},
+  const spec extra[5] = {good[0],
+                         good[1],
+                         good[2],
+                         {"2.weight", PX_F32, 1, {3}},
                          {"bn.num_batches_tracked", PX_I64, 0, {0}}};
   save_specs(extra, 5);
   expect_reject(true, PX_ERR_FORMAT, "\"2.weight\"", "not in the model");
@@ -184,12 +194,14 @@ int main(void) {
   expect_reject(true, PX_ERR_FORMAT, "\"0.bias\"", "expected 2");
   write_json("{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
              "\"1.weight\":{\"dtype\":\"F32\",\"shape\":[1,4],\"data_offsets\":[8,24]},"
-             "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,2],\"data_offsets\":[24,56]}}", 56);
+             "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,2],\"data_offsets\":[24,56]}}",
+             56);
   expect_reject(true, PX_ERR_FORMAT, "\"1.weight\"", "overlap");
   // A tensor inside another one that lies further on.
   write_json("{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,2],\"data_offsets\":[0,32]},"
              "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[40,56]},"
-             "\"1.weight\":{\"dtype\":\"F32\",\"shape\":[1,4],\"data_offsets\":[36,52]}}", 56);
+             "\"1.weight\":{\"dtype\":\"F32\",\"shape\":[1,4],\"data_offsets\":[36,52]}}",
+             56);
   expect_reject(true, PX_ERR_FORMAT, "\"0.bias\"", "\"1.weight\"");
   // Shape whose byte size overflows 64 bits, and one too large for int64.
   write_json("{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4],\"data_offsets\":[0,16]}}", 16);
@@ -219,7 +231,8 @@ int main(void) {
   write_json("{\"0.bias\":[4]}", 16);
   expect_reject(true, PX_ERR_FORMAT, "\"0.bias\"", "expected '{'");
   write_json("{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-             "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}}", 32);
+             "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}}",
+             32);
   expect_reject(true, PX_ERR_FORMAT, "\"0.bias\"", "twice");
   write_json("{\"__metadata__\":{\"a\":\"1\"},\"__metadata__\":{}}", 0);
   expect_reject(true, PX_ERR_FORMAT, NULL, "__metadata__");
@@ -239,28 +252,28 @@ int main(void) {
 
   // Not JSON, or not the JSON safetensors needs.
   static const char *const garbage[] = {
-      "not json at all",
-      "",
-      "[1, 2, 3]",
-      "{\"0.bias\": ",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},}",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}} trailing",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}\0\0\0",
-      "{0.bias:{}}",
-      "{'0.bias':{}}",
-      "{\"0.bias\" {}}",
-      "{\"bad \\x escape\":{}}",
-      "{\"lone \\ud800 surrogate\":{}}",
-      "{\"nul \\u0000 inside\":{}}",
-      "{\"raw\ncontrol\":{}}",
-      "{\"bad utf8 \xc3\x28\":{}}",
-      "{\"overlong \xc0\xaf\":{}}",
-      "{\"unterminated",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4,],\"data_offsets\":[0,16]}}",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[04],\"data_offsets\":[0,16]}}",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":tru}}",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":1.}}",
-      "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":-}}",
+    "not json at all",
+    "",
+    "[1, 2, 3]",
+    "{\"0.bias\": ",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},}",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}} trailing",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}\0\0\0",
+    "{0.bias:{}}",
+    "{'0.bias':{}}",
+    "{\"0.bias\" {}}",
+    "{\"bad \\x escape\":{}}",
+    "{\"lone \\ud800 surrogate\":{}}",
+    "{\"nul \\u0000 inside\":{}}",
+    "{\"raw\ncontrol\":{}}",
+    "{\"bad utf8 \xc3\x28\":{}}",
+    "{\"overlong \xc0\xaf\":{}}",
+    "{\"unterminated",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4,],\"data_offsets\":[0,16]}}",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[04],\"data_offsets\":[0,16]}}",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":tru}}",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":1.}}",
+    "{\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":-}}",
   };
   for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
     // The NUL-padded one: write its bytes explicitly.

@@ -23,7 +23,10 @@ static void remove_dir(void) {
   struct dirent *e;
   char p[512];
   while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) { path_in(p, sizeof p, e->d_name); remove(p); }
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      path_in(p, sizeof p, e->d_name);
+      remove(p);
+    }
   closedir(d);
   rmdir(dir);
 }
@@ -44,7 +47,10 @@ static unsigned char *read_all(const char *path, size_t *n) {
 
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/px_st_roundtrip_XXXXXX");
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
 
   // One tensor per dtype with shapes of 1 to 4 dims, then the odd cases.
   px_named_tensor items[N_TENSORS];
@@ -74,7 +80,8 @@ int main(void) {
     for (size_t k = 0; k < px_tensor_nbytes(&items[i].tensor); k++) b[k] = (unsigned char)px_rng_u32(&rng);
   }
   px_state_dict sd = {items, n};
-  const char *note_value = "quote \" backslash \\ newline \n tab \t ctrl \x01 utf8 caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 end";
+  const char *note_value =
+    "quote \" backslash \\ newline \n tab \t ctrl \x01 utf8 caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 end";
   px_kv meta[2] = {{"note", note_value}, {"format", "pt"}};
   char path[512];
   path_in(path, sizeof path, "model.safetensors");
@@ -197,7 +204,10 @@ int main(void) {
   CHECK(px_safetensors_count(f) == 0, "empty file has %d tensors", px_safetensors_count(f));
   px_safetensors_close(f);
 
-  for (int i = 0; i < n; i++) { px_tensor_free(&items[i].tensor); px_tensor_free(&dst[i].tensor); }
+  for (int i = 0; i < n; i++) {
+    px_tensor_free(&items[i].tensor);
+    px_tensor_free(&dst[i].tensor);
+  }
   remove_dir();
   return px_test_finish("test_safetensors_roundtrip_preserves_tensors");
 }

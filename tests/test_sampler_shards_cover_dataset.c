@@ -31,12 +31,12 @@ static void check(size_t n, int world, bool drop_last, bool shuffle) {
     else twice++;
   }
   if (drop_last) {
-    CHECK(twice == 0 && never == n % (size_t)world, "n=%zu world=%d drop_last: %zu never, %zu twice", n, world,
-          never, twice);
+    CHECK(twice == 0 && never == n % (size_t)world, "n=%zu world=%d drop_last: %zu never, %zu twice", n, world, never,
+          twice);
   } else {
     size_t pad = (per_rank * (size_t)world) - n;
-    CHECK(never == 0 && twice == pad, "n=%zu world=%d pad: %zu never, %zu twice (pad %zu)", n, world, never,
-          twice, pad);
+    CHECK(never == 0 && twice == pad, "n=%zu world=%d pad: %zu never, %zu twice (pad %zu)", n, world, never, twice,
+          pad);
   }
   free(seen);
 }
@@ -62,8 +62,8 @@ int main(void) {
   // Without shuffling, rank r takes r, r + world, ... (PyTorch's layout).
   CHECK_OK(px_sampler_init(&a, 10, 1, 3, false, 0, false));
   size_t want[4] = {1, 4, 7, 0};
-  CHECK(a.num_samples == 4 && memcmp(a.indices, want, sizeof want) == 0, "layout %zu %zu %zu %zu",
-        a.indices[0], a.indices[1], a.indices[2], a.indices[3]);
+  CHECK(a.num_samples == 4 && memcmp(a.indices, want, sizeof want) == 0, "layout %zu %zu %zu %zu", a.indices[0],
+        a.indices[1], a.indices[2], a.indices[3]);
   px_sampler_free(&a);
   CHECK(px_sampler_init(&a, 10, 3, 3, false, 0, false) == PX_ERR_INVALID, "rank out of range rejected");
   return px_test_finish("test_sampler_shards_cover_dataset");

@@ -23,8 +23,8 @@ static int run(px_comm *c, void *arg) {
   px_safetensors_close(f);
   CHECK_OK(px_comm_barrier(c));
   px_status st = px_safetensors_save0(c, "/nonexistent-dir/x.safetensors", &sd, NULL, 0);
-  CHECK(st == PX_ERR_IO && strstr(px_last_error(), "/nonexistent-dir/x.safetensors"),
-        "rank %d: %s %s", px_comm_rank(c), px_status_name(st), px_last_error());
+  CHECK(st == PX_ERR_IO && strstr(px_last_error(), "/nonexistent-dir/x.safetensors"), "rank %d: %s %s", px_comm_rank(c),
+        px_status_name(st), px_last_error());
   return 0;
 }
 

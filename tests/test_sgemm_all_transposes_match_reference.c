@@ -35,7 +35,10 @@ int main(void) {
           if (e > worst) worst = e;
         }
       CHECK(worst < 1e-4, "trans_a=%d trans_b=%d: worst error %g", ta, tb, worst);
-      free(A); free(B); free(C); free(C0);
+      free(A);
+      free(B);
+      free(C);
+      free(C0);
     }
   printf("blas: %s\n", px_blas_info());
   return px_test_finish("test_sgemm_all_transposes_match_reference");

@@ -28,13 +28,16 @@ static void digest_hex(px_sha256_impl impl, const void *p, size_t n, char hex[PX
 }
 
 int main(void) {
-  static const struct { const char *msg; const char *hex; } nist[] = {
-      {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
-      {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
-      {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",  // 448 bits
-       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
-      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
-       "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},  // 896 bits
+  static const struct {
+    const char *msg;
+    const char *hex;
+  } nist[] = {
+    {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+    {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+    {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",  // 448 bits
+     "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+     "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},  // 896 bits
   };
   const char *million_a = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
   printf("SHA-256 implementation on this CPU: %s\n", px_sha256_impl_name());
@@ -89,7 +92,10 @@ int main(void) {
   size_t fsize = (3u << 20) + 17;
   unsigned char *fb = malloc(fsize);
   uint32_t x = 12345;
-  for (size_t i = 0; i < fsize; i++) { x = x * 1664525u + 1013904223u; fb[i] = (unsigned char)(x >> 24); }
+  for (size_t i = 0; i < fsize; i++) {
+    x = x * 1664525u + 1013904223u;
+    fb[i] = (unsigned char)(x >> 24);
+  }
   CHECK(write(fd, fb, fsize) == (ssize_t)fsize, "write");
   close(fd);
   unsigned char d[PX_SHA256_BYTES];
@@ -107,8 +113,8 @@ int main(void) {
   px_sha256_hex(d, ref);
   CHECK(strcmp(ref, hex) == 0, "in memory %s, streamed from the file %s", ref, hex);
   unlink(path);
-  CHECK(px_sha256_file(path, d, NULL) == PX_ERR_NOT_FOUND && strstr(px_last_error(), path),
-        "a missing file: %s", px_last_error());
+  CHECK(px_sha256_file(path, d, NULL) == PX_ERR_NOT_FOUND && strstr(px_last_error(), path), "a missing file: %s",
+        px_last_error());
 
   // Every length 0..130 against sha256sum: the padding cases both
   // implementations share (length 55 fits in one block, 56 needs two).

@@ -34,7 +34,7 @@ static void same_samples(const char *kind, const char *a, const char *b) {
     CHECK_OK(px_dataset_get(da, i, &ba, 0, &rng));
     CHECK_OK(px_dataset_get(db, i, &bb, 0, &rng));
     differ += memcmp(ba.x.data, bb.x.data, px_tensor_nbytes(&ba.x)) != 0 ||
-              memcmp(ba.y.data, bb.y.data, px_tensor_nbytes(&ba.y)) != 0;
+      memcmp(ba.y.data, bb.y.data, px_tensor_nbytes(&ba.y)) != 0;
   }
   CHECK(differ == 0, "%s: %zu sampled records differ between source and stage", kind, differ);
   px_batch_free(&ba);
@@ -101,8 +101,8 @@ int main(void) {
   snprintf(q, sizeof q, "%s/MANIFEST", dir);
   CHECK(unlink(q) == 0, "unlink %s", q);
   stage2(&j);
-  CHECK(copies(&j) == ST_SHARDS && j.res[1].copied == 0, "no manifest: copied %zu (expected %d, by rank 0)",
-        copies(&j), ST_SHARDS);
+  CHECK(copies(&j) == ST_SHARDS && j.res[1].copied == 0, "no manifest: copied %zu (expected %d, by rank 0)", copies(&j),
+        ST_SHARDS);
 
   // 5. A shard gone from the source is gone from the stage (the staged
   //    glob must match what the source's matches); a stray temporary too.

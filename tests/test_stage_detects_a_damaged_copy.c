@@ -72,8 +72,7 @@ int main(void) {
   j.verify = PX_STAGE_VERIFY_FULL;
   stage2(&j);
   CHECK(j.st[0] == PX_OK && copies(&j) == 1 && j.res[0].damaged == 1,
-        "full check, a byte changed in place: copied %zu, damaged %zu; expected 1 and 1", copies(&j),
-        j.res[0].damaged);
+        "full check, a byte changed in place: copied %zu, damaged %zu; expected 1 and 1", copies(&j), j.res[0].damaged);
   CHECK(same_bytes(p, q), "the damaged copy was not restored");
 
   // 3. A copy deleted: copied again.
@@ -93,12 +92,11 @@ int main(void) {
   stage_job s3 = {.stage = stage, .kind = "tokens", .source = "s3://bucket/sh*/shard_*.bin"};
   stage2(&s3);
   CHECK(s3.st[0] == PX_ERR_INVALID && s3.st[1] != PX_OK, "an s3:// glob over several prefixes was accepted");
-  CHECK(strstr(s3.err[0], "s3://bucket/sh*/shard_*.bin") && strstr(s3.err[0], "one \"directory\""),
-        "s3 message: %s", s3.err[0]);
+  CHECK(strstr(s3.err[0], "s3://bucket/sh*/shard_*.bin") && strstr(s3.err[0], "one \"directory\""), "s3 message: %s",
+        s3.err[0]);
   stage_job img = {.stage = stage, .kind = "images", .source = src};
   stage2(&img);
-  CHECK(img.st[0] == PX_ERR_UNSUPPORTED && strstr(img.err[0], "--data images is not staged"), "images: %s",
-        img.err[0]);
+  CHECK(img.st[0] == PX_ERR_UNSUPPORTED && strstr(img.err[0], "--data images is not staged"), "images: %s", img.err[0]);
   snprintf(p, sizeof p, "%.4000s_a_file", src);
   CHECK_OK(px_write_file_atomic(p, "x", 1));
   snprintf(q, sizeof q, "%.4100s/sub", p);  // below a regular file: cannot be made

@@ -20,17 +20,17 @@ enum { B = 4, CIN = 2, COUT = 3, H = 5, W = 5, MAXN = 3 };
 #define OUT_SAMPLE (COUT * H * W)
 
 typedef struct ref {
-  int n;                               /* ranks */
-  float x[MAXN * B * SAMPLE];          /* the whole batch */
-  float r[MAXN * B * OUT_SAMPLE];      /* the loss's projection */
-  float y[2][MAXN * B * OUT_SAMPLE];   /* one process: outputs of steps 1, 2 */
-  float dx[MAXN * B * SAMPLE];         /* step 1's input gradient */
-  float grads[4096];                   /* step 1's parameter gradients */
-  float buffers[64];                   /* running statistics after 2 steps */
+  int n;                             /* ranks */
+  float x[MAXN * B * SAMPLE];        /* the whole batch */
+  float r[MAXN * B * OUT_SAMPLE];    /* the loss's projection */
+  float y[2][MAXN * B * OUT_SAMPLE]; /* one process: outputs of steps 1, 2 */
+  float dx[MAXN * B * SAMPLE];       /* step 1's input gradient */
+  float grads[4096];                 /* step 1's parameter gradients */
+  float buffers[64];                 /* running statistics after 2 steps */
   float eval_y[MAXN * B * OUT_SAMPLE];
   size_t n_params, n_buffers;
-  bool sync;                           /* the ranks convert to sync batch norm */
-  double worst_y;                      /* largest difference seen (the unsynchronized case) */
+  bool sync;      /* the ranks convert to sync batch norm */
+  double worst_y; /* largest difference seen (the unsynchronized case) */
 } ref;
 
 static px_module *build(void) {
@@ -119,8 +119,10 @@ static int rank_fn(px_comm *comm, void *arg) {
   }
   if (R->sync)
     for (size_t i = 0; i < R->n_buffers; i++)
-      CHECK(close_to(md->buffer_data[i], R->buffers[i], 1e-5), "%d ranks, rank %d: running statistic %zu = %.8g, "
-            "one process %.8g", n, k, i, (double)md->buffer_data[i], (double)R->buffers[i]);
+      CHECK(close_to(md->buffer_data[i], R->buffers[i], 1e-5),
+            "%d ranks, rank %d: running statistic %zu = %.8g, "
+            "one process %.8g",
+            n, k, i, (double)md->buffer_data[i], (double)R->buffers[i]);
   px_model_train(md, false);
   px_tensor xt = px_tensor_f32((float *)x, 4, B, CIN, H, W), y;
   CHECK_OK(px_model_forward(md, &xt, &y));
@@ -144,7 +146,8 @@ int main(void) {
     px_rng g = px_rng_make(11, (uint64_t)n);
     // Each rank's samples drawn around a different mean, so per-rank and
     // global statistics differ clearly.
-    for (int i = 0; i < n * B * SAMPLE; i++) R.x[i] = px_rng_uniform(&g) * 2.0f - 1.0f + 0.7f * (float)(i / (B * SAMPLE));
+    for (int i = 0; i < n * B * SAMPLE; i++)
+      R.x[i] = px_rng_uniform(&g) * 2.0f - 1.0f + 0.7f * (float)(i / (B * SAMPLE));
     for (int i = 0; i < n * B * OUT_SAMPLE; i++) R.r[i] = px_rng_uniform(&g) * 2.0f - 1.0f;
     one_process(&R);
     for (int sync = 1; sync >= 0; sync--) {
@@ -152,8 +155,11 @@ int main(void) {
       int code = 0;
       CHECK_OK(px_comm_run(n, rank_fn, &R, &code));
       CHECK(code == 0, "%d ranks: a rank failed", n);
-      if (!sync) CHECK(R.worst_y > 1e-2, "%d ranks without sync: outputs equal the whole batch's (%.3g): the test "
-                       "data does not tell the two apart", n, R.worst_y);
+      if (!sync)
+        CHECK(R.worst_y > 1e-2,
+              "%d ranks without sync: outputs equal the whole batch's (%.3g): the test "
+              "data does not tell the two apart",
+              n, R.worst_y);
     }
   }
   return px_test_finish("test_sync_batchnorm_equals_one_process_on_the_whole_batch");

@@ -28,8 +28,8 @@ static void write_shards(void) {
 }
 
 typedef struct record {
-  size_t  n_batches;
-  size_t  idx[EPOCHS][MAXB][BS];
+  size_t n_batches;
+  size_t idx[EPOCHS][MAXB][BS];
   int32_t x[EPOCHS][MAXB][BS * T], y[EPOCHS][MAXB][BS * T];
 } record;
 

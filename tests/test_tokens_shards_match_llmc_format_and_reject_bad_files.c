@@ -65,7 +65,7 @@ static void bytes_are_llmc_format(void) {
 
   px_status st = px_shard_write(in_dir("no.bin"), big, 3, 2);
   CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "token 65536 at position 0") &&
-            strstr(px_last_error(), "token_bytes 4"),
+          strstr(px_last_error(), "token_bytes 4"),
         "uint16 shard took 65536: %s", px_last_error());
   st = px_shard_write(in_dir("no.bin"), big, 3, 3);
   CHECK(st == PX_ERR_INVALID, "token_bytes 3 accepted");
@@ -138,7 +138,7 @@ static void windows_in_sorted_shards(void) {
   CHECK_OK(px_token_dataset_open(&d, in_dir("seq_*.bin"), 4, false, 3100));
   CHECK(d->length == 5 + 2 + 10, "%zu samples, expected 17", d->length);
   CHECK(d->x_dtype == PX_I32 && d->y_dtype == PX_I32 && d->x_ndim == 1 && d->x_shape[0] == 4 && d->y_ndim == 1 &&
-            d->y_shape[0] == 4 && d->num_classes == 3100 && strcmp(d->kind, "tokens") == 0,
+          d->y_shape[0] == 4 && d->num_classes == 3100 && strcmp(d->kind, "tokens") == 0,
         "dataset shape or kind");
   px_batch b;
   CHECK_OK(px_batch_alloc(&b, d, 2));
@@ -166,10 +166,10 @@ static void windows_in_sorted_shards(void) {
   CHECK_OK(px_token_dataset_open(&d, in_dir("seq_*.bin"), 4, false, 2010));
   CHECK_OK(px_batch_alloc(&b, d, 1));
   px_rng rng = px_rng_make(1, 0);
-  CHECK_OK(px_dataset_get(d, 7, &b, 0, &rng));  // tokens 2000..2004
+  CHECK_OK(px_dataset_get(d, 7, &b, 0, &rng));       // tokens 2000..2004
   px_status st = px_dataset_get(d, 9, &b, 0, &rng);  // tokens 2008..2012
   CHECK(st == PX_ERR_FORMAT && strstr(px_last_error(), in_dir("seq_000002.bin")) &&
-            strstr(px_last_error(), "position 10 (sample 9) is 2010") && strstr(px_last_error(), "vocabulary of 2010"),
+          strstr(px_last_error(), "position 10 (sample 9) is 2010") && strstr(px_last_error(), "vocabulary of 2010"),
         "token outside the vocabulary: %s", px_last_error());
   px_batch_free(&b);
   px_dataset_free(d);

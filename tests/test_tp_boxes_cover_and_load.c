@@ -15,8 +15,8 @@
 
 enum { V = 23, T = 6, C = 16, H = 4 };
 
-static const px_gpt_config full_cfg = {.vocab_size = V, .context = T, .n_layer = 2, .n_head = H, .n_embd = C,
-                                       .dropout = 0.0f};
+static const px_gpt_config full_cfg =
+  {.vocab_size = V, .context = T, .n_layer = 2, .n_head = H, .n_embd = C, .dropout = 0.0f};
 
 static int run(px_comm *c, void *arg) {
   (void)arg;
@@ -65,15 +65,17 @@ static int run(px_comm *c, void *arg) {
   CHECK_OK(px_model_state_dict(full, &sd));
   CHECK_OK(px_tp_load_state_dict(tp, &sd));
   int32_t ids[2 * T], tg[2 * T];
-  for (int i = 0; i < 2 * T; i++) { ids[i] = (i * 5) % V; tg[i] = (i * 3 + 2) % V; }
+  for (int i = 0; i < 2 * T; i++) {
+    ids[i] = (i * 5) % V;
+    tg[i] = (i * 3 + 2) % V;
+  }
   px_tensor x = px_tensor_view(ids, PX_I32, 2, (int64_t[]){2, T}), y, yf;
   CHECK_OK(px_model_forward(tp, &x, &y));
   CHECK_OK(px_model_forward(full, &x, &yf));
   float l, lf;
   CHECK_OK(px_tp_cross_entropy(&g, &y, V, tg, -100, &l, NULL));
   CHECK_OK(px_cross_entropy_loss(&yf, tg, NULL, &lf, NULL));
-  CHECK(fabs(l - lf) <= 1e-6 * fabs(lf), "tp %d: loaded model's loss %.9g, one process %.9g", P, (double)l,
-        (double)lf);
+  CHECK(fabs(l - lf) <= 1e-6 * fabs(lf), "tp %d: loaded model's loss %.9g, one process %.9g", P, (double)l, (double)lf);
   px_state_dict_free(&sd);
   // A full model of another width: refused, naming the parameter.
   px_gpt_config wide = full_cfg;

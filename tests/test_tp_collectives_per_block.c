@@ -29,12 +29,15 @@ typedef unsigned long long ull;
 
 static void one(px_comm *c, int L, bool sp) {
   px_tp_group g = px_tp_group_of(c);
-  px_tp_gpt_config cfg = {.vocab_size = V, .context = T, .n_layer = L, .n_head = 4, .n_embd = C, .dropout = 0.1f,
-                          .sequence_parallel = sp};
+  px_tp_gpt_config cfg =
+    {.vocab_size = V, .context = T, .n_layer = L, .n_head = 4, .n_embd = C, .dropout = 0.1f, .sequence_parallel = sp};
   px_model *md;
   CHECK_OK(px_model_create(&md, px_tp_gpt(&g, &cfg), 3));
   int32_t ids[N * T], tg[N * T];
-  for (int i = 0; i < N * T; i++) { ids[i] = (i * 7) % V; tg[i] = (i * 5 + 1) % V; }
+  for (int i = 0; i < N * T; i++) {
+    ids[i] = (i * 7) % V;
+    tg[i] = (i * 5 + 1) % V;
+  }
   px_tensor x = px_tensor_view(ids, PX_I32, 2, (int64_t[]){N, T}), y;
   CHECK_OK(px_model_forward(md, &x, &y));
   const px_tp_counts fwd = g.counts;
@@ -50,18 +53,17 @@ static void one(px_comm *c, int L, bool sp) {
   CHECK(y.ndim == 3 && y.shape[1] == T, "tp %d %s: logits hold %lld positions, want %d", g.size, mode,
         (long long)y.shape[1], T);
   if (!sp) {
-    CHECK(fwd.fwd_allreduce == pairs && fwd.bwd_allreduce == 0 && fwd.fwd_allgather == 0 &&
-          fwd.fwd_reduce_scatter == 0,
+    CHECK(fwd.fwd_allreduce == pairs && fwd.bwd_allreduce == 0 && fwd.fwd_allgather == 0 && fwd.fwd_reduce_scatter == 0,
           "tp %d, %d layers: forward made %llu all-reduces (want 2 per block + 1 = %d), %llu all-gathers, %llu "
-          "reduce-scatters", g.size, L, (ull)fwd.fwd_allreduce, 2 * L + 1, (ull)fwd.fwd_allgather,
-          (ull)fwd.fwd_reduce_scatter);
-    CHECK(fwd.elems == pairs * act, "tp %d, %d layers: forward moved %llu floats, want %llu", g.size, L,
-          (ull)fwd.elems, (ull)(pairs * act));
+          "reduce-scatters",
+          g.size, L, (ull)fwd.fwd_allreduce, 2 * L + 1, (ull)fwd.fwd_allgather, (ull)fwd.fwd_reduce_scatter);
+    CHECK(fwd.elems == pairs * act, "tp %d, %d layers: forward moved %llu floats, want %llu", g.size, L, (ull)fwd.elems,
+          (ull)(pairs * act));
   } else {
     CHECK(fwd.fwd_allreduce == 0 && fwd.fwd_allgather == pairs && fwd.fwd_reduce_scatter == pairs,
           "tp %d, %d layers, SP: forward made %llu all-gathers and %llu reduce-scatters (want 2 per block + 1 = %d "
-          "each) and %llu all-reduces (want 0)", g.size, L, (ull)fwd.fwd_allgather, (ull)fwd.fwd_reduce_scatter,
-          2 * L + 1, (ull)fwd.fwd_allreduce);
+          "each) and %llu all-reduces (want 0)",
+          g.size, L, (ull)fwd.fwd_allgather, (ull)fwd.fwd_reduce_scatter, 2 * L + 1, (ull)fwd.fwd_allreduce);
     CHECK(fwd.elems == 2 * pairs * act, "tp %d, %d layers, SP: forward moved %llu floats, want %llu", g.size, L,
           (ull)fwd.elems, (ull)(2 * pairs * act));
   }
@@ -70,20 +72,20 @@ static void one(px_comm *c, int L, bool sp) {
         (ull)(ce.fwd_allreduce - fwd.fwd_allreduce), (ull)(ce.elems - fwd.elems), 3 * N * T);
   if (!sp) {
     CHECK(all.bwd_allreduce == pairs && all.fwd_allreduce == ce.fwd_allreduce && all.bwd_allgather == 0 &&
-          all.bwd_reduce_scatter == 0 && all.elems - ce.elems == pairs * act,
-          "tp %d, %d layers: backward made %llu all-reduces of %llu floats (want 2 per block + 1 = %d of %llu)",
-          g.size, L, (ull)all.bwd_allreduce, (ull)(all.elems - ce.elems), 2 * L + 1, (ull)(pairs * act));
+            all.bwd_reduce_scatter == 0 && all.elems - ce.elems == pairs * act,
+          "tp %d, %d layers: backward made %llu all-reduces of %llu floats (want 2 per block + 1 = %d of %llu)", g.size,
+          L, (ull)all.bwd_allreduce, (ull)(all.elems - ce.elems), 2 * L + 1, (ull)(pairs * act));
   } else {
     // The replicated modules' gradients: ln_1, ln_2 (2C each) a block, ln_f (2C), wpe (T·C).
     const uint64_t grads = (uint64_t)(2 * L + 1) * 2 * C + (uint64_t)T * C;
     CHECK(all.bwd_allgather == 2 * pairs && all.bwd_reduce_scatter == pairs &&
-          all.bwd_allreduce == (uint64_t)(2 * L + 2) && all.fwd_allreduce == ce.fwd_allreduce &&
-          all.elems - ce.elems == 3 * pairs * act + grads,
+            all.bwd_allreduce == (uint64_t)(2 * L + 2) && all.fwd_allreduce == ce.fwd_allreduce &&
+            all.elems - ce.elems == 3 * pairs * act + grads,
           "tp %d, %d layers, SP: backward made %llu all-gathers (want %d: dy for the row-parallel layers and wte, x "
           "again for the column-parallel ones and the head), %llu reduce-scatters (want %d), %llu all-reduces (want "
-          "%d: the layer norms' and wpe's gradients), %llu floats (want %llu)", g.size, L, (ull)all.bwd_allgather,
-          2 * (2 * L + 1), (ull)all.bwd_reduce_scatter, 2 * L + 1, (ull)all.bwd_allreduce, 2 * L + 2,
-          (ull)(all.elems - ce.elems), (ull)(3 * pairs * act + grads));
+          "%d: the layer norms' and wpe's gradients), %llu floats (want %llu)",
+          g.size, L, (ull)all.bwd_allgather, 2 * (2 * L + 1), (ull)all.bwd_reduce_scatter, 2 * L + 1,
+          (ull)all.bwd_allreduce, 2 * L + 2, (ull)(all.elems - ce.elems), (ull)(3 * pairs * act + grads));
   }
   CHECK(all.seconds > 0, "tp %d: no time counted in the collectives", g.size);
   // Eval: the same forward communication.
@@ -91,7 +93,7 @@ static void one(px_comm *c, int L, bool sp) {
   g.counts = (px_tp_counts){0};
   CHECK_OK(px_model_forward(md, &x, &y));
   CHECK(g.counts.fwd_allreduce == (sp ? 0 : pairs) && g.counts.fwd_allgather == (sp ? pairs : 0) &&
-        g.counts.fwd_reduce_scatter == (sp ? pairs : 0),
+          g.counts.fwd_reduce_scatter == (sp ? pairs : 0),
         "tp %d %s eval: %llu all-reduces, %llu all-gathers, %llu reduce-scatters", g.size, mode,
         (ull)g.counts.fwd_allreduce, (ull)g.counts.fwd_allgather, (ull)g.counts.fwd_reduce_scatter);
   if (px_comm_rank(c) == 0) {

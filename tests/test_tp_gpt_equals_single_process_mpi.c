@@ -13,8 +13,8 @@ static int run_all(px_comm *c, void *arg) {
   px_comm_set_timeout(c, 120);
   const int n = px_comm_size(c);
   for (int sp = 0; sp <= 1; sp++) {
-    tpg_case(c, n, 0, sp, true);              // tp = world
-    if (n == 4)  // dp 2 × tp 2: DDP, ZeRO-1, ZeRO-2 over dp
+    tpg_case(c, n, 0, sp, true);  // tp = world
+    if (n == 4)                   // dp 2 × tp 2: DDP, ZeRO-1, ZeRO-2 over dp
       for (int stage = 0; stage <= 2; stage++) tpg_case(c, 2, stage, sp, true);
   }
   return px_test_failures ? 1 : 0;

@@ -25,12 +25,12 @@ static const char *const case_names[] = {"column→row (Linear)", "c_attn q,k,v 
                                          "vocab embedding→head→CE"};
 
 typedef struct probe {
-  case_kind    kind;
+  case_kind kind;
   px_tp_group *g;
-  px_model    *md;
-  px_tensor    x;       /* f32 (N, T, IN) or i32 (N, T) */
-  int32_t      targets[N * T];
-  float       *r;       /* projection of the output (this rank's part) */
+  px_model *md;
+  px_tensor x; /* f32 (N, T, IN) or i32 (N, T) */
+  int32_t targets[N * T];
+  float *r; /* projection of the output (this rank's part) */
 } probe;
 
 static px_module *build(case_kind k, px_tp_group *g) {
@@ -121,13 +121,20 @@ static void run_case(px_comm *c, case_kind k) {
   for (int64_t i = 0; i < ny; i++) {
     const int64_t row = i / cols, col = i % cols;
     int64_t fcol = col;  // this rank's column in the full output
-    if (k == QKV_CONV1D) { const int w = HID / P; fcol = (col / w) * HID + rank * w + col % w; }
-    if (k == VOCAB_CE) { int f, n; px_tp_vocab_range(V, rank, P, &f, &n); fcol = f + col; }
+    if (k == QKV_CONV1D) {
+      const int w = HID / P;
+      fcol = (col / w) * HID + rank * w + col % w;
+    }
+    if (k == VOCAB_CE) {
+      int f, n;
+      px_tp_vocab_range(V, rank, P, &f, &n);
+      fcol = f + col;
+    }
     const double a = px_f32(&y)[i], b = px_f32(&yf)[row * fcols + fcol];
     worst = fmax(worst, fabs(a - b) / fmax(1.0, fabs(b)));
   }
-  CHECK(worst <= 1e-5, "tp %d rank %d %s: output differs from the single-process layer by %.3g", P, rank,
-        case_names[k], worst);
+  CHECK(worst <= 1e-5, "tp %d rank %d %s: output differs from the single-process layer by %.3g", P, rank, case_names[k],
+        worst);
 
   // Finite differences.
   p.r = malloc((size_t)ny * sizeof *p.r);
@@ -179,10 +186,11 @@ static void run_case(px_comm *c, case_kind k) {
                 (double)dpa[i], num);
       }
     }
-  CHECK(bad == 0, "tp %d rank %d %s: %d of %d gradient entries differ from finite differences", P, rank,
-        case_names[k], bad, checked);
+  CHECK(bad == 0, "tp %d rank %d %s: %d of %d gradient entries differ from finite differences", P, rank, case_names[k],
+        bad, checked);
   CHECK(checked > 10, "tp %d rank %d %s: only %d entries checked", P, rank, case_names[k], checked);
-  if (rank == 0) printf("  tp %d %-26s %3d entries on rank 0, forward vs one process %.1e\n", P, case_names[k], checked, worst);
+  if (rank == 0)
+    printf("  tp %d %-26s %3d entries on rank 0, forward vs one process %.1e\n", P, case_names[k], checked, worst);
   free(p.r);
   free(dxa);
   free(dpa);

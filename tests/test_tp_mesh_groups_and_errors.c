@@ -10,7 +10,9 @@
 
 #include <string.h>
 
-typedef struct shape3 { int dp, tp, pp; } shape3;
+typedef struct shape3 {
+  int dp, tp, pp;
+} shape3;
 
 static void check_mesh(px_comm *c, shape3 s) {
   const int world = px_comm_size(c), rank = px_comm_rank(c);
@@ -23,7 +25,8 @@ static void check_mesh(px_comm *c, shape3 s) {
   CHECK(px_comm_size(m->tp_comm) == tp && px_comm_size(m->dp_comm) == dp && px_comm_size(m->pp_comm) == pp,
         "group sizes tp %d dp %d pp %d", px_comm_size(m->tp_comm), px_comm_size(m->dp_comm), px_comm_size(m->pp_comm));
   CHECK(px_comm_rank(m->tp_comm) == m->tp_rank && px_comm_rank(m->dp_comm) == m->dp_rank &&
-        px_comm_rank(m->pp_comm) == m->pp_rank, "rank %d: ranks inside the groups are not its coordinates", rank);
+          px_comm_rank(m->pp_comm) == m->pp_rank,
+        "rank %d: ranks inside the groups are not its coordinates", rank);
   CHECK(m->tp_group.comm == m->tp_comm && m->tp_group.size == tp && m->tp_group.rank == m->tp_rank,
         "the tp group does not mirror tp_comm");
   // Σ world ranks over each group = the ranks that share the other coordinates.
@@ -60,8 +63,8 @@ static int run_all(px_comm *c, void *arg) {
   px_status st = px_mesh_create(&m, c, 3, 2, 1);
   char want[160];
   snprintf(want, sizeof want, "dp 3 × tp 2 × pp 1 = 6 ranks, but the world has %d", world);
-  CHECK(st == PX_ERR_INVALID && m == NULL && strstr(px_last_error(), want),
-        "a mesh of 6 on %d ranks: %s \"%s\"", world, px_status_name(st), px_last_error());
+  CHECK(st == PX_ERR_INVALID && m == NULL && strstr(px_last_error(), want), "a mesh of 6 on %d ranks: %s \"%s\"", world,
+        px_status_name(st), px_last_error());
   if (px_comm_rank(c) == 0) printf("  refused: %s\n", px_last_error());
   st = px_mesh_create(&m, c, 0, 3, 1);
   CHECK(st == PX_ERR_INVALID && strstr(px_last_error(), "tp 3 × pp 1 = 3 does not divide the world size"),

@@ -26,7 +26,10 @@ static void run_whole(px_model *m, const float *x, const float *dy, int64_t Tn, 
 int main(void) {
   float x[N * T * C], dy[N * T * C], yf[N * T * C], dxf[N * T * C];
   px_rng rng = px_rng_make(5, 0);
-  for (int i = 0; i < N * T * C; i++) { x[i] = 1 + px_rng_uniform(&rng); dy[i] = 1 + px_rng_uniform(&rng); }
+  for (int i = 0; i < N * T * C; i++) {
+    x[i] = 1 + px_rng_uniform(&rng);
+    dy[i] = 1 + px_rng_uniform(&rng);
+  }
   for (uint64_t step = 0; step < 2; step++) {
     px_model *full;
     CHECK_OK(px_model_create(&full, px_dropout(0.3f), 42));
@@ -59,8 +62,8 @@ int main(void) {
       CHECK(diff == 0, "step %llu, parts %d: %d (sequence, part) outputs or gradients differ from the whole's",
             (unsigned long long)step, parts, diff);
       if (diff == 0)
-        printf("  step %llu, parts %d: %d of %d dropped, every part's mask the whole's\n",
-               (unsigned long long)step, parts, zeros, N * T * C);
+        printf("  step %llu, parts %d: %d of %d dropped, every part's mask the whole's\n", (unsigned long long)step,
+               parts, zeros, N * T * C);
     }
     px_model_free(full);
   }
@@ -71,8 +74,8 @@ int main(void) {
   CHECK_OK(px_model_create(&pm, px_dropout_part(0.3f, 0, 2), 1));
   px_model_train(pm, true);
   px_tensor x1 = px_tensor_view(x, PX_F32, 1, (int64_t[]){8}), y1;
-  CHECK(px_model_forward(pm, &x1, &y1) == PX_ERR_SHAPE && strstr(px_last_error(), "split along T"),
-        "1-d input: \"%s\"", px_last_error());
+  CHECK(px_model_forward(pm, &x1, &y1) == PX_ERR_SHAPE && strstr(px_last_error(), "split along T"), "1-d input: \"%s\"",
+        px_last_error());
   printf("  refused: %s\n", px_last_error());
   px_model_free(pm);
   return px_test_finish("test_tp_sequence_dropout");

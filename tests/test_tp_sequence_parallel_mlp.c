@@ -53,7 +53,10 @@ static int run(px_comm *c, void *arg) {
   // Inputs and output gradient: the whole on every rank, each rank's positions for tp.
   float x[N * T * IN], r[N * T * IN], xl[N * T * IN], rl[N * T * IN];
   px_rng rng = px_rng_make(4, 0);
-  for (int i = 0; i < N * T * IN; i++) { x[i] = 2 * px_rng_uniform(&rng) - 1; r[i] = 2 * px_rng_uniform(&rng) - 1; }
+  for (int i = 0; i < N * T * IN; i++) {
+    x[i] = 2 * px_rng_uniform(&rng) - 1;
+    r[i] = 2 * px_rng_uniform(&rng) - 1;
+  }
   for (int n = 0; n < N; n++) {
     memcpy(xl + (size_t)n * Tl * IN, x + ((size_t)n * T + (size_t)rank * Tl) * IN, (size_t)Tl * IN * sizeof(float));
     memcpy(rl + (size_t)n * Tl * IN, r + ((size_t)n * T + (size_t)rank * Tl) * IN, (size_t)Tl * IN * sizeof(float));
@@ -71,8 +74,8 @@ static int run(px_comm *c, void *arg) {
   px_model_zero_grad(tp);
   CHECK_OK(px_model_backward(tp, &dyt, &dxt));
   const px_tp_counts all = g.counts;
-  CHECK(yt.shape[1] == Tl && dxt.shape[1] == Tl, "tp %d: output (…, %lld, …), input gradient (…, %lld, …), want %d",
-        P, (long long)yt.shape[1], (long long)dxt.shape[1], Tl);
+  CHECK(yt.shape[1] == Tl && dxt.shape[1] == Tl, "tp %d: output (…, %lld, …), input gradient (…, %lld, …), want %d", P,
+        (long long)yt.shape[1], (long long)dxt.shape[1], Tl);
   double wy = 0, wdx = 0;
   for (int n = 0; n < N; n++)
     for (int t = 0; t < Tl; t++)
@@ -81,8 +84,8 @@ static int run(px_comm *c, void *arg) {
         wy = fmax(wy, fabs(px_f32(&yt)[lo] - px_f32(&yf)[gl]) / fmax(1.0, fabs(px_f32(&yf)[gl])));
         wdx = fmax(wdx, fabs(px_f32(&dxt)[lo] - px_f32(&dxf)[gl]) / fmax(1.0, fabs(px_f32(&dxf)[gl])));
       }
-  CHECK(wy <= 1e-5 && wdx <= 1e-5, "%s, tp %d rank %d: output differs by %.3g, input gradient by %.3g", split ? "split layers" : "operator pair", P,
-        rank, wy, wdx);
+  CHECK(wy <= 1e-5 && wdx <= 1e-5, "%s, tp %d rank %d: output differs by %.3g, input gradient by %.3g",
+        split ? "split layers" : "operator pair", P, rank, wy, wdx);
   double wg = 0;
   const char *worst = "";
   for (int i = 0; i < tp->n_params; i++) {
@@ -90,20 +93,25 @@ static int run(px_comm *c, void *arg) {
     float want[HID * IN];
     px_tp_box_take(p, q->grad, want);
     const double d = px_max_rel_diff(p->grad, want, p->numel, 1e-3);
-    if (d > wg) { wg = d; worst = p->name; }
+    if (d > wg) {
+      wg = d;
+      worst = p->name;
+    }
   }
-  CHECK(wg <= 1e-5, "tp %d rank %d: gradient of \"%s\" differs from its box of the full one by %.3g", P, rank, worst, wg);
+  CHECK(wg <= 1e-5, "tp %d rank %d: gradient of \"%s\" differs from its box of the full one by %.3g", P, rank, worst,
+        wg);
   // The split layers gather the column-parallel layer's input again in
   // backward instead of keeping it whole (Megatron-LM's trade): one more.
   CHECK(fwd.fwd_allgather == 1 && fwd.fwd_reduce_scatter == 1 && fwd.fwd_allreduce == 0 &&
-        all.bwd_allgather == (split ? 2u : 1u) && all.bwd_reduce_scatter == 1 && all.bwd_allreduce == 0,
+          all.bwd_allgather == (split ? 2u : 1u) && all.bwd_reduce_scatter == 1 && all.bwd_allreduce == 0,
         "tp %d: forward %llu all-gathers, %llu reduce-scatters, %llu all-reduces; backward %llu, %llu, %llu", P,
         (unsigned long long)fwd.fwd_allgather, (unsigned long long)fwd.fwd_reduce_scatter,
         (unsigned long long)fwd.fwd_allreduce, (unsigned long long)all.bwd_allgather,
         (unsigned long long)all.bwd_reduce_scatter, (unsigned long long)all.bwd_allreduce);
   if (rank == 0)
     printf("  %s, tp %d: output %.1e, input gradient %.1e, parameter gradients %.1e from one process; 1 all-gather + 1 "
-           "reduce-scatter each way%s\n", split ? "split layers" : "operator pair", P, wy, wdx, wg,
+           "reduce-scatter each way%s\n",
+           split ? "split layers" : "operator pair", P, wy, wdx, wg,
            split ? " (+1 all-gather backward: the input again)" : "");
   px_model_free(tp);
   px_model_free(full);

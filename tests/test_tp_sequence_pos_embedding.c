@@ -18,7 +18,10 @@ int main(void) {
   CHECK_OK(px_model_create(&full, px_pos_embedding(CTX, C), 7));
   float x[N * T * C], dy[N * T * C];
   px_rng rng = px_rng_make(11, 0);
-  for (int i = 0; i < N * T * C; i++) { x[i] = 2 * px_rng_uniform(&rng) - 1; dy[i] = 2 * px_rng_uniform(&rng) - 1; }
+  for (int i = 0; i < N * T * C; i++) {
+    x[i] = 2 * px_rng_uniform(&rng) - 1;
+    dy[i] = 2 * px_rng_uniform(&rng) - 1;
+  }
   px_tensor xf = px_tensor_view(x, PX_F32, 3, (int64_t[]){N, T, C}), yf;
   px_tensor dyf = px_tensor_view(dy, PX_F32, 3, (int64_t[]){N, T, C});
   CHECK_OK(px_model_forward(full, &xf, &yf));
@@ -50,8 +53,10 @@ int main(void) {
       px_model_free(pm);
     }
     CHECK(ydiff == 0, "parts %d: %d (part, sequence) outputs differ from the whole sequence's", parts, ydiff);
-    CHECK(memcmp(gsum, wf->grad, sizeof gsum) == 0, "parts %d: the parts' weight gradients do not add up to the "
-          "whole one's", parts);
+    CHECK(memcmp(gsum, wf->grad, sizeof gsum) == 0,
+          "parts %d: the parts' weight gradients do not add up to the "
+          "whole one's",
+          parts);
     if (ydiff == 0 && memcmp(gsum, wf->grad, sizeof gsum) == 0)
       printf("  parts %d: outputs and summed weight gradients equal the whole sequence's bit for bit\n", parts);
   }
@@ -63,8 +68,8 @@ int main(void) {
         "3 parts of 4 positions, context 10: \"%s\"", px_last_error());
   printf("  refused: %s\n", px_last_error());
   px_model_free(pm);
-  CHECK(px_pos_embedding_part(CTX, C, 2, 2) == NULL && strstr(px_last_error(), "part 2 of 2"),
-        "part 2 of 2: \"%s\"", px_last_error());
+  CHECK(px_pos_embedding_part(CTX, C, 2, 2) == NULL && strstr(px_last_error(), "part 2 of 2"), "part 2 of 2: \"%s\"",
+        px_last_error());
   printf("  refused: %s\n", px_last_error());
   px_model_free(full);
   return px_test_finish("test_tp_sequence_pos_embedding");

@@ -46,11 +46,11 @@ static px_train_opts base_opts(size_t batch) {
 }
 
 typedef struct run_arg {
-  size_t  batch;
-  float  *final;     /* rank 0 copies the final parameters here */
-  size_t  n_final;
-  double  first_eval_loss, last_eval_loss, last_acc;
-  bool    eval_every;
+  size_t batch;
+  float *final; /* rank 0 copies the final parameters here */
+  size_t n_final;
+  double first_eval_loss, last_eval_loss, last_acc;
+  bool eval_every;
 } run_arg;
 
 static int first_eval_hook_loss_set;
@@ -97,8 +97,8 @@ static int run_rank(px_comm *comm, void *argp) {
 }
 
 typedef struct eval_arg {
-  float  *params;
-  double  loss, acc;
+  float *params;
+  double loss, acc;
 } eval_arg;
 
 static int eval_rank(px_comm *comm, void *argp) {

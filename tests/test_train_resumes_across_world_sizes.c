@@ -24,20 +24,22 @@
 #define N_PARAMS 167
 
 typedef struct run_arg {
-  int         stage;
-  size_t      batch;
+  int stage;
+  size_t batch;
   const char *ckpt_dir, *resume;
-  int64_t     stop_at;
-  float       final[N_PARAMS];
-  int64_t     steps, start_step;
+  int64_t stop_at;
+  float final[N_PARAMS];
+  int64_t steps, start_step;
 } run_arg;
 
 static int run_rank(px_comm *comm, void *argp) {
   run_arg *a = argp;
   px_dataset *train = blobs_open(48, D, K, 1.0f, 3, 100);
   px_model *m;
-  CHECK_OK(px_model_create(&m, px_chain_of(5, px_linear(D, 7, true), px_tanh(), px_linear(7, 3, true), px_tanh(),
-                                           px_linear(3, K, false)), 5));
+  CHECK_OK(px_model_create(&m,
+                           px_chain_of(5, px_linear(D, 7, true), px_tanh(), px_linear(7, 3, true), px_tanh(),
+                                       px_linear(3, K, false)),
+                           5));
   px_train_opts o = PX_TRAIN_DEFAULTS;
   o.batch_size = a->batch;
   o.workers = 0;
@@ -106,15 +108,15 @@ int main(void) {
       CHECK(on.start_step == 3 && on.steps == 8, "stage %d, 4 -> %d ranks: steps %lld..%lld, expected 3..8", stage,
             world, (long long)on.start_step, (long long)on.steps);
       const double d = rel_diff(on.final, straight.final);
-      printf("stage %d: 4 ranks stopped at step 3, resumed on %d: %.3g relative from the unstopped run\n", stage,
-             world, d);
+      printf("stage %d: 4 ranks stopped at step 3, resumed on %d: %.3g relative from the unstopped run\n", stage, world,
+             d);
       CHECK(d <= 1e-6, "stage %d, 4 -> %d ranks: %g relative from the unstopped run", stage, world, d);
     }
     // Another global batch: from the same sample count, to the last epoch's end.
     run_arg half = {.stage = stage, .batch = 3, .resume = ck};
     run(2, &half);
-    CHECK(half.start_step == 6 && half.steps == 16, "stage %d, 4 x 3 -> 2 x 3: steps %lld..%lld, expected 6..16",
-          stage, (long long)half.start_step, (long long)half.steps);
+    CHECK(half.start_step == 6 && half.steps == 16, "stage %d, 4 x 3 -> 2 x 3: steps %lld..%lld, expected 6..16", stage,
+          (long long)half.start_step, (long long)half.steps);
   }
   ckpt_rm_rf(root);
   return px_test_finish("test_train_resumes_across_world_sizes");

@@ -35,8 +35,8 @@ static const char *case_names[] = {"NaN loss on one rank", "inf loss", "inf grad
 
 /* ---- A dataset of 2-feature samples for the poison cases ----------------- */
 typedef struct poison {
-  int    mode;   /* CASE_* */
-  size_t bad;    /* CASE_NAN_ONE: the poisoned sample */
+  int mode;   /* CASE_* */
+  size_t bad; /* CASE_NAN_ONE: the poisoned sample */
 } poison;
 
 static px_status poison_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {
@@ -87,13 +87,13 @@ static px_dataset *poison_open(int mode, size_t n, size_t bad) {
 /* ---- One run on every rank ------------------------------------------------ */
 #define MAX_RANKS 2
 typedef struct run_arg {
-  int       mode, zero;
-  double    spike_factor;
+  int mode, zero;
+  double spike_factor;
   px_status st[MAX_RANKS];
-  int64_t   steps[MAX_RANKS];
-  bool      finite[MAX_RANKS];
-  double    train_loss[MAX_RANKS];
-  char      msg[MAX_RANKS][512];
+  int64_t steps[MAX_RANKS];
+  bool finite[MAX_RANKS];
+  double train_loss[MAX_RANKS];
+  char msg[MAX_RANKS][512];
 } run_arg;
 
 static int run_rank(px_comm *comm, void *argp) {
@@ -166,7 +166,9 @@ static void run_case(int mode, int world, int zero) {
   CHECK(code == 0, "a rank failed");
   char label[96];
   snprintf(label, sizeof label, "%s, %d rank%s%s", case_names[mode], world, world == 1 ? "" : "s",
-           zero ? ", ZeRO 1" : world > 1 ? ", DDP" : "");
+           zero          ? ", ZeRO 1"
+             : world > 1 ? ", DDP"
+                         : "");
   if (mode == CASE_SPIKE_OFF) {
     for (int r = 0; r < world; r++) {
       CHECK(a.st[r] == PX_OK && a.steps[r] == 60, "%s: rank %d: status %d after %lld steps (%s)", label, r, a.st[r],
@@ -177,24 +179,27 @@ static void run_case(int mode, int world, int zero) {
     printf("  %-34s trains on: 60 steps, mean loss %.3g\n", label, a.train_loss[0]);
     return;
   }
-  const char *what = mode == CASE_INF_GRAD ? "the gradient norm is inf" : mode == CASE_SPIKE_ON ? "loss spike"
-                                                                                                 : "the loss is not finite";
+  const char *what = mode == CASE_INF_GRAD ? "the gradient norm is inf"
+    : mode == CASE_SPIKE_ON                ? "loss spike"
+                                           : "the loss is not finite";
   const long s0 = named_step(a.msg[0], what);
   for (int r = 0; r < world; r++) {
     const long s = named_step(a.msg[r], what);
-    CHECK(a.st[r] == PX_ERR_INVALID && s >= 1, "%s: rank %d: status %d, message \"%s\" (expected \"%s ... at step "
-          "S\")", label, r, a.st[r], a.msg[r], what);
+    CHECK(a.st[r] == PX_ERR_INVALID && s >= 1,
+          "%s: rank %d: status %d, message \"%s\" (expected \"%s ... at step "
+          "S\")",
+          label, r, a.st[r], a.msg[r], what);
     CHECK(s == s0, "%s: rank %d stopped at step %ld, rank 0 at %ld", label, r, s, s0);
     CHECK(a.steps[r] == s - 1, "%s: rank %d took %lld steps; it stopped at step %ld, before its update", label, r,
           (long long)a.steps[r], s);
     CHECK(a.finite[r], "%s: rank %d holds parameters that are not finite: the bad step's update went through", label,
           r);
   }
-  if (mode == CASE_INF_LOSS || mode == CASE_INF_GRAD)
-    CHECK(s0 == 1, "%s: stopped at step %ld, expected 1", label, s0);
+  if (mode == CASE_INF_LOSS || mode == CASE_INF_GRAD) CHECK(s0 == 1, "%s: stopped at step %ld, expected 1", label, s0);
   if (mode == CASE_NAN_ONE && world == 2)  // the poisoned sample is one rank's: the other's loss was finite
     CHECK(strstr(a.msg[0], "on 1 of 2 ranks") != NULL, "%s: \"%s\" does not say 1 of 2 ranks", label, a.msg[0]);
-  if (mode == CASE_INF_LOSS) CHECK(strstr(a.msg[0], "inf") != NULL, "%s: \"%s\" does not show the inf", label, a.msg[0]);
+  if (mode == CASE_INF_LOSS)
+    CHECK(strstr(a.msg[0], "inf") != NULL, "%s: \"%s\" does not show the inf", label, a.msg[0]);
   if (mode == CASE_SPIKE_ON) CHECK(s0 > 10, "%s: stopped at step %ld, inside the 10 warm-up steps", label, s0);
   printf("  %-34s stops every rank at step %ld\n", label, s0);
 }

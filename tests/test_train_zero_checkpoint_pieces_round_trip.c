@@ -36,8 +36,8 @@ static int pieces_of(int r, int shift, px_tensor_piece p[2], float *own) {
   memcpy(own, A + ao, a_cnt[r] * sizeof(float));
   n++;
   if (b_cnt[r]) {
-    p[n] = (px_tensor_piece){.key = "b", .ndim = 1, .shape = {7}, .offset = b_off[r], .count = b_cnt[r],
-                             .data = own + 8};
+    p[n] =
+      (px_tensor_piece){.key = "b", .ndim = 1, .shape = {7}, .offset = b_off[r], .count = b_cnt[r], .data = own + 8};
     memcpy(own + 8, B + b_off[r], b_cnt[r] * sizeof(float));
     n++;
   }

@@ -70,8 +70,8 @@ static void check_bad_inputs(void) {
  * child 0 is an embedding, child 1 the head tied to it. */
 typedef struct order_box {
   px_module base;
-  bool      head_first_in_forward;
-  bool      embedding_first_in_backward;
+  bool head_first_in_forward;
+  bool embedding_first_in_backward;
   px_tensor h;
 } order_box;
 
@@ -174,8 +174,7 @@ static void check_accumulation(void) {
     // the order of additions (wte: head, then scatter) otherwise.
     const float scale = px_max_abs(g1 + p->offset, p->numel);
     size_t bad = 0;
-    for (size_t i = 0; i < p->numel; i++)
-      bad += fabsf(g2[p->offset + i] - 2.0f * g1[p->offset + i]) > 1e-5f * scale;
+    for (size_t i = 0; i < p->numel; i++) bad += fabsf(g2[p->offset + i] - 2.0f * g1[p->offset + i]) > 1e-5f * scale;
     CHECK(bad == 0, "\"%s\": %zu of %zu gradient elements are not twice one pass", p->name, bad, p->numel);
   }
   free(g1);
@@ -240,7 +239,11 @@ static void check_attention_threads(void) {
     }
     px_model_free(md);
   }
-  for (int k = 0; k < 2; k++) { free(g[k]); free(y[k]); free(dx[k]); }
+  for (int k = 0; k < 2; k++) {
+    free(g[k]);
+    free(y[k]);
+    free(dx[k]);
+  }
 }
 
 int main(void) {

@@ -28,9 +28,9 @@ static void write_text(const char *path, const char *text, size_t n) {
 }
 
 static const char corpus[] =
-    " \n = Valkyria Chronicles III = \n \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese ) , a role @-@ playing "
-    "game \n the game is a game of the <unk> \n\n = = Gameplay = = \n As with previous games , the game is played "
-    "in turns \n";
+  " \n = Valkyria Chronicles III = \n \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese ) , a role @-@ playing "
+  "game \n the game is a game of the <unk> \n\n = = Gameplay = = \n As with previous games , the game is played "
+  "in turns \n";
 
 static void expect_parse_error(const char *text, const char *a, const char *b) {
   px_vocab *v = (px_vocab *)1;
@@ -47,26 +47,26 @@ static void vocab_files(void) {
   CHECK(px_vocab_kind(v) == PX_TOKENIZER_WORD, "kind");
   // First appearance: "<eos>" (the blank first line), "=", "Valkyria", ...
   CHECK(strcmp(px_vocab_token(v, 0), "<eos>") == 0 && strcmp(px_vocab_token(v, 1), "=") == 0 &&
-            strcmp(px_vocab_token(v, 2), "Valkyria") == 0,
+          strcmp(px_vocab_token(v, 2), "Valkyria") == 0,
         "first ids: %s %s %s", px_vocab_token(v, 0), px_vocab_token(v, 1), px_vocab_token(v, 2));
   uint32_t unk = px_vocab_id(v, "<unk>", 5);
   CHECK(unk != UINT32_MAX && px_vocab_id(v, "never-seen", 10) == unk, "unknown words must map to <unk>");
-  CHECK(px_vocab_id(v, "game", 4) != unk && strcmp(px_vocab_token(v, px_vocab_id(v, "game", 4)), "game") == 0,
-        "game");
+  CHECK(px_vocab_id(v, "game", 4) != unk && strcmp(px_vocab_token(v, px_vocab_id(v, "game", 4)), "game") == 0, "game");
   CHECK(px_vocab_token(v, (uint32_t)px_vocab_size(v)) == NULL, "token past the end");
   CHECK_OK(px_vocab_save(v, in_dir("v.vocab")));
   CHECK_OK(px_vocab_load(&w, in_dir("v.vocab")));
   CHECK(px_vocab_size(w) == px_vocab_size(v), "size %zu after load, %zu before", px_vocab_size(w), px_vocab_size(v));
   for (uint32_t id = 0; id < px_vocab_size(v); id++)
     CHECK(strcmp(px_vocab_token(v, id), px_vocab_token(w, id)) == 0 &&
-              px_vocab_id(w, px_vocab_token(v, id), strlen(px_vocab_token(v, id))) == id,
+            px_vocab_id(w, px_vocab_token(v, id), strlen(px_vocab_token(v, id))) == id,
           "id %u differs after load", id);
   px_vocab_free(w);
 
   // A text without "<unk>" gets it as the last id.
   write_text(in_dir("plain.txt"), "a b\nb c", 7);
   CHECK_OK(px_vocab_build(&w, in_dir("plain.txt")));
-  CHECK(px_vocab_size(w) == 5 && strcmp(px_vocab_token(w, 2), "<eos>") == 0 && strcmp(px_vocab_token(w, 4), "<unk>") == 0,
+  CHECK(px_vocab_size(w) == 5 && strcmp(px_vocab_token(w, 2), "<eos>") == 0 &&
+          strcmp(px_vocab_token(w, 4), "<unk>") == 0,
         "plain vocabulary");
   px_vocab_free(w);
   write_text(in_dir("nul.txt"), "ok line\nbad\0line\n", 17);
@@ -157,7 +157,8 @@ static void shards_and_text_dataset_agree(void) {
   CHECK_OK(px_text_to_shards(in_dir("train.txt"), in_dir("wt"), PX_TOKENIZER_WORD, NULL, 10));
   CHECK(access(in_dir("wt_000007.bin"), F_OK) != 0 && access(in_dir("wt_000012.bin"), F_OK) != 0,
         "stale shards 7 and 12 were left");
-  CHECK(access(in_dir("wt_000005.bin"), F_OK) == 0 && access(in_dir("wt_000006.bin"), F_OK) != 0, "shards 0..5 expected");
+  CHECK(access(in_dir("wt_000005.bin"), F_OK) == 0 && access(in_dir("wt_000006.bin"), F_OK) != 0,
+        "shards 0..5 expected");
   CHECK(access(in_dir("wt_notes.bin"), F_OK) == 0, "a file that is not a numbered shard was removed");
   px_vocab *v;
   CHECK_OK(px_vocab_load(&v, in_dir("wt.vocab")));

@@ -33,7 +33,10 @@ static void forward(px_model *md, bool gpt, int s, px_tensor *y, int32_t *target
   static float x[ROWS * 3];
   static int32_t ids[ROWS * T];
   for (int i = 0; i < ROWS * 3; i++) x[i] = (float)((i * 7 + s) % 5) / 5.0f - 0.4f;
-  for (int i = 0; i < ROWS * T; i++) { ids[i] = (i * 5 + s) % V; targets[i] = (i * 3 + s + 1) % V; }
+  for (int i = 0; i < ROWS * T; i++) {
+    ids[i] = (i * 5 + s) % V;
+    targets[i] = (i * 3 + s + 1) % V;
+  }
   px_tensor X = gpt ? px_tensor_view(ids, PX_I32, 2, (int64_t[]){ROWS, T}) : px_tensor_f32(x, 2, ROWS, 3, 0, 0);
   CHECK_OK(px_model_forward(md, &X, y));
 }
@@ -105,20 +108,23 @@ static void run_case(px_comm *c, bool gpt, bool reshard, bool prefetch) {
     px_zero_counts(z, &ag3, &rs3);
     // Tied GPT: wte stays gathered for the head, so backward skips it.
     const int64_t bwd = !reshard ? 0 : gpt ? U - 1 : U;
-    CHECK(ag1 - ag0 == U && rs1 == rs0, "%s reshard %d step %d: forward ran %lld all-gathers and %lld "
-          "reduce-scatters, expected %lld and 0", gpt ? "gpt" : "mlp", reshard, s, (long long)(ag1 - ag0),
-          (long long)(rs1 - rs0), (long long)U);
-    CHECK(ag2 - ag1 == bwd && rs2 - rs1 == U, "%s reshard %d step %d: backward ran %lld all-gathers and %lld "
-          "reduce-scatters, expected %lld and %lld", gpt ? "gpt" : "mlp", reshard, s, (long long)(ag2 - ag1),
-          (long long)(rs2 - rs1), (long long)bwd, (long long)U);
+    CHECK(ag1 - ag0 == U && rs1 == rs0,
+          "%s reshard %d step %d: forward ran %lld all-gathers and %lld "
+          "reduce-scatters, expected %lld and 0",
+          gpt ? "gpt" : "mlp", reshard, s, (long long)(ag1 - ag0), (long long)(rs1 - rs0), (long long)U);
+    CHECK(ag2 - ag1 == bwd && rs2 - rs1 == U,
+          "%s reshard %d step %d: backward ran %lld all-gathers and %lld "
+          "reduce-scatters, expected %lld and %lld",
+          gpt ? "gpt" : "mlp", reshard, s, (long long)(ag2 - ag1), (long long)(rs2 - rs1), (long long)bwd,
+          (long long)U);
     CHECK(ag3 == ag2 && rs3 == rs2, "after_step communicated in stage 3");
     if (!gpt && s > 0) {
       // At unit k's pre_forward (ZeRO acted first): units 0..k gathered,
       // plus unit k+1 started when prefetching.
       for (int k = 0; k < pr.n; k++) {
         int64_t expect = ag0 + k + 1 + (prefetch && k + 1 < U ? 1 : 0);
-        CHECK(pr.at_unit[k] == expect, "step %d prefetch %d: at unit %d's forward %lld all-gathers, expected %lld",
-              s, prefetch, k, (long long)pr.at_unit[k], (long long)expect);
+        CHECK(pr.at_unit[k] == expect, "step %d prefetch %d: at unit %d's forward %lld all-gathers, expected %lld", s,
+              prefetch, k, (long long)pr.at_unit[k], (long long)expect);
       }
       CHECK(pr.n == U, "the probe saw %d units", pr.n);
     }
@@ -140,7 +146,7 @@ static void run_case(px_comm *c, bool gpt, bool reshard, bool prefetch) {
   CHECK(ag1 - ag0 == U && rs1 == rs0, "evaluation: %lld all-gathers and %lld reduce-scatters, expected %lld and 0",
         (long long)(ag1 - ag0), (long long)(rs1 - rs0), (long long)U);
   CHECK(px_tensor_numel(&y) == px_tensor_numel(&yp) &&
-            memcmp(y.data, yp.data, (size_t)px_tensor_numel(&y) * sizeof(float)) == 0,
+          memcmp(y.data, yp.data, (size_t)px_tensor_numel(&y) * sizeof(float)) == 0,
         "rank %d: evaluation while wrapped differs from the unwrapped model", rank);
   for (int i = 0; i < md->n_params; i++)
     CHECK(md->params[i]->data == NULL, "after evaluation \"%s\" is still gathered", md->params[i]->name);

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int OUT;  /* Linear(1, OUT) without bias: its weight's gradient is dY itself */
+static int OUT; /* Linear(1, OUT) without bias: its weight's gradient is dY itself */
 
 /* Rank r's gradient of element i. */
 static float grad_of(int r, int i) {
@@ -94,16 +94,18 @@ static void run_one(px_comm *c, int out) {
           const float *got = stage == 1 ? md->grad_data + v[k] + e : shard + v[n + k] + e;
           bad += memcmp(got, &want[v[k] + e], sizeof(float)) != 0;
         }
-      CHECK(bad == 0 && seen > 0, "rank %d/%d ZeRO-%d, %zu B buckets: %d of %zu gradients of its pieces differ "
-            "from the rank-order sum", rank, N, stage, buckets[b], bad, seen);
+      CHECK(bad == 0 && seen > 0,
+            "rank %d/%d ZeRO-%d, %zu B buckets: %d of %zu gradients of its pieces differ "
+            "from the rank-order sum",
+            rank, N, stage, buckets[b], bad, seen);
       free(v);
       CHECK_OK(px_zero_free(z));
       px_model_free(md);
     }
   }
   if (rank == 0)
-    printf("%d ranks, %d gradients: DDP and ZeRO 1-3 give the rank-order sums (%d differ in reversed order)\n", N,
-           OUT, reversed_differs);
+    printf("%d ranks, %d gradients: DDP and ZeRO 1-3 give the rank-order sums (%d differ in reversed order)\n", N, OUT,
+           reversed_differs);
   free(want);
 }
 

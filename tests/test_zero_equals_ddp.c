@@ -15,7 +15,8 @@
 static int run_all(px_comm *c, void *arg) {
   (void)arg;
   px_comm_set_timeout(c, 120);
-  if (px_comm_rank(c) == 0) printf("%d ranks, backend %s\n", px_comm_size(c), px_comm_backend_name(px_comm_backend_of(c)));
+  if (px_comm_rank(c) == 0)
+    printf("%d ranks, backend %s\n", px_comm_size(c), px_comm_backend_name(px_comm_backend_of(c)));
   for (int kind = MODEL_MLP; kind <= MODEL_GPT; kind++) {
     zall_stages(c, kind, OPT_SGD, 0, true);
     zall_stages(c, kind, OPT_ADAM, 0, true);
@@ -33,6 +34,7 @@ int main(void) {
     CHECK_OK(px_comm_run(n, run_all, NULL, &code));
     CHECK(code == 0, "%d threads: a rank failed (%d)", n, code);
   }
-  printf("largest relative difference from DDP in any case: %.2e (||a - b|| / ||b|| per tensor: %.2e)\n", zworst_seen, zworst_norm_seen);
+  printf("largest relative difference from DDP in any case: %.2e (||a - b|| / ||b|| per tensor: %.2e)\n", zworst_seen,
+         zworst_norm_seen);
   return px_test_finish("test_zero_equals_ddp");
 }

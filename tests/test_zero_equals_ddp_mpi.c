@@ -22,7 +22,9 @@ static int run_all(px_comm *c, void *arg) {
   zaccumulation(c, MODEL_MLP, exact);
   zaccumulation(c, MODEL_GPT, exact);
   zdelayed(c, MODEL_MLP, exact);
-  if (px_comm_rank(c) == 0) printf("largest relative difference from DDP in any case: %.2e (||a - b|| / ||b|| per tensor: %.2e)\n", zworst_seen, zworst_norm_seen);
+  if (px_comm_rank(c) == 0)
+    printf("largest relative difference from DDP in any case: %.2e (||a - b|| / ||b|| per tensor: %.2e)\n", zworst_seen,
+           zworst_norm_seen);
   return px_test_failures ? 1 : 0;
 }
 

@@ -18,7 +18,7 @@
  * table users choose a stage from is wrong, or a stage keeps what it
  * claims to free (grad_data in stage 2, param_data in stage 3). */
 #include "px_test.h"
-#include "parallel/zero_internal.h"  /* PXZ_MAX_RS_IN_FLIGHT */
+#include "parallel/zero_internal.h" /* PXZ_MAX_RS_IN_FLIGHT */
 
 #include <string.h>
 
@@ -79,7 +79,10 @@ static int run_all(px_comm *c, void *arg) {
     CHECK(opt->n_state == 2 && opt->n == shard, "stage %d: optimizer state %d x %zu, expected 2 x %zu", stage,
           opt->n_state, opt->n, shard);
     float x[4 * W], dyv[4 * W];
-    for (int i = 0; i < 4 * W; i++) { x[i] = (float)((i * 7 + rank) % 11) / 11.0f - 0.5f; dyv[i] = 0.01f * (float)(i % 5); }
+    for (int i = 0; i < 4 * W; i++) {
+      x[i] = (float)((i * 7 + rank) % 11) / 11.0f - 0.5f;
+      dyv[i] = 0.01f * (float)(i % 5);
+    }
     for (int s = 0; s < 3; s++) {
       px_zero_zero_grad(z);
       px_tensor X = px_tensor_f32(x, 2, 4, W, 0, 0), Y;
@@ -130,10 +133,12 @@ static int run_all(px_comm *c, void *arg) {
     if (stage >= 2)
       CHECK(pr.most_grads >= 1 && pr.most_grads <= PXZ_MAX_RS_IN_FLIGHT + 1,
             "stage %d: %d layers' gradient storage at once; at most %d reduce-scatters in flight plus the one "
-            "being written", stage, pr.most_grads, PXZ_MAX_RS_IN_FLIGHT);
+            "being written",
+            stage, pr.most_grads, PXZ_MAX_RS_IN_FLIGHT);
     CHECK(m.arena_peak == px_arena_high_water(md->arena) && m.arena_peak > 0, "arena peak %zu", m.arena_peak);
     if (rank == 0)
-      printf("  N %d stage %d: params %6zu  grads %6zu (%d in flight)  gathered %5zu  arena %zu bytes; full model %zu\n",
+      printf("  N %d stage %d: params %6zu  grads %6zu (%d in flight)  gathered %5zu  arena %zu bytes; full model "
+             "%zu\n",
              N, stage, m.params, m.grads, stage >= 2 ? pr.most_grads : 0, m.gathered, m.arena_peak, n * f);
     px_optim_free(opt);
     px_model_remove_hooks(md, handle);

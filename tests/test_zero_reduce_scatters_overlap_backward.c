@@ -13,8 +13,8 @@ enum { LAYERS = 6, W = 8 };
 typedef struct probe {
   px_zero *z;
   px_model *md;
-  int64_t seen[LAYERS];  /* reduce-scatters started when layer k's backward began */
-  int     n;
+  int64_t seen[LAYERS]; /* reduce-scatters started when layer k's backward began */
+  int n;
 } probe;
 
 static void at_pre_backward(void *user, px_module *m) {
@@ -62,8 +62,10 @@ static int run_all(px_comm *c, void *arg) {
       px_zero_counts(z, NULL, &rs1);
       CHECK(pr.n == LAYERS, "stage %d: %d Linear backwards seen", stage, pr.n);
       for (int k = 0; k < pr.n; k++)
-        CHECK(pr.seen[k] - rs0 == k, "stage %d step %d: when the %d-th layer from the end began backward, %lld "
-              "reduce-scatters had started, expected %d", stage, s, k + 1, (long long)(pr.seen[k] - rs0), k);
+        CHECK(pr.seen[k] - rs0 == k,
+              "stage %d step %d: when the %d-th layer from the end began backward, %lld "
+              "reduce-scatters had started, expected %d",
+              stage, s, k + 1, (long long)(pr.seen[k] - rs0), k);
       CHECK(rs1 - rs0 == LAYERS, "stage %d: %lld reduce-scatters by the end of backward, expected %d", stage,
             (long long)(rs1 - rs0), LAYERS);
       CHECK_OK(px_zero_sync(z));

@@ -19,8 +19,7 @@ static px_module *small_gpt(void) {
 }
 
 /* wrap must fail with PX_ERR_INVALID and a message containing every needle. */
-static void refused(px_comm *c, px_model *md, const px_zero_opts *o, const char *what, const char *n1,
-                    const char *n2) {
+static void refused(px_comm *c, px_model *md, const px_zero_opts *o, const char *what, const char *n1, const char *n2) {
   float *before = md->param_data, *gbefore = md->grad_data;
   px_zero *z = (px_zero *)1;
   px_status st = px_zero_wrap(&z, md, c, o);

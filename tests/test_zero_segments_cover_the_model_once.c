@@ -30,7 +30,10 @@ static int run_all(px_comm *c, void *arg) {
     px_zero_opts o = PX_ZERO_DEFAULTS;
     o.stage = stage;
     o.bucket_bytes = o.first_bucket_bytes = 200;
-    if (variant == 3) { o.units = blocks; o.n_units = 2; }
+    if (variant == 3) {
+      o.units = blocks;
+      o.n_units = 2;
+    }
     px_zero *z;
     CHECK_OK(px_zero_wrap(&z, md, c, &o));
     float *shard;
@@ -49,8 +52,7 @@ static int run_all(px_comm *c, void *arg) {
       CHECK(so[s] + cnt[s] <= sn && fo[s] + cnt[s] <= n && cnt[s] > 0, "segment %d out of bounds", s);
       for (size_t i = 0; i < cnt[s] && fo[s] + i < n && so[s] + i < sn; i++) {
         cover[fo[s] + i]++;
-        CHECK(SHARD_AT(s, i) == want[fo[s] + i], "stage %d: shard[%zu] is not flat[%zu]", stage, so[s] + i,
-              fo[s] + i);
+        CHECK(SHARD_AT(s, i) == want[fo[s] + i], "stage %d: shard[%zu] is not flat[%zu]", stage, so[s] + i, fo[s] + i);
       }
     }
     CHECK_OK(px_comm_allreduce(c, cover, n, PX_I32, PX_SUM));
@@ -70,14 +72,18 @@ static int run_all(px_comm *c, void *arg) {
     free(back);
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += cover[i] != 1;
-    CHECK(wrong == 0, "variant %d (stage %d): %zu of %zu elements are not covered exactly once", variant, stage,
-          wrong, n);
+    CHECK(wrong == 0, "variant %d (stage %d): %zu of %zu elements are not covered exactly once", variant, stage, wrong,
+          n);
     if (px_comm_rank(c) == 0)
       printf("  N %d stage %d%s: %d segments on rank 0, shard %zu of %zu floats\n", N, stage,
              variant == 3 ? " (units h.0, h.1)" : "", k, sn, n);
     CHECK_OK(px_zero_free(z));
     CHECK(memcmp(md->param_data, want, n * sizeof *want) == 0, "stage %d: free changed the parameters", stage);
-    free(fo); free(so); free(cnt); free(cover); free(want);
+    free(fo);
+    free(so);
+    free(cnt);
+    free(cover);
+    free(want);
     px_model_free(md);
   }
   return px_test_failures ? 1 : 0;

@@ -52,8 +52,7 @@ static float shard_grad_max(const px_zero *z, const px_model *model, size_t off,
   float m = 0;
   for (int i = 0; i < k && i < 64; i++)
     for (size_t j = 0; j < cnt[i]; j++)
-      if (fo[i] + j >= off && fo[i] + j < off + n)
-        m = fmaxf(m, fabsf(md ? md->grad_data[fo[i] + j] : g[so[i] + j]));
+      if (fo[i] + j >= off && fo[i] + j < off + n) m = fmaxf(m, fabsf(md ? md->grad_data[fo[i] + j] : g[so[i] + j]));
   return m;
 }
 
@@ -90,7 +89,10 @@ static int with_option(px_comm *c, void *arg) {
     o.stage = stage;
     o.find_unused_parameters = true;
     o.bucket_bytes = o.first_bucket_bytes = 64;  // 1.1.weight and 1.1.bias: buckets of unused parameters only
-    if (variant == 3) { o.units = units; o.n_units = 4; }
+    if (variant == 3) {
+      o.units = units;
+      o.n_units = 4;
+    }
     px_zero *z;
     CHECK_OK(px_zero_wrap(&z, md, c, &o));
     px_optim *opt;

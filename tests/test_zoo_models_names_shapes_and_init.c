@@ -30,8 +30,7 @@ static px_model *create(px_module *root) {
   return md;
 }
 
-static void check_forward(px_model *md, int64_t n, int64_t c, int64_t h, int64_t w, int64_t classes,
-                          const char *what) {
+static void check_forward(px_model *md, int64_t n, int64_t c, int64_t h, int64_t w, int64_t classes, const char *what) {
   if (!md) return;
   px_tensor x;
   int64_t shape[4] = {n, c, h, w};
@@ -66,8 +65,8 @@ static void check_resnet_init(const px_model *md, const char *what) {
       double want = sqrt(2.0 / (double)(w->shape[0] * w->shape[2] * w->shape[3]));
       // The rms of n normal draws is within 4/√(2n) relative of σ (4 standard errors).
       double tol = 4.0 / sqrt(2.0 * (double)w->numel);
-      CHECK(fabs(rms(w) / want - 1.0) < tol, "%s: %s has std %.5f, kaiming fan_out wants %.5f", what, w->name,
-            rms(w), want);
+      CHECK(fabs(rms(w) / want - 1.0) < tol, "%s: %s has std %.5f, kaiming fan_out wants %.5f", what, w->name, rms(w),
+            want);
       CHECK(m->n_params == 1, "%s: %s: ResNet convs have no bias", what, w->name);
       convs++;
     } else if (strcmp(type, "BatchNorm") == 0) {
@@ -93,9 +92,17 @@ static void check_resnet18(void) {
   CHECK(md->n_param_elems == 11689512, "resnet18(1000): %zu parameters, torchvision has 11689512", md->n_param_elems);
   CHECK(md->n_buffer_elems == 9600, "resnet18: %zu buffer elements, torchvision 9600", md->n_buffer_elems);
   // torchvision's state_dict order, less the num_batches_tracked counters.
-  const char *first[] = {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var",
-                         "layer1.0.conv1.weight", "layer1.0.bn1.weight", "layer1.0.bn1.bias",
-                         "layer1.0.bn1.running_mean", "layer1.0.bn1.running_var", "layer1.0.conv2.weight"};
+  const char *first[] = {"conv1.weight",
+                         "bn1.weight",
+                         "bn1.bias",
+                         "bn1.running_mean",
+                         "bn1.running_var",
+                         "layer1.0.conv1.weight",
+                         "layer1.0.bn1.weight",
+                         "layer1.0.bn1.bias",
+                         "layer1.0.bn1.running_mean",
+                         "layer1.0.bn1.running_var",
+                         "layer1.0.conv2.weight"};
   const char *last[] = {"layer4.1.bn2.running_var", "fc.weight", "fc.bias"};
   px_state_dict sd;
   CHECK_OK(px_model_state_dict(md, &sd));
@@ -113,7 +120,8 @@ static void check_resnet18(void) {
   CHECK(px_model_find(md, "layer1.0.downsample.0.weight") == NULL, "layer1.0 keeps the identity shortcut");
   CHECK(px_model_find(md, "layer2.1.downsample.0.weight") == NULL, "layer2.1 keeps the identity shortcut");
   const px_param *w = px_model_find(md, "layer4.0.downsample.0.weight");
-  CHECK(w && w->ndim == 4 && w->shape[0] == 512 && w->shape[1] == 256 && w->shape[2] == 1, "1x1 projection (512, 256, 1, 1)");
+  CHECK(w && w->ndim == 4 && w->shape[0] == 512 && w->shape[1] == 256 && w->shape[2] == 1,
+        "1x1 projection (512, 256, 1, 1)");
   check_resnet_init(md, "resnet18");
   px_model_free(md);
 
@@ -133,8 +141,12 @@ static void check_resnet_small(void) {
   if (!md) return;
   CHECK(md->n_param_elems == 272474, "ResNet-20: %zu parameters, torch 272474", md->n_param_elems);
   CHECK(md->n_buffer_elems == 1568, "ResNet-20: %zu buffer elements, torch 1568", md->n_buffer_elems);
-  const char *named[] = {"conv1.weight", "layer1.2.bn2.bias", "layer2.0.downsample.0.weight",
-                         "layer3.0.downsample.1.running_var", "layer3.2.conv2.weight", "fc.weight"};
+  const char *named[] = {"conv1.weight",
+                         "layer1.2.bn2.bias",
+                         "layer2.0.downsample.0.weight",
+                         "layer3.0.downsample.1.running_var",
+                         "layer3.2.conv2.weight",
+                         "fc.weight"};
   for (int i = 0; i < 6; i++) CHECK(px_model_find(md, named[i]) != NULL, "ResNet-20 has %s", named[i]);
   CHECK(px_model_find(md, "layer1.0.downsample.0.weight") == NULL, "layer1.0: identity shortcut");
   const px_param *fc = px_model_find(md, "fc.weight");
@@ -151,8 +163,8 @@ static void check_cnn_mlp(void) {
   px_model *md = create(px_zoo_cnn(1, 28, 28, 32, 10));
   if (!md) return;
   CHECK(md->n_param_elems == 421738, "cnn(32): %zu parameters, torch 421738", md->n_param_elems);
-  const char *named[] = {"0.weight", "1.weight", "1.running_var", "4.weight", "5.bias", "9.weight", "9.bias",
-                         "12.weight", "12.bias"};
+  const char *named[] = {"0.weight", "1.weight", "1.running_var", "4.weight", "5.bias",
+                         "9.weight", "9.bias",   "12.weight",     "12.bias"};
   for (int i = 0; i < 9; i++) CHECK(px_model_find(md, named[i]) != NULL, "cnn has %s", named[i]);
   CHECK(px_model_find(md, "0.bias") == NULL, "cnn convs have no bias (a batchnorm follows)");
   const px_param *w0 = px_model_find(md, "0.weight"), *w9 = px_model_find(md, "9.weight");

@@ -27,13 +27,17 @@
 enum { TPG_V = 37, TPG_CTX = 12, TPG_T = 8, TPG_B = 4, TPG_STEPS = 20 };
 #define TPG_CLIP 0.5f
 
-static const px_gpt_config tpg_cfg = {.vocab_size = TPG_V, .context = TPG_CTX, .n_layer = 2, .n_head = 4,
-                                      .n_embd = 16, .dropout = 0.1f};
+static const px_gpt_config tpg_cfg =
+  {.vocab_size = TPG_V, .context = TPG_CTX, .n_layer = 2, .n_head = 4, .n_embd = 16, .dropout = 0.1f};
 
 static px_tp_gpt_config tpg_tp_cfg(bool sequence_parallel) {
-  return (px_tp_gpt_config){.vocab_size = tpg_cfg.vocab_size, .context = tpg_cfg.context,
-                            .n_layer = tpg_cfg.n_layer, .n_head = tpg_cfg.n_head, .n_embd = tpg_cfg.n_embd,
-                            .dropout = tpg_cfg.dropout, .sequence_parallel = sequence_parallel};
+  return (px_tp_gpt_config){.vocab_size = tpg_cfg.vocab_size,
+                            .context = tpg_cfg.context,
+                            .n_layer = tpg_cfg.n_layer,
+                            .n_head = tpg_cfg.n_head,
+                            .n_embd = tpg_cfg.n_embd,
+                            .dropout = tpg_cfg.dropout,
+                            .sequence_parallel = sequence_parallel};
 }
 
 // Rows [first, first + count) of step s's batch: ids and next-token targets.
@@ -74,12 +78,16 @@ static double tpg_compare(const px_model *tp, const px_model *ref, const char **
     double w = 0;
     if (strstr(p->name, "c_attn.bias") && b.n_parts == 3) {
       for (int part = 0; part < 3; part += 2)
-        w = fmax(w, px_max_rel_diff(p->data + b.local_offset[part], want + b.local_offset[part], (size_t)b.size[part],
-                                    floor));
+        w = fmax(w,
+                 px_max_rel_diff(p->data + b.local_offset[part], want + b.local_offset[part], (size_t)b.size[part],
+                                 floor));
     } else {
       w = px_max_rel_diff(p->data, want, p->numel, floor);
     }
-    if (w > worst) { worst = w; *worst_name = p->name; }
+    if (w > worst) {
+      worst = w;
+      *worst_name = p->name;
+    }
     free(want);
   }
   return worst;
@@ -97,8 +105,8 @@ static void tpg_case(px_comm *world, int tp, int zero_stage, bool sp, bool verbo
   CHECK_OK(px_model_create(&md, px_tp_gpt(&mesh->tp_group, &tcfg), 11));
   CHECK_OK(px_model_create(&ref, px_zoo_gpt(&tpg_cfg), 11));
   CHECK(md->n_params == ref->n_params && md->n_modules == ref->n_modules,
-        "the tp GPT has %d parameters in %d modules, the zoo GPT %d in %d", md->n_params, md->n_modules,
-        ref->n_params, ref->n_modules);
+        "the tp GPT has %d parameters in %d modules, the zoo GPT %d in %d", md->n_params, md->n_modules, ref->n_params,
+        ref->n_modules);
   const char *name = "";
   const double w0 = tpg_compare(md, ref, &name);
   CHECK(w0 == 0, "tp %d: the initial \"%s\" is not the box of the single-process one (%.3g)", tp, name, w0);
@@ -151,8 +159,8 @@ static void tpg_case(px_comm *world, int tp, int zero_stage, bool sp, bool verbo
     px_tensor dlt = lt;
     dlt.data = px_model_scratch(md, (size_t)px_tensor_numel(&lt));
     float l;
-    CHECK_OK(px_tp_cross_entropy(&mesh->tp_group, &lt, TPG_V, y + (size_t)dp_rank * per * TPG_T, -100, &l,
-                                 px_f32(&dlt)));
+    CHECK_OK(
+      px_tp_cross_entropy(&mesh->tp_group, &lt, TPG_V, y + (size_t)dp_rank * per * TPG_T, -100, &l, px_f32(&dlt)));
     CHECK_OK(px_model_backward(md, &dlt, NULL));
     if (ddp) CHECK_OK(px_ddp_sync(ddp));
     if (z) CHECK_OK(px_zero_sync(z));
@@ -165,10 +173,10 @@ static void tpg_case(px_comm *world, int tp, int zero_stage, bool sp, bool verbo
     if (z) CHECK_OK(px_zero_after_step(z));
     const double dl_rel = fabs(lmean - lref) / fabs(lref);
     worst_loss = fmax(worst_loss, dl_rel);
-    CHECK(dl_rel <= 1e-5, "dp %d × tp %d%s rank %d step %d: loss %.8g, one process %.8g", dp, tp, sp ? " SP" : "", mesh->rank, s, lmean, lref);
+    CHECK(dl_rel <= 1e-5, "dp %d × tp %d%s rank %d step %d: loss %.8g, one process %.8g", dp, tp, sp ? " SP" : "",
+          mesh->rank, s, lmean, lref);
     CHECK(fabs(norm - nref) <= 1e-5 * nref, "dp %d × tp %d%s step %d: gradient norm %.8g, one process %.8g", dp, tp,
-          sp ? " SP" : "", s,
-          (double)norm, (double)nref);
+          sp ? " SP" : "", s, (double)norm, (double)nref);
     clipped += nref > TPG_CLIP;
   }
   CHECK(clipped > 0, "clipping never acted (max norm %g): the test would not see a wrong norm", (double)TPG_CLIP);
@@ -178,7 +186,10 @@ static void tpg_case(px_comm *world, int tp, int zero_stage, bool sp, bool verbo
   if (verbose && mesh->rank == 0)
     printf("  dp %d × tp %d%s%s (%s): %d steps, clipped in %d; worst loss difference %.1e, worst parameter %.1e (%s)\n",
            dp, tp, sp ? ", sequence parallel" : "",
-           zero_stage == 1 ? ", ZeRO-1" : zero_stage == 2 ? ", ZeRO-2" : dp > 1 ? ", DDP" : "",
+           zero_stage == 1     ? ", ZeRO-1"
+             : zero_stage == 2 ? ", ZeRO-2"
+             : dp > 1          ? ", DDP"
+                               : "",
            px_comm_backend_name(px_comm_backend_of(world)), TPG_STEPS, clipped, worst_loss, worst, name);
   free(x);
   free(y);

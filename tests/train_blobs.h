@@ -18,10 +18,10 @@
 #define BLOBS_MAX_K 16
 
 typedef struct blobs {
-  int      D, K;
-  float    sigma;
+  int D, K;
+  float sigma;
   uint64_t sample_seed;
-  float    centre[BLOBS_MAX_K][BLOBS_MAX_D];
+  float centre[BLOBS_MAX_K][BLOBS_MAX_D];
 } blobs;
 
 static px_status blobs_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {

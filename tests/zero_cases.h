@@ -14,11 +14,11 @@
 enum { MODEL_MLP, MODEL_CNN, MODEL_GPT };
 enum { OPT_SGD, OPT_ADAM, OPT_ADAMW };
 
-#define ZB 3       /* samples (sequences) per rank per micro-step */
+#define ZB 3 /* samples (sequences) per rank per micro-step */
 #define ZSTEPS 20
-#define ZIMG 8     /* CNN input (1, 8, 8) */
-#define ZV 37      /* GPT vocabulary */
-#define ZT 6       /* GPT sequence length */
+#define ZIMG 8 /* CNN input (1, 8, 8) */
+#define ZV 37  /* GPT vocabulary */
+#define ZT 6   /* GPT sequence length */
 
 static const char *model_name[] = {"mlp", "cnn", "gpt"};
 static const char *opt_name[] = {"sgd", "adam", "adamw"};
@@ -33,9 +33,9 @@ static px_module *zmake_model(int kind) {
   if (kind == MODEL_CNN)
     // No conv bias: batch norm subtracts it again, so its gradient is zero
     // up to rounding, which Adam would amplify into noise.
-    return px_chain_of(10, px_conv2d(1, 4, 3, 1, 1, false), px_batchnorm(4, 1e-5f, 0.1f), px_relu(),
-                       px_maxpool2d(2, 2), px_conv2d(4, 6, 3, 1, 1, false), px_batchnorm(6, 1e-5f, 0.1f), px_relu(),
-                       px_maxpool2d(2, 2), px_flatten(), px_linear(6 * 2 * 2, 3, true));
+    return px_chain_of(10, px_conv2d(1, 4, 3, 1, 1, false), px_batchnorm(4, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                       px_conv2d(4, 6, 3, 1, 1, false), px_batchnorm(6, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                       px_flatten(), px_linear(6 * 2 * 2, 3, true));
   const px_gpt_config cfg = {.vocab_size = ZV, .context = 8, .n_layer = 2, .n_head = 2, .n_embd = 8, .dropout = 0};
   return px_zoo_gpt(&cfg);
 }
@@ -64,10 +64,11 @@ static void zstep_grads(px_model *md, int kind, int step, int first, int count, 
   int32_t ids[ZB * 4 * ZT], lab[ZB * 4 * ZT];
   const size_t n = kind == MODEL_MLP ? 3 : ZIMG * ZIMG;
   for (int i = 0; i < count; i++)
-    zsample(kind, step, first + i, x + (size_t)i * n, ids + i * ZT, kind == MODEL_GPT ? lab + i * ZT : lab + i, t + 2 * i);
-  px_tensor X = kind == MODEL_MLP   ? px_tensor_f32(x, 2, count, 3, 0, 0)
-                : kind == MODEL_CNN ? px_tensor_f32(x, 4, count, 1, ZIMG, ZIMG)
-                                    : px_tensor_view(ids, PX_I32, 2, (int64_t[]){count, ZT});
+    zsample(kind, step, first + i, x + (size_t)i * n, ids + i * ZT, kind == MODEL_GPT ? lab + i * ZT : lab + i,
+            t + 2 * i);
+  px_tensor X = kind == MODEL_MLP ? px_tensor_f32(x, 2, count, 3, 0, 0)
+    : kind == MODEL_CNN           ? px_tensor_f32(x, 4, count, 1, ZIMG, ZIMG)
+                                  : px_tensor_view(ids, PX_I32, 2, (int64_t[]){count, ZT});
   px_tensor Y, dY;
   CHECK_OK(px_model_forward(md, &X, &Y));
   dY = Y;
@@ -84,17 +85,18 @@ static void zstep_grads(px_model *md, int kind, int step, int first, int count, 
 }
 
 static px_optim_opts zopt_opts(int opt) {
-  px_optim_opts oo = opt == OPT_SGD ? px_sgd_defaults(0.05f) : opt == OPT_ADAM ? px_adam_defaults(1e-2f)
-                                                                                : px_adamw_defaults(1e-2f);
+  px_optim_opts oo = opt == OPT_SGD ? px_sgd_defaults(0.05f)
+    : opt == OPT_ADAM               ? px_adam_defaults(1e-2f)
+                                    : px_adamw_defaults(1e-2f);
   if (opt == OPT_SGD) oo.momentum = 0.9f;
   return oo;
 }
 
 typedef struct zrun {
-  int    kind, opt;
-  float  clip;          /* max_norm; 0: no clipping */
-  int    micro;         /* micro-steps per step (no_sync on all but the last) */
-  int    steps;
+  int kind, opt;
+  float clip; /* max_norm; 0: no clipping */
+  int micro;  /* micro-steps per step (no_sync on all but the last) */
+  int steps;
 } zrun;
 
 /* Rank r's rows of micro-step m: the micro-batch is N·ZB rows. */
@@ -162,10 +164,10 @@ static px_model *train_zero(px_comm *c, const zrun *r, const px_zero_opts *zo, p
 }
 
 typedef struct zdiff {
-  double worst;        /* max over tensors of the per-tensor relative difference */
-  double worst_norm;   /* max over tensors of ||a - b|| / ||b|| (reported beside it) */
-  const char *name;    /* the worst tensor */
-  int bitwise;         /* tensors equal to the bit */
+  double worst;      /* max over tensors of the per-tensor relative difference */
+  double worst_norm; /* max over tensors of ||a - b|| / ||b|| (reported beside it) */
+  const char *name;  /* the worst tensor */
+  int bitwise;       /* tensors equal to the bit */
   int tensors;
 } zdiff;
 
@@ -198,7 +200,10 @@ static zdiff zcompare(const px_model *a, const px_model *b) {
     double nb = px_sumsq(pb->data, pb->numel), wn = sqrt(dd) / (nb > 0 ? sqrt(nb) : 1e-30);
     if (wn > d.worst_norm) d.worst_norm = wn;
     if (memcmp(pa, pb->data, pb->numel * sizeof(float)) == 0) d.bitwise++;
-    if (w > d.worst) { d.worst = w; d.name = pb->name; }
+    if (w > d.worst) {
+      d.worst = w;
+      d.name = pb->name;
+    }
   }
   return d;
 }
@@ -220,12 +225,13 @@ static void zcase(px_comm *c, const zrun *r, const px_model *ddp, const px_zero_
   // MPI_Reduce_scatter_block add in orders of their own), so the bound is
   // 1e-6 everywhere and bitwise where nothing else changes the order.
   const double tol = 1e-6;
-  CHECK(d.worst <= tol, "rank %d/%d %s %s clip %g, stage %d %s: \"%s\" differs from DDP by %.3g relative", rank,
-        world, model_name[r->kind], opt_name[r->opt], (double)r->clip, zo->stage, what, d.name, d.worst);
+  CHECK(d.worst <= tol, "rank %d/%d %s %s clip %g, stage %d %s: \"%s\" differs from DDP by %.3g relative", rank, world,
+        model_name[r->kind], opt_name[r->opt], (double)r->clip, zo->stage, what, d.name, d.worst);
   if (bitwise)
-    CHECK(d.bitwise == d.tensors, "rank %d/%d %s %s stage %d %s: only %d of %d tensors equal DDP's to the bit "
-          "(worst \"%s\" %.3g)", rank, world, model_name[r->kind], opt_name[r->opt], zo->stage, what, d.bitwise,
-          d.tensors, d.name, d.worst);
+    CHECK(d.bitwise == d.tensors,
+          "rank %d/%d %s %s stage %d %s: only %d of %d tensors equal DDP's to the bit "
+          "(worst \"%s\" %.3g)",
+          rank, world, model_name[r->kind], opt_name[r->opt], zo->stage, what, d.bitwise, d.tensors, d.name, d.worst);
   if (rank == 0 && d.worst > zworst_seen) zworst_seen = d.worst;  // one writer: rank 0's thread
   if (rank == 0 && d.worst_norm > zworst_norm_seen) zworst_norm_seen = d.worst_norm;
   if (rank == 0)

@@ -8,17 +8,17 @@
 
 /* A dataset opened from the config, with what owns it. */
 typedef struct px_app_data {
-  px_dataset *set;      /* what to iterate (a subset view, or base itself) */
-  px_dataset *base;     /* the source */
-  px_vocab   *vocab;    /* text/tokens: the vocabulary, when there is one */
+  px_dataset *set;  /* what to iterate (a subset view, or base itself) */
+  px_dataset *base; /* the source */
+  px_vocab *vocab;  /* text/tokens: the vocabulary, when there is one */
 } px_app_data;
 
 /* What the model needs to know about the data. */
 typedef struct px_data_shape {
-  int    channels, height, width;   /* images */
-  size_t classes;                   /* classifiers */
-  size_t vocab_size;                /* language models */
-  bool   tokens;                    /* a token stream (language model) */
+  int channels, height, width; /* images */
+  size_t classes;              /* classifiers */
+  size_t vocab_size;           /* language models */
+  bool tokens;                 /* a token stream (language model) */
 } px_data_shape;
 
 /* The training split (train = true: augmentation on) or the held-out one.
@@ -35,7 +35,7 @@ void px_app_data_free(px_app_data *d);
  * one line per source saying what it copied and reused (unless --quiet). */
 typedef struct px_app_staged {
   px_config cfg;
-  char      data_path[4096], val_path[4096];
+  char data_path[4096], val_path[4096];
 } px_app_staged;
 px_status px_app_stage_data(px_comm *comm, const px_config *c, px_app_staged *out);
 px_status px_app_data_shape(const px_config *c, const px_app_data *d, px_data_shape *out);
@@ -85,8 +85,8 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
  * pipeline step is one loader batch), the samples trained on. */
 typedef struct px_app_pp_ckpt {
   int64_t step, epoch, next_batch, batches_per_epoch, samples;
-  int64_t last_step;   /* of the last checkpoint written or resumed (-1: none) */
-  char    path[512];   /* its path */
+  int64_t last_step; /* of the last checkpoint written or resumed (-1: none) */
+  char path[512];    /* its path */
 } px_app_pp_ckpt;
 /* Save at k's position into o->ckpt_dir (none: nothing; nor when k->step
  * was just saved), with state.json (rank 0); collective. */
@@ -96,8 +96,8 @@ px_status px_app_pp_save(px_comm *comm, const px_mesh *mesh, const px_config *c,
  * DDP, ZeRO, tensor parallel) into pp and k's position (k->batches_per_epoch
  * set by the caller), or --init CKPT (the weights only); nothing without
  * either, or with --resume auto and no checkpoint yet.  Collective. */
-px_status px_app_pp_resume(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o,
-                           px_pp *pp, px_logger *log, px_app_pp_ckpt *k);
+px_status px_app_pp_resume(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o, px_pp *pp,
+                           px_logger *log, px_app_pp_ckpt *k);
 
 /* Print "plexus <cmd>: <px_last_error()>" on stderr and return 1. */
 int px_app_fail(const char *cmd);

@@ -1,7 +1,7 @@
 // Checkpoints as the eval and generate commands see them: where the newest
 // good one is, and the config the run saved in it; the run directory that
 // plexus train claims (app.h).
-#define _GNU_SOURCE  /* flock, nftw, pread */
+#define _GNU_SOURCE /* flock, nftw, pread */
 #include "app.h"
 
 #include <cJSON.h>
@@ -26,8 +26,7 @@ px_status px_app_resolve_checkpoint(const char *path, char *resolved, size_t cap
   snprintf(why, sizeof why, "%s", px_last_error());
   char scratch[1024];
   px_status st = px_checkpoint_latest(path, resolved, cap, note ? note : scratch, note ? note_cap : sizeof scratch);
-  if (st != PX_OK)
-    return px_error(st, "%s is neither a good checkpoint (%s) nor a directory holding one", path, why);
+  if (st != PX_OK) return px_error(st, "%s is neither a good checkpoint (%s) nor a directory holding one", path, why);
   return PX_OK;
 }
 
@@ -54,8 +53,10 @@ px_status px_app_checkpoint_config(const char *ckpt, px_config *c, int commands,
   const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
   if (!cJSON_IsObject(cfg)) {
     cJSON_Delete(j);
-    return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json holds no \"config\" object: was it written by "
-                    "plexus train?", ckpt);
+    return px_error(PX_ERR_FORMAT,
+                    "checkpoint %s: state.json holds no \"config\" object: was it written by "
+                    "plexus train?",
+                    ckpt);
   }
   char *text = cJSON_PrintUnformatted(cfg);
   cJSON_Delete(j);
@@ -68,7 +69,6 @@ px_status px_app_checkpoint_config(const char *ckpt, px_config *c, int commands,
 }
 
 /* ---- The run directory (--out): one run at a time, never two mixed ---------- */
-
 
 // What plexus train writes into --out: a run is there when one of them
 // holds something.
@@ -139,8 +139,7 @@ static px_status clear_run(const char *dir) {
       return px_error(PX_ERR_IO, "--overwrite: cannot move %s aside: %s", from, strerror(errno));
   }
   if (nftw(trash, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-    return px_error(PX_ERR_IO, "--overwrite: the old run moved to %s could not be deleted: %s", trash,
-                    strerror(errno));
+    return px_error(PX_ERR_IO, "--overwrite: the old run moved to %s could not be deleted: %s", trash, strerror(errno));
   return PX_OK;
 }
 
@@ -159,17 +158,24 @@ px_status px_app_run_dir_claim(const char *dir, bool resume, bool overwrite, int
     int err = errno;
     close(fd);
     if (err == EWOULDBLOCK || n >= 0)
-      return px_error(PX_ERR_INVALID, "--out %s: another run is writing into this directory (%s; lock %s); wait for "
-                      "it to end, or give this run another --out", dir, *holder ? holder : "its host and process "
-                      "unknown", path);
+      return px_error(PX_ERR_INVALID,
+                      "--out %s: another run is writing into this directory (%s; lock %s); wait for "
+                      "it to end, or give this run another --out",
+                      dir,
+                      *holder ? holder
+                              : "its host and process "
+                                "unknown",
+                      path);
     return px_error(PX_ERR_IO, "--out %s: cannot lock %s: %s", dir, path, strerror(err));
   }
   char what[512];
   if (!resume && describe_run(dir, what, sizeof what)) {
     if (!overwrite) {
       close(fd);
-      return px_error(PX_ERR_INVALID, "--out %s already holds a run: %s; continue it with --resume auto, start a "
-                      "new one with another --out, or replace it with --overwrite (deletes those files)", dir, what);
+      return px_error(PX_ERR_INVALID,
+                      "--out %s already holds a run: %s; continue it with --resume auto, start a "
+                      "new one with another --out, or replace it with --overwrite (deletes those files)",
+                      dir, what);
     }
     px_status st = clear_run(dir);
     if (st != PX_OK) {

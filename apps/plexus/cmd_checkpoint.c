@@ -20,7 +20,7 @@
 
 typedef struct whole {
   px_tensor_piece *p;
-  int              n, cap;
+  int n, cap;
 } whole;
 
 // Adds key (shape) once; a key seen with another shape is an error.
@@ -29,10 +29,12 @@ static px_status add_key(whole *w, const char *file, const char *key, int ndim, 
     if (strcmp(w->p[i].key, key) != 0) continue;
     bool same = w->p[i].ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = w->p[i].shape[d] == shape[d];
-    if (!same) return px_error(PX_ERR_FORMAT, "%s: tensor \"%s\" has another whole shape than in the other files", file, key);
+    if (!same)
+      return px_error(PX_ERR_FORMAT, "%s: tensor \"%s\" has another whole shape than in the other files", file, key);
     return PX_OK;
   }
-  if (ndim < 0 || ndim > PX_MAX_DIMS) return px_error(PX_ERR_FORMAT, "%s: tensor \"%s\" has %d dimensions", file, key, ndim);
+  if (ndim < 0 || ndim > PX_MAX_DIMS)
+    return px_error(PX_ERR_FORMAT, "%s: tensor \"%s\" has %d dimensions", file, key, ndim);
   if (w->n == w->cap) {
     w->cap = w->cap ? 2 * w->cap : 64;
     px_tensor_piece *g = realloc(w->p, (size_t)w->cap * sizeof *g);
@@ -42,9 +44,9 @@ static px_status add_key(whole *w, const char *file, const char *key, int ndim, 
   px_tensor_piece *q = &w->p[w->n++];
   memset(q, 0, sizeof *q);
   // The key becomes a state-dict name in the output file.
-  if (strlen(key) >= sizeof ((px_named_tensor *)0)->name)
+  if (strlen(key) >= sizeof((px_named_tensor *)0)->name)
     return px_error(PX_ERR_FORMAT, "%s: tensor name \"%s\" is longer than %zu bytes", file, key,
-                    sizeof ((px_named_tensor *)0)->name - 1);
+                    sizeof((px_named_tensor *)0)->name - 1);
   memcpy(q->key, key, strlen(key) + 1);
   q->ndim = ndim;
   q->count = 1;
@@ -65,7 +67,8 @@ static px_status keys_of(const char *path, whole *w) {
     cJSON *j = js ? cJSON_Parse(js) : NULL;
     if (!cJSON_IsObject(j)) st = px_error(PX_ERR_FORMAT, "%s: the \"pieces\" metadata is not a JSON object", path);
     for (const cJSON *e = j ? j->child : NULL; st == PX_OK && e; e = e->next) {
-      const cJSON *key = cJSON_GetObjectItemCaseSensitive(e, "key"), *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+      const cJSON *key = cJSON_GetObjectItemCaseSensitive(e, "key"),
+                  *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
       if (!cJSON_IsString(key) || !cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > PX_MAX_DIMS) {
         st = px_error(PX_ERR_FORMAT, "%s: piece \"%s\" lacks a key or a shape", path, e->string);
         break;

@@ -14,8 +14,8 @@
 
 typedef struct eval_job {
   px_config cfg;
-  char      ckpt[1024];
-  int64_t   step;
+  char ckpt[1024];
+  int64_t step;
 } eval_job;
 
 static int eval_rank(px_comm *comm, void *arg) {

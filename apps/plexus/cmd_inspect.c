@@ -73,8 +73,9 @@ static void print_state(const char *ckpt) {
     printf("  state.json: not valid JSON\n");
     return;
   }
-  static const char *keys[] = {"step", "epoch", "next_batch", "batches_per_epoch", "optimizer", "optimizer_step",
-                               "forward_count", "seed", "world_size", "zero_stage", "batch_size", "accum_steps", "param_count"};
+  static const char *keys[] = {"step",           "epoch",         "next_batch", "batches_per_epoch", "optimizer",
+                               "optimizer_step", "forward_count", "seed",       "world_size",        "zero_stage",
+                               "batch_size",     "accum_steps",   "param_count"};
   printf("  training state:\n");
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
@@ -107,7 +108,7 @@ enum { LAYOUT_MAX_FILES = 1024 };
 
 typedef struct layout_file {
   char name[1024];
-  int  rank;  // -1: not known
+  int rank;  // -1: not known
 } layout_file;
 
 static int json_int(const cJSON *o, const char *key, int dflt) {
@@ -176,8 +177,8 @@ static void print_index_line(const char *ckpt, const char *name, int width) {
     n_tensors++;
     n_pieces += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "pieces"));
   }
-  printf("    %-*s  the index (%s v%d): %d tensors in %d pieces, each with its byte range and CRC-32C\n", width,
-         name, fmt->valuestring, (int)ver->valuedouble, n_tensors, n_pieces);
+  printf("    %-*s  the index (%s v%d): %d tensors in %d pieces, each with its byte range and CRC-32C\n", width, name,
+         fmt->valuestring, (int)ver->valuedouble, n_tensors, n_pieces);
   cJSON_Delete(j);
 }
 
@@ -234,7 +235,8 @@ static void print_file_layout(const char *ckpt, const char *name, int width, int
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(e, "key");
     int64_t shape[PX_MAX_DIMS], boff[PX_MAX_DIMS], bsize[PX_MAX_DIMS];
     const int nd = json_dims(cJSON_GetObjectItemCaseSensitive(e, "shape"), shape);
-    const cJSON *bo = cJSON_GetObjectItemCaseSensitive(e, "box_offset"), *bs = cJSON_GetObjectItemCaseSensitive(e, "box_size");
+    const cJSON *bo = cJSON_GetObjectItemCaseSensitive(e, "box_offset"),
+                *bs = cJSON_GetObjectItemCaseSensitive(e, "box_size");
     const double off = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "offset"));
     const double cnt = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "count"));
     if (!cJSON_IsString(key) || nd < 0 || off != off || cnt != cnt) {
@@ -324,19 +326,19 @@ static void print_layout(const char *ckpt) {
   if (pp > 1 && (mdp > 1 || mtp > 1))  // 3D: who writes what (docs/CHECKPOINTS.md)
     printf("    %-14s pipeline × data × tensor parallel: dp rank 0's pipelines write their stages' parameters (in a "
            "tp group, each tp rank its boxes, tp rank 0 the unsplit tensors) and %s (the tied head's copy of the "
-           "embedding weight is not written: the embedding's stage writes it)\n", "strategy",
-           stage > 0 ? "every dp rank its ZeRO slice of the optimizer state" : "the optimizer state");
+           "embedding weight is not written: the embedding's stage writes it)\n",
+           "strategy", stage > 0 ? "every dp rank its ZeRO slice of the optimizer state" : "the optimizer state");
   else if (pp > 1)
     printf("    %-14s pipeline parallel: each pipeline rank writes its stages' parameters and optimizer state "
            "(the tied head's copy of the embedding weight is not written: its owner, the embedding's stage, "
-           "writes it)\n", "strategy");
+           "writes it)\n",
+           "strategy");
   else if (stage == 0) printf("    %-14s DDP (every rank holds everything; rank 0 writes)\n", "strategy");
   else if (stage > 0)
     printf("    %-14s ZeRO stage %d (each rank writes its shard of the optimizer state%s)\n", "strategy", stage,
            stage == 3 ? " and of the parameters" : "; rank 0 the model");
   else printf("    %-14s not recorded (no zero_stage in state.json)\n", "strategy");
-  if (cJSON_IsObject(mesh))
-  {
+  if (cJSON_IsObject(mesh)) {
     printf("    %-14s dp %d, tp %d, pp %d", "mesh", json_int(mesh, "dp", 1), json_int(mesh, "tp", 1),
            json_int(mesh, "pp", 1));
     const cJSON *sched = cJSON_GetObjectItemCaseSensitive(mesh, "schedule");
@@ -452,8 +454,7 @@ static int inspect_checkpoint_dir(const char *dir) {
   char latest[1200], note[2048];
   if (px_checkpoint_latest(dir, latest, sizeof latest, note, sizeof note) == PX_OK)
     printf("newest good checkpoint: %s\n", latest);
-  else if (shown == 0)
-    printf("%s: no checkpoints\n", dir);
+  else if (shown == 0) printf("%s: no checkpoints\n", dir);
   return 0;
 }
 

@@ -7,7 +7,7 @@
 // accuracy, eval perplexity, learning rate), step on the x axis, one curve
 // per run in its own colour (a single stroked path per run per panel), and
 // a legend with the run names.  Built only when CMake finds cairo.
-#define _POSIX_C_SOURCE 200809L  /* getline */
+#define _POSIX_C_SOURCE 200809L /* getline */
 #include "app.h"
 
 #include <cairo-svg.h>
@@ -34,9 +34,8 @@ typedef struct run {
 } run;
 
 /* Matplotlib's tab10, the colours a reader of other tools' plots expects. */
-static const double palette[10][3] = {
-    {31, 119, 180}, {255, 127, 14}, {44, 160, 44},  {214, 39, 40},  {148, 103, 189},
-    {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207}};
+static const double palette[10][3] = {{31, 119, 180}, {255, 127, 14},  {44, 160, 44},   {214, 39, 40},  {148, 103, 189},
+                                      {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207}};
 
 static int series_push(series *s, double x, double y) {
   if (s->n == s->cap) {
@@ -108,7 +107,7 @@ static int read_run(const char *path, run *r) {
       ok = add_point(r, Q_TRAIN_LOSS, step, num(o, "loss")) && add_point(r, Q_LR, step, num(o, "lr"));
     } else if (cJSON_IsString(type) && strcmp(type->valuestring, "eval") == 0) {
       ok = add_point(r, Q_EVAL_LOSS, step, num(o, "loss")) && add_point(r, Q_EVAL_ACC, step, num(o, "accuracy")) &&
-           add_point(r, Q_EVAL_PPL, step, num(o, "perplexity"));
+        add_point(r, Q_EVAL_PPL, step, num(o, "perplexity"));
     }
     cJSON_Delete(o);
   }
@@ -150,8 +149,8 @@ static void draw_panel(cairo_t *cr, double x0, double y0, int q, const run *runs
   ymin -= pad, ymax += pad;
   double px = x0 + MARGIN_L, py = y0 + MARGIN_T;
   double pw = W_PANEL - MARGIN_L - MARGIN_R, ph = H_PANEL - MARGIN_T - MARGIN_B;
-#define SX(v) (px + ((v) - xmin) / (xmax - xmin) * pw)
-#define SY(v) (py + ph - ((v) - ymin) / (ymax - ymin) * ph)
+#define SX(v) (px + ((v)-xmin) / (xmax - xmin) * pw)
+#define SY(v) (py + ph - ((v)-ymin) / (ymax - ymin) * ph)
   cairo_set_font_size(cr, 11);
   char buf[64];
   /* Grid and tick labels. */
@@ -196,7 +195,7 @@ static void draw_panel(cairo_t *cr, double x0, double y0, int q, const run *runs
     cairo_set_source_rgb(cr, c[0] / 255, c[1] / 255, c[2] / 255);
     cairo_move_to(cr, SX(s->x[0]), SY(s->y[0]));
     for (size_t i = 1; i < s->n; i++) cairo_line_to(cr, SX(s->x[i]), SY(s->y[i]));
-    if (s->n == 1) {  /* one point: a round dot (a zero-length stroke with round caps) */
+    if (s->n == 1) { /* one point: a round dot (a zero-length stroke with round caps) */
       cairo_set_line_width(cr, 7);
       cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
       cairo_line_to(cr, SX(s->x[0]), SY(s->y[0]));
@@ -334,6 +333,6 @@ done:
       for (int q = 0; q < Q_COUNT; q++) free(runs[r].q[q].x), free(runs[r].q[q].y);
   free(runs);
   free(paths);
-  cairo_debug_reset_static_data();  /* cairo's font caches (fontconfig keeps its own until exit) */
+  cairo_debug_reset_static_data(); /* cairo's font caches (fontconfig keeps its own until exit) */
   return rc;
 }

@@ -111,8 +111,8 @@ int px_cmd_schedule(int argc, char **argv) {
         const px_pp_action *a = &s->actions[r][k];
         printf("  %4d %-10s", k, px_pp_op_name(a->op));
         if (a->op != PX_PP_OPTIM_STEP) printf(" stage %d micro %d", a->stage, a->micro);
-        if (a->peer >= 0) printf(" %s rank %d", a->op == PX_PP_SEND_ACT || a->op == PX_PP_SEND_GRAD ? "to" : "from",
-                                 a->peer);
+        if (a->peer >= 0)
+          printf(" %s rank %d", a->op == PX_PP_SEND_ACT || a->op == PX_PP_SEND_GRAD ? "to" : "from", a->peer);
         printf("\n");
       }
     }
@@ -126,8 +126,7 @@ int px_cmd_schedule(int argc, char **argv) {
   }
   double formula = px_pp_bubble_formula(kind, p, m, v);
   printf("bubble (idle share of the step), simulated with tf = %g, tb = %g, communication free:\n", tf, tb);
-  printf("  formula %s = %.4f\n",
-         kind == PX_PP_INTERLEAVED ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)", formula);
+  printf("  formula %s = %.4f\n", kind == PX_PP_INTERLEAVED ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)", formula);
   for (int r = 0; r < p; r++) printf("  rank %d: bubble %.4f\n", r, 1.0 - busy[r]);
   printf("makespan %g; compute per rank %g (%d stage(s) x %d micro-batch(es) x (tf + tb))\n", span,
          (double)v * m * (tf + tb), v, m);

@@ -31,17 +31,17 @@ static void on_stop_signal(int sig) {
 }
 
 typedef struct train_job {
-  px_config   cfg;
-  char       *config_json;
-  char        ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1100];
-  bool        build_vocab;  /* rank 0 builds vocab_out from the training text (claim_run) */
-  int         lock_fd;      /* rank 0: the run directory's lock (px_app_run_dir_claim), else -1 */
-  bool        refused;      /* claim_run failed on every rank */
-  int         num_threads;  /* compute threads per rank requested (0: automatic) */
-  char       *unit_names;   /* --zero-unit split at its commas (units point into it) */
+  px_config cfg;
+  char *config_json;
+  char ckpt_dir[1024], jsonl[1024], tensorboard[1024], vocab_out[1100];
+  bool build_vocab; /* rank 0 builds vocab_out from the training text (claim_run) */
+  int lock_fd;      /* rank 0: the run directory's lock (px_app_run_dir_claim), else -1 */
+  bool refused;     /* claim_run failed on every rank */
+  int num_threads;  /* compute threads per rank requested (0: automatic) */
+  char *unit_names; /* --zero-unit split at its commas (units point into it) */
   const char *units[256];
-  int         n_units;
-  bool        stopped_by_signal;
+  int n_units;
+  bool stopped_by_signal;
 } train_job;
 
 int px_app_fail(const char *cmd) {
@@ -78,10 +78,12 @@ static px_train_opts train_opts(const train_job *job) {
   // The base rate is o.optim.lr alone (px_train_schedule); the schedule
   // gives its shape.
   o.schedule = (px_lr_schedule){.kind = strcmp(c->schedule, "cosine") == 0 ? PX_LR_COSINE
-                                        : strcmp(c->schedule, "step") == 0 ? PX_LR_STEP
-                                                                            : PX_LR_CONSTANT,
-                                .warmup_steps = c->warmup_steps, .step_size = c->step_size,
-                                .gamma = (float)c->gamma, .min_lr = (float)c->min_lr};
+                                  : strcmp(c->schedule, "step") == 0       ? PX_LR_STEP
+                                                                           : PX_LR_CONSTANT,
+                                .warmup_steps = c->warmup_steps,
+                                .step_size = c->step_size,
+                                .gamma = (float)c->gamma,
+                                .min_lr = (float)c->min_lr};
   o.clip_grad_norm = (float)c->clip_grad;
   o.accum_steps = (int)c->accum_steps;
   o.label_smoothing = (float)c->label_smoothing;
@@ -232,10 +234,14 @@ static px_status load_init_tp(px_comm *comm, px_model *model, const px_config *c
 static px_status build_tp_gpt(const px_config *c, const px_data_shape *s, px_mesh *mesh, px_module **out) {
   *out = NULL;
   if (!s->tokens)
-    return px_error(PX_ERR_INVALID, "--tp %d: a GPT reads token data (--data tokens or text), not --data %s",
-                    mesh->tp, c->data);
-  px_tp_gpt_config g = {.vocab_size = (int)s->vocab_size, .context = (int)c->context, .n_layer = (int)c->n_layer,
-                        .n_head = (int)c->n_head, .n_embd = (int)c->n_embd, .dropout = (float)c->dropout,
+    return px_error(PX_ERR_INVALID, "--tp %d: a GPT reads token data (--data tokens or text), not --data %s", mesh->tp,
+                    c->data);
+  px_tp_gpt_config g = {.vocab_size = (int)s->vocab_size,
+                        .context = (int)c->context,
+                        .n_layer = (int)c->n_layer,
+                        .n_head = (int)c->n_head,
+                        .n_embd = (int)c->n_embd,
+                        .dropout = (float)c->dropout,
                         .sequence_parallel = c->sequence_parallel};
   px_module *m = px_tp_gpt(&mesh->tp_group, &g);
   if (!m) return px_error_wrap(PX_ERR_INVALID, "--model gpt --tp %d", mesh->tp);
@@ -337,8 +343,11 @@ static int train_rank(px_comm *comm, void *arg) {
   describe_output(job, output, sizeof output);
   if (rank == 0 && !c->quiet && c->pp > 1) printf("plexus train: %s; %s\n", world, output);
 
-  px_logger_opts lo = {.rank = rank, .console = !c->quiet,
-                       .progress = strcmp(c->progress, "bar") == 0 ? 1 : strcmp(c->progress, "lines") == 0 ? 0 : -1,
+  px_logger_opts lo = {.rank = rank,
+                       .console = !c->quiet,
+                       .progress = strcmp(c->progress, "bar") == 0 ? 1
+                         : strcmp(c->progress, "lines") == 0       ? 0
+                                                                   : -1,
                        .jsonl_path = job->jsonl[0] ? job->jsonl : NULL,
                        .tensorboard_dir = job->tensorboard[0] ? job->tensorboard : NULL};
   // --stage: the node's copy of the data; from here on c reads from it.
@@ -400,9 +409,11 @@ static int train_rank(px_comm *comm, void *arg) {
   if (val.set) snprintf(held, sizeof held, "%zu held-out", val.set->length);
   else snprintf(held, sizeof held, "no held-out split");
   if (!c->quiet && rank == 0 && tp) {
-    px_log_text(log, "plexus train: model %s, tensor parallel over %d ranks%s: %zu parameters on tp rank 0; %s; data "
-                "%s: %zu training samples, %s; %s", c->model, mesh->tp, c->sequence_parallel ? " (sequence parallel)"
-                : "", model->n_param_elems, world, c->data, train.set->length, held, output);
+    px_log_text(log,
+                "plexus train: model %s, tensor parallel over %d ranks%s: %zu parameters on tp rank 0; %s; data "
+                "%s: %zu training samples, %s; %s",
+                c->model, mesh->tp, c->sequence_parallel ? " (sequence parallel)" : "", model->n_param_elems, world,
+                c->data, train.set->length, held, output);
   } else if (!c->quiet && rank == 0) {
     char bn[48] = "";
     if (n_sync_bn) snprintf(bn, sizeof bn, " (%d sync batch norm%s)", n_sync_bn, n_sync_bn == 1 ? "" : "s");
@@ -432,7 +443,7 @@ done:
 // The README's demo, word for word ("Training from the command line";
 // tests/test_cli_startup_output_is_short_and_help_matches_readme.py
 // compares them).
-#define README_DEMO                                                                                     \
+#define README_DEMO                                                                                      \
   "plexus train --threads 2 --model cnn --data mnist --data-path /usr/share/datasets/fashion-mnist \\\n" \
   "               --epochs 5 --lr 0.002 --schedule cosine --warmup-steps 100 --out runs/fmnist-cnn"
 
@@ -523,8 +534,7 @@ int px_cmd_train(int argc, char **argv) {
   if (*c->tensorboard) snprintf(job.tensorboard, sizeof job.tensorboard, "%s", c->tensorboard);
   // A word-level vocabulary built from the training text is saved with the
   // run, and the config names it, so eval and generate tokenize the same.
-  if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "word") == 0 && !*c->vocab &&
-      (*c->out || job.ckpt_dir[0])) {
+  if (strcmp(c->data, "text") == 0 && strcmp(c->tokenizer, "word") == 0 && !*c->vocab && (*c->out || job.ckpt_dir[0])) {
     // Built by rank 0 once the run directory is claimed (claim_run).
     if (*c->out) snprintf(job.vocab_out, sizeof job.vocab_out, "%s/vocab.txt", c->out);
     else if (px_mkdir_p(job.ckpt_dir, "--out", false) == PX_OK)
@@ -556,7 +566,9 @@ int px_cmd_train(int argc, char **argv) {
   }
   job.num_threads = (int)c->num_threads;
   char zoo_units[4096];
-  const char *unit_spec = *c->zero_unit ? c->zero_unit : c->zero == 3 ? default_units(c, zoo_units, sizeof zoo_units) : "";
+  const char *unit_spec = *c->zero_unit ? c->zero_unit
+    : c->zero == 3                      ? default_units(c, zoo_units, sizeof zoo_units)
+                                        : "";
   if (*unit_spec) {
     job.unit_names = strdup(unit_spec);
     if (!job.unit_names) {
@@ -577,7 +589,8 @@ int px_cmd_train(int argc, char **argv) {
   const bool launched = px_comm_mpi_launched();
   int threads = (int)c->threads;
   if (strcmp(c->backend, "mpi") == 0 && !launched) {
-    px_error(PX_ERR_INVALID, "--backend mpi: this process was not started by an MPI launcher (mpirun, mpiexec, "
+    px_error(PX_ERR_INVALID,
+             "--backend mpi: this process was not started by an MPI launcher (mpirun, mpiexec, "
              "or srun --mpi=pmix; srun's default --mpi=none starts processes that MPI cannot join)");
     rc = px_app_fail("train");
     goto out;
@@ -590,7 +603,8 @@ int px_cmd_train(int argc, char **argv) {
   }
   if (strcmp(c->backend, "self") == 0) threads = 1;
   if (launched && threads > 1) {
-    px_error(PX_ERR_INVALID, "--threads %d under an MPI launcher: use one rank per process (mpirun -n N) instead", threads);
+    px_error(PX_ERR_INVALID, "--threads %d under an MPI launcher: use one rank per process (mpirun -n N) instead",
+             threads);
     rc = px_app_fail("train");
     goto out;
   }
@@ -602,8 +616,10 @@ int px_cmd_train(int argc, char **argv) {
     const int64_t dp = c->dp > 0 ? c->dp : threads / tp_pp;
     if (c->dp == 0 && threads % tp_pp != 0) {
       if (c->pp > 1)
-        px_error(PX_ERR_INVALID, "--tp %lld × --pp %lld = %lld does not divide the world size %d (--threads %d): dp "
-                 "cannot be inferred", (long long)c->tp, (long long)c->pp, (long long)tp_pp, threads, threads);
+        px_error(PX_ERR_INVALID,
+                 "--tp %lld × --pp %lld = %lld does not divide the world size %d (--threads %d): dp "
+                 "cannot be inferred",
+                 (long long)c->tp, (long long)c->pp, (long long)tp_pp, threads, threads);
       else
         px_error(PX_ERR_INVALID, "--tp %lld does not divide the world size %d (--threads %d): dp cannot be inferred",
                  (long long)c->tp, threads, threads);
@@ -611,9 +627,11 @@ int px_cmd_train(int argc, char **argv) {
       goto out;
     }
     if (dp * tp_pp != threads) {
-      px_error(PX_ERR_INVALID, "--dp/--tp%s: mesh dp %lld × tp %lld × pp %lld = %lld ranks, but the world has %d "
-               "(--threads %d); the sizes' product must equal the world size", c->pp > 1 ? "/--pp" : "",
-               (long long)dp, (long long)c->tp, (long long)c->pp, (long long)(dp * tp_pp), threads, threads);
+      px_error(PX_ERR_INVALID,
+               "--dp/--tp%s: mesh dp %lld × tp %lld × pp %lld = %lld ranks, but the world has %d "
+               "(--threads %d); the sizes' product must equal the world size",
+               c->pp > 1 ? "/--pp" : "", (long long)dp, (long long)c->tp, (long long)c->pp, (long long)(dp * tp_pp),
+               threads, threads);
       rc = px_app_fail("train");
       goto out;
     }

@@ -38,16 +38,19 @@
 
 typedef struct build_arg {
   const px_config *c;
-  px_data_shape    shape;
-  px_mesh         *mesh;  // tp > 1: the GPT in tensor-parallel form over its tp group
+  px_data_shape shape;
+  px_mesh *mesh;  // tp > 1: the GPT in tensor-parallel form over its tp group
 } build_arg;
 
 // The GPT over the mesh's tp group (as cmd_train.c's build_tp_gpt): the zoo
 // GPT's tree, names and streams, per rank boxes of its parameters.
 static px_module *build_tp(const build_arg *b) {
   const px_config *c = b->c;
-  px_tp_gpt_config g = {.vocab_size = (int)b->shape.vocab_size, .context = (int)c->context,
-                        .n_layer = (int)c->n_layer, .n_head = (int)c->n_head, .n_embd = (int)c->n_embd,
+  px_tp_gpt_config g = {.vocab_size = (int)b->shape.vocab_size,
+                        .context = (int)c->context,
+                        .n_layer = (int)c->n_layer,
+                        .n_head = (int)c->n_head,
+                        .n_embd = (int)c->n_embd,
                         .dropout = (float)c->dropout};
   px_module *m = px_tp_gpt(&b->mesh->tp_group, &g);
   if (!m) return NULL;
@@ -73,22 +76,22 @@ static px_module *build(void *arg) {
 // vocabulary-parallel cross-entropy (-100: ignored, as px_train's).
 typedef struct pp_targets {
   px_pp_ce_targets ce;
-  px_tp_group     *tp;  // NULL: tp 1
-  int              vocab;
+  px_tp_group *tp;  // NULL: tp 1
+  int vocab;
 } pp_targets;
 
 static px_status train_loss(void *user, const px_tensor *out, int micro, float *loss, float *dout) {
   const pp_targets *t = user;
   if (!t->tp) return px_pp_ce_loss((void *)&t->ce, out, micro, loss, dout);
-  return px_tp_cross_entropy(t->tp, out, t->vocab, t->ce.targets + (size_t)micro * (size_t)t->ce.rows_per_micro,
-                             -100, loss, dout);
+  return px_tp_cross_entropy(t->tp, out, t->vocab, t->ce.targets + (size_t)micro * (size_t)t->ce.rows_per_micro, -100,
+                             loss, dout);
 }
 
 // Evaluation's loss function: px_pp_ce_loss, and on the last stage the sums
 // px_evaluate keeps (loss × rows, rows whose argmax is the target, rows).
 typedef struct eval_sums {
   pp_targets tg;
-  double     sums[3];
+  double sums[3];
 } eval_sums;
 
 static px_status eval_loss(void *user, const px_tensor *out, int micro, float *loss, float *dout) {
@@ -142,19 +145,19 @@ static px_status evaluate(px_pp *pp, px_comm *comm, const px_mesh *mesh, const p
 }
 
 typedef struct pp_run {
-  px_comm             *comm;
-  const px_config     *c;
+  px_comm *comm;
+  const px_config *c;
   const px_train_opts *o;
-  px_logger           *log;
-  px_pp               *pp;
-  px_mesh             *mesh;
-  pp_targets           tg;    // the loss's tp group and vocabulary (targets set per batch)
-  px_dataset          *val;
-  int                  m;
-  int64_t              step, epoch, last_eval_step;
-  int64_t              per_epoch;  /* steps an epoch (evaluations carry the epoch of their step) */
-  px_eval_metrics      last_eval;
-  px_app_pp_ckpt       ck;  // checkpoints: the position, the last one (pp_checkpoint.c)
+  px_logger *log;
+  px_pp *pp;
+  px_mesh *mesh;
+  pp_targets tg;  // the loss's tp group and vocabulary (targets set per batch)
+  px_dataset *val;
+  int m;
+  int64_t step, epoch, last_eval_step;
+  int64_t per_epoch; /* steps an epoch (evaluations carry the epoch of their step) */
+  px_eval_metrics last_eval;
+  px_app_pp_ckpt ck;  // checkpoints: the position, the last one (pp_checkpoint.c)
 } pp_run;
 
 static px_status run_eval(pp_run *r) {
@@ -205,9 +208,10 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
       float l;  // the dp replicas' mean
       if ((st = px_pp_step(r->pp, &b->x, train_loss, &tg, &l)) != PX_OK) break;
       if (!isfinite(l))
-        return px_error(PX_ERR_INVALID, "train: the loss is %g at step %lld (epoch %lld, batch %lld): lower the "
-                        "learning rate or clip gradients (--clip-grad)", (double)l, (long long)r->step,
-                        (long long)r->epoch, (long long)b_idx - 1);
+        return px_error(PX_ERR_INVALID,
+                        "train: the loss is %g at step %lld (epoch %lld, batch %lld): lower the "
+                        "learning rate or clip gradients (--clip-grad)",
+                        (double)l, (long long)r->step, (long long)r->epoch, (long long)b_idx - 1);
       r->step++;
       r->ck.step = r->step, r->ck.epoch = r->epoch, r->ck.next_batch = b_idx;
       r->ck.samples += (int64_t)b->n * r->mesh->dp;  // the step's global batch
@@ -219,9 +223,13 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
         px_pp_stats ps;
         px_pp_stats_get(r->pp, &ps);
         const double now = px_time_now();
-        px_step_metrics sm = {.step = r->step, .total_steps = total, .epoch = r->epoch + 1,
-                              .total_epochs = (total + per_epoch - 1) / per_epoch, .loss = loss_sum / loss_n,
-                              .lr = lr, .grad_norm = ps.grad_norm,
+        px_step_metrics sm = {.step = r->step,
+                              .total_steps = total,
+                              .epoch = r->epoch + 1,
+                              .total_epochs = (total + per_epoch - 1) / per_epoch,
+                              .loss = loss_sum / loss_n,
+                              .lr = lr,
+                              .grad_norm = ps.grad_norm,
                               .samples_per_s = now > t_log ? (double)samples_log / (now - t_log) : NAN,
                               .eta_s = (double)(total - r->step) * (now - t_start) / (double)r->step};
         if ((st = px_log_step(r->log, &sm)) != PX_OK) break;
@@ -235,7 +243,7 @@ static px_status train_loop(pp_run *r, px_loader *ld, px_train_result *res) {
           (st = px_app_pp_save(r->comm, r->mesh, r->c, o, r->pp, r->log, &r->ck)) != PX_OK)
         break;
       if (o->stop_flag) {  // any rank's signal stops all of them after the same step
-        char label[128];  // what the watchdog names if a rank dies between steps
+        char label[128];   // what the watchdog names if a rank dies between steps
         snprintf(label, sizeof label, "pipeline step %lld done: stage %d, between steps, stop-signal check",
                  (long long)r->step, px_pp_chunk_stage(r->pp, 0));
         px_comm_set_label(r->comm, label);
@@ -277,7 +285,8 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
     return px_error(PX_ERR_INVALID, "--batch-size %lld does not split into --micro-batches %d equal micro-batches",
                     (long long)c->batch_size, m);
   if (c->zero == 3 || c->accum_steps > 1)  // (config.c says why)
-    return px_error(PX_ERR_INVALID, "--pp does not combine with --zero 3 or --accum-steps (a step is "
+    return px_error(PX_ERR_INVALID,
+                    "--pp does not combine with --zero 3 or --accum-steps (a step is "
                     "already --micro-batches micro-batches with their gradients accumulated)");
   px_pp_kind kind;
   px_status st = px_pp_kind_parse(c->schedule_pp, &kind);
@@ -298,8 +307,14 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
   build_arg ba = {.c = c, .mesh = mesh};
   const char *what = "training data";
   st = px_app_open_data(c, true, NULL, &train);
-  if (st == PX_OK) { what = "held-out data"; st = px_app_open_data(c, false, NULL, &val); }
-  if (st == PX_OK) { what = "data"; st = px_app_data_shape(c, &train, &ba.shape); }
+  if (st == PX_OK) {
+    what = "held-out data";
+    st = px_app_open_data(c, false, NULL, &val);
+  }
+  if (st == PX_OK) {
+    what = "data";
+    st = px_app_data_shape(c, &train, &ba.shape);
+  }
   if (st == PX_OK && mesh->tp > 1 && !ba.shape.tokens)
     st = px_error(PX_ERR_INVALID, "--tp %d: a GPT reads token data (--data tokens or text), not --data %s", mesh->tp,
                   c->data);
@@ -307,12 +322,26 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
     r.tg.tp = &mesh->tp_group;
     r.tg.vocab = (int)ba.shape.vocab_size;
   }
-  if (st == PX_OK) { what = "schedule"; st = px_pp_schedule_make(kind, p, m, v, &sched); }
-  px_pp_opts po = {.build = build, .build_arg = &ba, .seed = o->seed, .optim = &o->optim,
-                   .clip_grad_norm = o->clip_grad_norm, .dp = A > 1 ? mesh->dp_comm : NULL,
-                   .tp = mesh->tp > 1 ? mesh->tp_comm : NULL, .zero_stage = A > 1 ? (int)c->zero : 0};
-  if (st == PX_OK) { what = "pipeline"; st = px_pp_create(&r.pp, mesh->pp_comm, sched, &po); }
-  if (st == PX_OK) { what = "logging"; st = px_logger_create(&log, log_opts); }
+  if (st == PX_OK) {
+    what = "schedule";
+    st = px_pp_schedule_make(kind, p, m, v, &sched);
+  }
+  px_pp_opts po = {.build = build,
+                   .build_arg = &ba,
+                   .seed = o->seed,
+                   .optim = &o->optim,
+                   .clip_grad_norm = o->clip_grad_norm,
+                   .dp = A > 1 ? mesh->dp_comm : NULL,
+                   .tp = mesh->tp > 1 ? mesh->tp_comm : NULL,
+                   .zero_stage = A > 1 ? (int)c->zero : 0};
+  if (st == PX_OK) {
+    what = "pipeline";
+    st = px_pp_create(&r.pp, mesh->pp_comm, sched, &po);
+  }
+  if (st == PX_OK) {
+    what = "logging";
+    st = px_logger_create(&log, log_opts);
+  }
   if (st == PX_OK && o->config_json) st = px_log_hparams(log, o->config_json, NULL);  // TensorBoard's HParams
   r.log = log;
   r.val = val.set;
@@ -327,14 +356,20 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
   if (st == PX_OK && rank == 0 && !c->quiet) {
     char line[256];
     px_log_text(log, "%s", px_mesh_describe(mesh, line, sizeof line));
-    px_log_text(log, "model %s: %.0f parameters%s (%zu on rank 0); data %s: %zu training samples, %zu held-out%s; "
+    px_log_text(log,
+                "model %s: %.0f parameters%s (%zu on rank 0); data %s: %zu training samples, %zu held-out%s; "
                 "pipeline of %d stages over %d ranks, schedule %s, %d micro-batches of %lld samples; %d replica%s "
-                "(a step is %lld samples)%s", c->model, held, mesh->tp > 1 ? " per tp rank" : "", ps.param_elems,
-                c->data, train.set->length, val.set ? val.set->length : 0, val.set ? "" : " (no held-out split: --val-path)",
-                p * v, p, px_pp_kind_name(kind), m, (long long)c->batch_size / m, A, A == 1 ? "" : "s",
-                (long long)c->batch_size * A, A > 1 && c->zero > 0 ? (c->zero == 1 ? ", ZeRO 1 over dp" :
-                ", ZeRO 2 over dp (gradients accumulate over the micro-batches in the whole buffer: stage 1's "
-                "gradient memory)") : "");
+                "(a step is %lld samples)%s",
+                c->model, held, mesh->tp > 1 ? " per tp rank" : "", ps.param_elems, c->data, train.set->length,
+                val.set ? val.set->length : 0, val.set ? "" : " (no held-out split: --val-path)", p * v, p,
+                px_pp_kind_name(kind), m, (long long)c->batch_size / m, A, A == 1 ? "" : "s",
+                (long long)c->batch_size * A,
+                A > 1 && c->zero > 0
+                  ? (c->zero == 1
+                       ? ", ZeRO 1 over dp"
+                       : ", ZeRO 2 over dp (gradients accumulate over the micro-batches in the whole buffer: stage 1's "
+                         "gradient memory)")
+                  : "");
     px_pp_plan_print(px_pp_plan_of(r.pp), stdout);
     fflush(stdout);
   }
@@ -346,13 +381,22 @@ px_status px_app_train_pp(px_comm *comm, const px_config *c, const px_train_opts
   lo.prefetch = o->prefetch;
   lo.rank = mesh->dp_rank;  // the dp replicas read different shards, the ranks of one replica the same batches
   lo.world = A;
-  if (st == PX_OK) { what = "loader"; st = px_loader_create(&ld, train.set, &lo); }
-  if (st == PX_OK) { what = ""; r.ck.batches_per_epoch = (int64_t)px_loader_num_batches(ld); }
+  if (st == PX_OK) {
+    what = "loader";
+    st = px_loader_create(&ld, train.set, &lo);
+  }
+  if (st == PX_OK) {
+    what = "";
+    r.ck.batches_per_epoch = (int64_t)px_loader_num_batches(ld);
+  }
   if (st == PX_OK && (st = px_app_pp_resume(comm, mesh, c, o, r.pp, log, &r.ck)) == PX_OK) {
     r.step = res->start_step = r.ck.step;
     r.epoch = r.ck.epoch;
   }
-  if (st == PX_OK) { what = ""; st = train_loop(&r, ld, res); }
+  if (st == PX_OK) {
+    what = "";
+    st = train_loop(&r, ld, res);
+  }
   if (st != PX_OK && *what) st = px_error_wrap(st, "%s", what);
   px_loader_free(ld);
   px_pp_free(r.pp);

@@ -15,14 +15,14 @@
 typedef enum opt_type { T_STR, T_INT, T_NUM, T_BOOL } opt_type;
 
 typedef struct opt_def {
-  const char *section, *key;  /* JSON {"section": {"key": value}} */
-  const char *flag;           /* long option, without "--" */
-  opt_type    type;
-  size_t      offset;         /* into px_config */
-  const char *def;            /* default, as text ("" for none) */
-  const char *choices;        /* "a|b|c" for strings with fixed values, else NULL */
-  double      min, max;       /* numbers: the accepted range */
-  int         commands;       /* CFG_TRAIN | CFG_EVAL | ... */
+  const char *section, *key; /* JSON {"section": {"key": value}} */
+  const char *flag;          /* long option, without "--" */
+  opt_type type;
+  size_t offset;       /* into px_config */
+  const char *def;     /* default, as text ("" for none) */
+  const char *choices; /* "a|b|c" for strings with fixed values, else NULL */
+  double min, max;     /* numbers: the accepted range */
+  int commands;        /* CFG_TRAIN | CFG_EVAL | ... */
   const char *help;
 } opt_def;
 
@@ -145,8 +145,7 @@ static const opt_def opts[] = {
    "evaluate every N steps (0: at the end of each epoch)"},
   {"train", "eval_batches", "eval-batches", T_INT, F(eval_batches), "0", NULL, 0, BIG, ALL,
    "evaluate on at most N batches per rank (0: the whole held-out split)"},
-  {"train", "log_every", "log-every", T_INT, F(log_every), "50", NULL, 1, BIG, CFG_TRAIN,
-   "steps between log lines"},
+  {"train", "log_every", "log-every", T_INT, F(log_every), "50", NULL, 1, BIG, CFG_TRAIN, "steps between log lines"},
   {"train", "seed", "seed", T_INT, F(seed), "0", NULL, 0, BIG, ALL,
    "seed of the weights, the data order, augmentation, dropout and sampling"},
   {"train", "loss_spike_factor", "loss-spike-factor", T_NUM, F(loss_spike_factor), "0", NULL, 0, 1e12, CFG_TRAIN,
@@ -177,8 +176,8 @@ static const opt_def opts[] = {
    "pipeline parallel: the model cut into this many stages; --dp x --tp x --pp = the ranks (3D; docs/PARALLEL.md)"},
   {"parallel", "micro_batches", "micro-batches", T_INT, F(micro_batches), "1", NULL, 1, 1 << 20, CFG_TRAIN,
    "--pp: micro-batches per step (--batch-size must be a multiple)"},
-  {"parallel", "schedule_pp", "schedule-pp", T_STR, F(schedule_pp), "1f1b", "gpipe|1f1b|interleaved", 0, 0,
-   CFG_TRAIN, "--pp: the pipeline schedule (interleaved: 2 stages per rank)"},
+  {"parallel", "schedule_pp", "schedule-pp", T_STR, F(schedule_pp), "1f1b", "gpipe|1f1b|interleaved", 0, 0, CFG_TRAIN,
+   "--pp: the pipeline schedule (interleaved: 2 stages per rank)"},
   {"parallel", "timeout", "timeout", T_NUM, F(timeout), "600", NULL, 0, 1e9, ALL,
    "seconds a rank waits for its peers before the job ends with an error naming them (0: forever)"},
   // The device mesh: dp × tp (× pp) = the world's ranks, tp innermost.
@@ -186,8 +185,8 @@ static const opt_def opts[] = {
    "data-parallel ranks of the mesh (0: the world size / (tp x pp))"},
   {"parallel", "tp", "tp", T_INT, F(tp), "1", NULL, 1, 4096, CFG_TRAIN,
    "tensor-parallel ranks (--model gpt): each layer's weights split over tp neighbouring ranks (docs/PARALLEL.md)"},
-  {"parallel", "sequence_parallel", "sequence-parallel", T_BOOL, F(sequence_parallel), "false", NULL, 0, 0,
-   CFG_TRAIN, "--tp > 1: layer norms, dropout and residuals on context/tp positions a rank (context a multiple of "
+  {"parallel", "sequence_parallel", "sequence-parallel", T_BOOL, F(sequence_parallel), "false", NULL, 0, 0, CFG_TRAIN,
+   "--tp > 1: layer norms, dropout and residuals on context/tp positions a rank (context a multiple of "
    "tp)"},
 
   {"checkpoint", "dir", "ckpt-dir", T_STR, F(ckpt_dir), "", NULL, 0, 0, CFG_TRAIN,
@@ -331,8 +330,7 @@ static px_status set_value(px_config *c, int i, const char *text, const char *wh
   case T_INT: {
     errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (!*text || *end || errno)
-      return px_error(PX_ERR_INVALID, "%s: expected an integer, got \"%s\"", where, text);
+    if (!*text || *end || errno) return px_error(PX_ERR_INVALID, "%s: expected an integer, got \"%s\"", where, text);
     if ((double)v < d->min || (double)v > d->max)
       return px_error(PX_ERR_INVALID, "%s: %lld is outside [%.0f, %.0f]", where, v, d->min, d->max);
     *int_at(c, d) = v;
@@ -415,7 +413,8 @@ px_status px_config_load_json(px_config *c, const char *text, size_t n, const ch
   }
   px_status st = PX_OK;
   if (!cJSON_IsObject(root))
-    st = px_error(PX_ERR_FORMAT, "config %s: expected an object of sections ({\"model\": {...}, \"data\": {...}})", name);
+    st = px_error(PX_ERR_FORMAT, "config %s: expected an object of sections ({\"model\": {...}, \"data\": {...}})",
+                  name);
   for (cJSON *sec = root->child; st == PX_OK && sec; sec = sec->next) {
     bool known_section = false;
     for (int i = 0; i < N_OPTS; i++) known_section |= strcmp(opts[i].section, sec->string) == 0;
@@ -484,7 +483,11 @@ static px_status read_text(const char *path, char **out, size_t *n) {
     len += got;
     if (len < cap) break;
     char *nb = realloc(buf, cap * 2);
-    if (!nb) { free(buf); buf = NULL; break; }
+    if (!nb) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
     buf = nb;
     cap *= 2;
   }
@@ -521,7 +524,10 @@ px_status px_config_parse(px_config *c, int argc, char **argv, int first, int co
   }
   for (int a = first; a < argc; a++) {
     const char *arg = argv[a];
-    if (strcmp(arg, "--config") == 0) { a++; continue; }
+    if (strcmp(arg, "--config") == 0) {
+      a++;
+      continue;
+    }
     if (strncmp(arg, "--config=", 9) == 0) continue;
     if (strncmp(arg, "--", 2) != 0 || !arg[2])
       return px_error(PX_ERR_INVALID, "unexpected argument \"%s\": options are --name value (see --help)", arg);
@@ -548,8 +554,7 @@ px_status px_config_parse(px_config *c, int argc, char **argv, int first, int co
     const opt_def *d = &opts[found];
     char where[128];
     snprintf(where, sizeof where, "--%s", d->flag);
-    if (!(d->commands & commands))
-      return px_error(PX_ERR_INVALID, "--%s does not apply to this command", d->flag);
+    if (!(d->commands & commands)) return px_error(PX_ERR_INVALID, "--%s does not apply to this command", d->flag);
     const char *val;
     if (d->type == T_BOOL && !eq) {
       val = negated ? "false" : "true";
@@ -583,8 +588,10 @@ px_status px_config_floats3(const char *s, const char *what, float out[3]) {
     else break;
   }
   if (*p || (n != 1 && n != 3))
-    return px_error(PX_ERR_INVALID, "%s: expected one number or three separated by commas (\"0.5\" or "
-                    "\"0.485,0.456,0.406\"), got \"%s\"", what, s);
+    return px_error(PX_ERR_INVALID,
+                    "%s: expected one number or three separated by commas (\"0.5\" or "
+                    "\"0.485,0.456,0.406\"), got \"%s\"",
+                    what, s);
   for (int k = 0; k < 3; k++) out[k] = (float)(n == 1 ? v[0] : v[k]);
   return PX_OK;
 }
@@ -605,8 +612,10 @@ px_status px_config_validate(const px_config *c, int commands) {
   if (*c->val_path && !strpbrk(c->val_path, "*?[") && !path_exists(c->val_path))
     return px_error(PX_ERR_NOT_FOUND, "--val-path (data.val_path): %s does not exist", c->val_path);
   if (*c->stage && strcmp(src, "mnist") != 0 && strcmp(src, "tokens") != 0 && strcmp(src, "text") != 0)
-    return px_error(PX_ERR_UNSUPPORTED, "--stage (data.stage): --data %s is not staged; staging covers mnist (IDX "
-                    "files), tokens (shards) and text", src);
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "--stage (data.stage): --data %s is not staged; staging covers mnist (IDX "
+                    "files), tokens (shards) and text",
+                    src);
   if (strcmp(src, "imagenet") == 0 && !*c->synsets)
     return px_error(PX_ERR_INVALID, "--data imagenet needs --synsets (LOC_synset_mapping.txt)");
   if (*c->synsets && !path_exists(c->synsets))
@@ -618,17 +627,21 @@ px_status px_config_validate(const px_config *c, int commands) {
   if (*c->std && px_config_floats3(c->std, "--std (data.std)", tmp) != PX_OK) return PX_ERR_INVALID;
   if (*c->std)
     for (int k = 0; k < 3; k++)
-      if (!(tmp[k] > 0)) return px_error(PX_ERR_INVALID, "--std (data.std): every value must be > 0, got \"%s\"", c->std);
+      if (!(tmp[k] > 0))
+        return px_error(PX_ERR_INVALID, "--std (data.std): every value must be > 0, got \"%s\"", c->std);
   if (c->n_embd % c->n_head != 0)
     return px_error(PX_ERR_INVALID, "--n-embd %lld is not divisible by --n-head %lld", (long long)c->n_embd,
                     (long long)c->n_head);
   if (commands & CFG_TRAIN) {
     px_recompute r;
-    if (px_recompute_parse(c->recompute, &r) != PX_OK) return px_error_wrap(PX_ERR_INVALID, "--recompute (train.recompute)");
+    if (px_recompute_parse(c->recompute, &r) != PX_OK)
+      return px_error_wrap(PX_ERR_INVALID, "--recompute (train.recompute)");
     const bool has_blocks = strcmp(c->model, "gpt") == 0 || strncmp(c->model, "resnet", 6) == 0;
     if (r.kind != PX_RECOMPUTE_NONE && !has_blocks)
-      return px_error(PX_ERR_INVALID, "--recompute %s: --model %s has no blocks to recompute; it applies to gpt, "
-                      "resnet and resnet18", c->recompute, c->model);
+      return px_error(PX_ERR_INVALID,
+                      "--recompute %s: --model %s has no blocks to recompute; it applies to gpt, "
+                      "resnet and resnet18",
+                      c->recompute, c->model);
   }
   if (c->image_channels != 1 && c->image_channels != 3)
     return px_error(PX_ERR_INVALID, "--image-channels (data.image_channels) must be 1 or 3, got %lld",
@@ -640,42 +653,58 @@ px_status px_config_validate(const px_config *c, int commands) {
   if ((commands & CFG_TRAIN) && *c->init && !path_exists(c->init))
     return px_error(PX_ERR_NOT_FOUND, "--init (model.init): %s does not exist", c->init);
   if ((commands & CFG_TRAIN) && (c->zero < 0 || c->zero > 3))
-    return px_error(PX_ERR_INVALID, "--zero (parallel.zero) %lld: there is no such ZeRO stage; use 0 (DDP), 1 (shard "
-                    "the optimizer state), 2 (and the gradients) or 3 (and the parameters)", (long long)c->zero);
+    return px_error(PX_ERR_INVALID,
+                    "--zero (parallel.zero) %lld: there is no such ZeRO stage; use 0 (DDP), 1 (shard "
+                    "the optimizer state), 2 (and the gradients) or 3 (and the parameters)",
+                    (long long)c->zero);
   if ((commands & CFG_TRAIN) && c->pp > 1) {  // 3D: --dp × --tp × --pp (cmd_train_pp.c)
     if (c->zero == 3)
-      return px_error(PX_ERR_UNSUPPORTED, "--zero 3 with --pp %lld: ZeRO stage 3 (parameters gathered unit by unit) "
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--zero 3 with --pp %lld: ZeRO stage 3 (parameters gathered unit by unit) "
                       "does not combine with the pipeline's micro-batch slots; use --zero 1 or 2 (the optimizer "
-                      "state sharded over dp), as Megatron-LM and torchtitan do", (long long)c->pp);
+                      "state sharded over dp), as Megatron-LM and torchtitan do",
+                      (long long)c->pp);
     if (c->accum_steps > 1)
-      return px_error(PX_ERR_INVALID, "--accum-steps %lld with --pp %lld: a pipeline step already accumulates the "
+      return px_error(PX_ERR_INVALID,
+                      "--accum-steps %lld with --pp %lld: a pipeline step already accumulates the "
                       "gradients of its --micro-batches; for the same step use --micro-batches %lld (%lld × %lld) "
-                      "and a --batch-size %lld times larger", (long long)c->accum_steps, (long long)c->pp,
-                      (long long)(c->micro_batches * c->accum_steps), (long long)c->micro_batches,
-                      (long long)c->accum_steps, (long long)c->accum_steps);
+                      "and a --batch-size %lld times larger",
+                      (long long)c->accum_steps, (long long)c->pp, (long long)(c->micro_batches * c->accum_steps),
+                      (long long)c->micro_batches, (long long)c->accum_steps, (long long)c->accum_steps);
     if (c->sequence_parallel)
-      return px_error(PX_ERR_UNSUPPORTED, "--sequence-parallel with --pp %lld: the pipeline sends whole (N, T, C) "
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--sequence-parallel with --pp %lld: the pipeline sends whole (N, T, C) "
                       "activations between stages; sequence parallelism inside a stage is not built with --pp "
-                      "(drop --sequence-parallel)", (long long)c->pp);
+                      "(drop --sequence-parallel)",
+                      (long long)c->pp);
   }
   if ((commands & CFG_TRAIN) && c->tp > 1) {
     if (strcmp(c->model, "gpt") != 0)
-      return px_error(PX_ERR_INVALID, "--tp (parallel.tp) %lld: tensor parallelism splits a GPT's layers; --model %s "
-                      "has none to split (use --model gpt, or --tp 1)", (long long)c->tp, c->model);
+      return px_error(PX_ERR_INVALID,
+                      "--tp (parallel.tp) %lld: tensor parallelism splits a GPT's layers; --model %s "
+                      "has none to split (use --model gpt, or --tp 1)",
+                      (long long)c->tp, c->model);
     if (c->n_head % c->tp != 0)
-      return px_error(PX_ERR_INVALID, "--tp (parallel.tp) %lld does not divide --n-head %lld: each tp rank holds "
-                      "whole attention heads (choose tp among the divisors of %lld)", (long long)c->tp,
-                      (long long)c->n_head, (long long)c->n_head);
+      return px_error(PX_ERR_INVALID,
+                      "--tp (parallel.tp) %lld does not divide --n-head %lld: each tp rank holds "
+                      "whole attention heads (choose tp among the divisors of %lld)",
+                      (long long)c->tp, (long long)c->n_head, (long long)c->n_head);
     if (c->zero == 3)
-      return px_error(PX_ERR_UNSUPPORTED, "--zero 3 with --tp %lld: ZeRO stage 3 over a tensor-parallel mesh is not "
-                      "built; use --zero 1 or 2", (long long)c->tp);
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--zero 3 with --tp %lld: ZeRO stage 3 over a tensor-parallel mesh is not "
+                      "built; use --zero 1 or 2",
+                      (long long)c->tp);
     if (c->sequence_parallel && c->context % c->tp != 0)
-      return px_error(PX_ERR_INVALID, "--sequence-parallel: --context %lld is not a multiple of --tp %lld (each tp "
-                      "rank holds context/tp positions)", (long long)c->context, (long long)c->tp);
+      return px_error(PX_ERR_INVALID,
+                      "--sequence-parallel: --context %lld is not a multiple of --tp %lld (each tp "
+                      "rank holds context/tp positions)",
+                      (long long)c->context, (long long)c->tp);
   }
   if ((commands & CFG_TRAIN) && *c->zero_unit && c->zero != 3)
-    return px_error(PX_ERR_INVALID, "--zero-unit (parallel.zero_unit) \"%s\" applies to --zero 3 only (this run: "
-                    "--zero %lld)", c->zero_unit, (long long)c->zero);
+    return px_error(PX_ERR_INVALID,
+                    "--zero-unit (parallel.zero_unit) \"%s\" applies to --zero 3 only (this run: "
+                    "--zero %lld)",
+                    c->zero_unit, (long long)c->zero);
   if ((commands & CFG_TRAIN) && *c->zero_unit) {
     // NAME[,NAME...]: no empty names ("h.0,,h.1", a trailing comma).
     const char *p = c->zero_unit;
@@ -683,38 +712,50 @@ px_status px_config_validate(const px_config *c, int commands) {
       const char *comma = strchr(p, ',');
       size_t len = comma ? (size_t)(comma - p) : strlen(p);
       if (len == 0)
-        return px_error(PX_ERR_INVALID, "--zero-unit (parallel.zero_unit) \"%s\": an empty module name; expected "
-                        "NAME[,NAME...] such as \"h.0,h.1\"", c->zero_unit);
+        return px_error(PX_ERR_INVALID,
+                        "--zero-unit (parallel.zero_unit) \"%s\": an empty module name; expected "
+                        "NAME[,NAME...] such as \"h.0,h.1\"",
+                        c->zero_unit);
       if (!comma) break;
       p = comma + 1;
     }
   }
   if ((commands & CFG_TRAIN) && c->sync_bn && strcmp(c->model, "cnn") != 0 && strncmp(c->model, "resnet", 6) != 0)
-    return px_error(PX_ERR_INVALID, "--sync-bn (model.sync_bn): --model %s has no batch norm to synchronize; it "
-                    "applies to cnn, resnet and resnet18", c->model);
+    return px_error(PX_ERR_INVALID,
+                    "--sync-bn (model.sync_bn): --model %s has no batch norm to synchronize; it "
+                    "applies to cnn, resnet and resnet18",
+                    c->model);
   if ((commands & CFG_TRAIN) && c->sync_bn && c->pp > 1)
-    return px_error(PX_ERR_UNSUPPORTED, "--sync-bn with --pp %lld: a pipeline stage's batch norm has no data-parallel "
-                    "peers; run without --sync-bn", (long long)c->pp);
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "--sync-bn with --pp %lld: a pipeline stage's batch norm has no data-parallel "
+                    "peers; run without --sync-bn",
+                    (long long)c->pp);
   if ((commands & CFG_TRAIN) && c->loss_spike_factor != 0 && c->loss_spike_factor <= 1)
-    return px_error(PX_ERR_INVALID, "--loss-spike-factor (train.loss_spike_factor) %g: expected 0 (off) or a factor "
-                    "above 1 (a loss above F x its running mean stops the run)", c->loss_spike_factor);
+    return px_error(PX_ERR_INVALID,
+                    "--loss-spike-factor (train.loss_spike_factor) %g: expected 0 (off) or a factor "
+                    "above 1 (a loss above F x its running mean stops the run)",
+                    c->loss_spike_factor);
   if ((commands & CFG_TRAIN) && c->loss_spike_factor > 0 && c->pp > 1)
-    return px_error(PX_ERR_UNSUPPORTED, "--loss-spike-factor with --pp %lld: the pipeline's training loop has no "
-                    "loss-spike guard (a loss that is not finite still stops it)", (long long)c->pp);
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "--loss-spike-factor with --pp %lld: the pipeline's training loop has no "
+                    "loss-spike guard (a loss that is not finite still stops it)",
+                    (long long)c->pp);
   if (commands & CFG_TRAIN) {
     // The samples of a step, batch x micro-batches x data-parallel ranks, in a 64-bit count.
     const int64_t ranks = c->dp > c->threads ? c->dp : c->threads;
     int64_t samples;
     if (__builtin_mul_overflow(c->batch_size, c->accum_steps, &samples) ||
         __builtin_mul_overflow(samples, ranks, &samples))
-      return px_error(PX_ERR_INVALID, "--batch-size %lld x --accum-steps %lld x %lld ranks: more samples a step than "
-                      "a 64-bit count holds (%lld)", (long long)c->batch_size, (long long)c->accum_steps,
-                      (long long)ranks, (long long)INT64_MAX);
+      return px_error(PX_ERR_INVALID,
+                      "--batch-size %lld x --accum-steps %lld x %lld ranks: more samples a step than "
+                      "a 64-bit count holds (%lld)",
+                      (long long)c->batch_size, (long long)c->accum_steps, (long long)ranks, (long long)INT64_MAX);
   }
   if (commands & (CFG_TRAIN | CFG_EVAL)) {
     const bool cuda = strcmp(c->device, "cuda") == 0;
     if (strcmp(c->precision, "bf16") == 0 && !cuda)
-      return px_error(PX_ERR_UNSUPPORTED, "--precision bf16 (train.precision): bf16 runs on the GPU only (--device "
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--precision bf16 (train.precision): bf16 runs on the GPU only (--device "
                       "cuda); on the CPU plexus computes in f32 (--precision f32)");
     // What the GPU path does not cover (issue 15: data parallel, DDP over NCCL).
     const char *cpu_only = NULL;
@@ -723,21 +764,26 @@ px_status px_config_validate(const px_config *c, int commands) {
     if (!cuda || !(commands & CFG_TRAIN)) cpu_only = NULL;
     else if (c->zero > 0) cpu_only = (snprintf(what, sizeof what, "--zero %lld (ZeRO)", (long long)c->zero), what);
     else if (c->tp > 1) cpu_only = (snprintf(what, sizeof what, "--tp %lld (tensor parallel)", (long long)c->tp), what);
-    else if (c->pp > 1) cpu_only = (snprintf(what, sizeof what, "--pp %lld (pipeline parallel)", (long long)c->pp), what);
+    else if (c->pp > 1)
+      cpu_only = (snprintf(what, sizeof what, "--pp %lld (pipeline parallel)", (long long)c->pp), what);
     else if (px_recompute_parse(c->recompute, &r) == PX_OK && r.kind != PX_RECOMPUTE_NONE)
       cpu_only = (snprintf(what, sizeof what, "--recompute %s", c->recompute), what);
     else if (c->sync_bn) cpu_only = "--sync-bn";
     if (cpu_only)
-      return px_error(PX_ERR_UNSUPPORTED, "%s with --device cuda is not built: on GPUs plexus trains data parallel "
-                      "with DDP over NCCL; drop %s, or train on the CPU (--device cpu)", cpu_only, cpu_only);
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "%s with --device cuda is not built: on GPUs plexus trains data parallel "
+                      "with DDP over NCCL; drop %s, or train on the CPU (--device cpu)",
+                      cpu_only, cpu_only);
     // Refusals that hold on any machine come first; then the hardware.
     const int gpus = cuda ? px_train_cuda_devices() : 1;
     if (gpus < 0)
-      return px_error(PX_ERR_UNSUPPORTED, "--device cuda (train.device): this plexus was built without CUDA (CMake "
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--device cuda (train.device): this plexus was built without CUDA (CMake "
                       "found no CUDA toolkit); rebuild where nvcc and the CUDA libraries are installed, or use "
                       "--device cpu");
     if (gpus == 0)
-      return px_error(PX_ERR_UNSUPPORTED, "--device cuda (train.device): no CUDA device is visible to this process "
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--device cuda (train.device): no CUDA device is visible to this process "
                       "(no NVIDIA GPU, or no driver%s); use --device cpu",
                       getenv("CUDA_VISIBLE_DEVICES") ? ", or CUDA_VISIBLE_DEVICES hides them" : "");
   }

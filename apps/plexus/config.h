@@ -11,66 +11,66 @@
 
 typedef struct px_config {
   /* run */
-  char   *out;
+  char *out;
   /* model */
-  char   *model;
+  char *model;
   int64_t hidden, depth, channels, width, blocks;
   int64_t n_layer, n_head, n_embd, context, vocab_size;
-  double  dropout;
-  char   *init;
+  double dropout;
+  char *init;
   /* data */
-  char   *data;
-  char   *data_path, *val_path, *image_root, *val_image_root, *synsets;
+  char *data;
+  char *data_path, *val_path, *image_root, *val_image_root, *synsets;
   int64_t image_channels, resize, crop;
-  bool    random_crop, hflip;
-  char   *mean, *std;
-  char   *tokenizer, *vocab;
-  char   *h5_layout, *h5_x, *h5_y;   /* --data hdf5: layout and dataset names */
+  bool random_crop, hflip;
+  char *mean, *std;
+  char *tokenizer, *vocab;
+  char *h5_layout, *h5_x, *h5_y; /* --data hdf5: layout and dataset names */
   int64_t batch_size, workers, prefetch, train_subset, val_subset;
-  bool    skip_bad;
-  char   *stage, *stage_verify;  /* data.stage: node-local copy directory ("": none); data.stage_verify: full|size */
+  bool skip_bad;
+  char *stage, *stage_verify; /* data.stage: node-local copy directory ("": none); data.stage_verify: full|size */
   /* optim */
-  char   *optim;
-  double  lr, momentum, weight_decay, beta1, beta2, eps;
-  bool    nesterov;
-  char   *schedule;
+  char *optim;
+  double lr, momentum, weight_decay, beta1, beta2, eps;
+  bool nesterov;
+  char *schedule;
   int64_t warmup_steps, step_size;
-  double  gamma, min_lr, clip_grad, label_smoothing;
+  double gamma, min_lr, clip_grad, label_smoothing;
   /* train */
   int64_t epochs, steps, stop_at_step, accum_steps, eval_every, eval_batches, log_every;
   int64_t seed;
-  char   *recompute;  /* train.recompute: none|full|selective|every:K */
-  double  loss_spike_factor;   /* train.loss_spike_factor: 0 off (px_train_opts) */
+  char *recompute;          /* train.recompute: none|full|selective|every:K */
+  double loss_spike_factor; /* train.loss_spike_factor: 0 off (px_train_opts) */
   /* parallel */
-  char   *backend;
+  char *backend;
   int64_t threads, num_threads;
-  double  bucket_mb, timeout;
-  int64_t zero;                /* ZeRO stage: 0 = DDP */
-  int64_t pp, micro_batches;   /* pipeline stages (ranks) and micro-batches per step (cmd_train_pp.c) */
-  char   *schedule_pp;         /* gpipe|1f1b|interleaved */
-  char   *zero_unit;           /* stage-3 units, "h.0,h.1" ("": a GPT's blocks, a ResNet's stages, else the root's children) */
-  bool    zero_prefetch, zero_reshard;
-  int64_t dp, tp;              /* the mesh: dp 0 = world / tp */
-  bool    sequence_parallel;
+  double bucket_mb, timeout;
+  int64_t zero;              /* ZeRO stage: 0 = DDP */
+  int64_t pp, micro_batches; /* pipeline stages (ranks) and micro-batches per step (cmd_train_pp.c) */
+  char *schedule_pp;         /* gpipe|1f1b|interleaved */
+  char *zero_unit; /* stage-3 units, "h.0,h.1" ("": a GPT's blocks, a ResNet's stages, else the root's children) */
+  bool zero_prefetch, zero_reshard;
+  int64_t dp, tp; /* the mesh: dp 0 = world / tp */
+  bool sequence_parallel;
   /* checkpoint */
-  char   *ckpt_dir;
+  char *ckpt_dir;
   int64_t ckpt_every, keep_last;
-  char   *resume;
+  char *resume;
   /* log */
-  char   *jsonl, *tensorboard, *progress;
-  bool    quiet;
+  char *jsonl, *tensorboard, *progress;
+  bool quiet;
   /* eval and generate */
-  char   *checkpoint, *split;
+  char *checkpoint, *split;
   /* generate (plexus generate) */
-  char   *prompt;
+  char *prompt;
   int64_t tokens, top_k;
-  double  temperature;
+  double temperature;
   /* issue 16 */
-  bool    overwrite;   /* run.overwrite: --out holding a run is cleared first */
-  bool    sync_bn;     /* model.sync_bn: batch norm statistics over the data-parallel ranks */
+  bool overwrite; /* run.overwrite: --out holding a run is cleared first */
+  bool sync_bn;   /* model.sync_bn: batch norm statistics over the data-parallel ranks */
   /* issue 15 */
-  char   *device;      /* train.device: cpu|cuda */
-  char   *precision;   /* train.precision: f32|bf16 (bf16 on cuda only) */
+  char *device;    /* train.device: cpu|cuda */
+  char *precision; /* train.precision: f32|bf16 (bf16 on cuda only) */
   /* Which options were given (file or command line), by table index. */
   unsigned char given[128];
 } px_config;

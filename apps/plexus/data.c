@@ -93,8 +93,9 @@ static px_status stage_one(px_comm *comm, const px_config *c, const char *source
   if (st != PX_OK || px_comm_local_rank(comm) != 0 || c->quiet) return st;
   const double mb = (double)r.bytes_copied / 1e6;
   printf("plexus train: stage: rank %d (local rank 0): %s: copied %zu of %zu files (%.1f MB in %.2f s, %.0f MB/s), "
-         "reused %zu, damaged %zu (copied again), into %s\n", px_comm_rank(comm), source, r.copied, r.files, mb,
-         r.seconds, r.seconds > 0 ? mb / r.seconds : 0.0, r.reused, r.damaged, r.dir);
+         "reused %zu, damaged %zu (copied again), into %s\n",
+         px_comm_rank(comm), source, r.copied, r.files, mb, r.seconds, r.seconds > 0 ? mb / r.seconds : 0.0, r.reused,
+         r.damaged, r.dir);
   fflush(stdout);
   return PX_OK;
 }
@@ -169,8 +170,10 @@ px_status px_app_data_shape(const px_config *c, const px_app_data *d, px_data_sh
     out->tokens = true;
     out->vocab_size = c->vocab_size > 0 ? (size_t)c->vocab_size : d->vocab ? px_vocab_size(d->vocab) : s->num_classes;
     if (out->vocab_size == 0)
-      return px_error(PX_ERR_INVALID, "--data %s: the vocabulary size is unknown: give --vocab (the vocabulary "
-                      "file written with the shards) or --vocab-size", c->data);
+      return px_error(PX_ERR_INVALID,
+                      "--data %s: the vocabulary size is unknown: give --vocab (the vocabulary "
+                      "file written with the shards) or --vocab-size",
+                      c->data);
     return PX_OK;
   }
   if (s->x_ndim == 3) {
@@ -210,8 +213,12 @@ px_status px_app_build_model(const px_config *c, const px_data_shape *s, px_modu
   } else if (strcmp(m, "resnet18") == 0) {
     *out = px_zoo_resnet18(s->channels, classes);
   } else if (lm) {
-    px_gpt_config g = {.vocab_size = (int)s->vocab_size, .context = (int)c->context, .n_layer = (int)c->n_layer,
-                       .n_head = (int)c->n_head, .n_embd = (int)c->n_embd, .dropout = (float)c->dropout};
+    px_gpt_config g = {.vocab_size = (int)s->vocab_size,
+                       .context = (int)c->context,
+                       .n_layer = (int)c->n_layer,
+                       .n_head = (int)c->n_head,
+                       .n_embd = (int)c->n_embd,
+                       .dropout = (float)c->dropout};
     *out = px_zoo_gpt(&g);
   } else {
     return px_error(PX_ERR_INVALID, "--model %s: not in the zoo (mlp, cnn, resnet, resnet18, gpt)", m);
@@ -221,8 +228,10 @@ px_status px_app_build_model(const px_config *c, const px_data_shape *s, px_modu
   px_recompute r = {0};
   px_status st = c->recompute ? px_recompute_parse(c->recompute, &r) : PX_OK;
   if (st == PX_OK && r.kind != PX_RECOMPUTE_NONE)
-    st = lm ? px_zoo_gpt_recompute(*out, r) : strncmp(m, "resnet", 6) == 0 ? px_zoo_resnet_recompute(*out, r)
-            : px_error(PX_ERR_INVALID, "--recompute: --model %s has no blocks to recompute", m);
+    st = lm ? px_zoo_gpt_recompute(*out, r)
+      : strncmp(m, "resnet", 6) == 0
+      ? px_zoo_resnet_recompute(*out, r)
+      : px_error(PX_ERR_INVALID, "--recompute: --model %s has no blocks to recompute", m);
   if (st != PX_OK) {
     px_module_free(*out);
     *out = NULL;

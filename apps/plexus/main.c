@@ -61,7 +61,10 @@ int main(int argc, char **argv) {
     return 2;
 #endif
   }
-  fprintf(stderr, "plexus: unknown command \"%s\"; expected train, eval, generate, inspect, tokenize, checkpoint, schedule or plot\n", cmd);
+  fprintf(stderr,
+          "plexus: unknown command \"%s\"; expected train, eval, generate, inspect, tokenize, checkpoint, schedule or "
+          "plot\n",
+          cmd);
   usage(stderr);
   return 2;
 }

@@ -41,8 +41,8 @@ static px_status model_params(px_comm *comm, const px_mesh *mesh, px_pp *pp, dou
   for (int c = 0; c < px_pp_n_chunks(pp) && mesh->dp_rank == 0; c++) {
     px_model *md = px_pp_chunk_model(pp, c);
     const bool copy = plan->tied_head_unit >= 0 &&
-                      px_pp_chunk_stage(pp, c) == px_pp_plan_stage_of(plan, plan->tied_head_unit) &&
-                      px_pp_plan_stage_of(plan, plan->tied_emb_unit) != px_pp_chunk_stage(pp, c);
+      px_pp_chunk_stage(pp, c) == px_pp_plan_stage_of(plan, plan->tied_head_unit) &&
+      px_pp_plan_stage_of(plan, plan->tied_emb_unit) != px_pp_chunk_stage(pp, c);
     for (int i = 0; i < md->n_params; i++) {
       const px_param *p = md->params[i];
       if (copy && strcmp(p->name, plan->tied_param) == 0) continue;
@@ -88,9 +88,11 @@ static char *state_json(px_comm *comm, const px_mesh *mh, const px_config *c, co
   cJSON_AddNumberToObject(j, "zero_stage", mh->dp > 1 ? (double)c->zero : 0.0);
   cJSON *dep = cJSON_AddObjectToObject(j, "rank_count_dependent");
   if (dep) {
-    cJSON_AddStringToObject(dep, "next_batch", "counts each dp replica's batches of batch_size samples (a pipeline "
+    cJSON_AddStringToObject(dep, "next_batch",
+                            "counts each dp replica's batches of batch_size samples (a pipeline "
                             "step is one per replica: mesh.dp × batch_size samples)");
-    cJSON_AddStringToObject(dep, "files", "model.rank*, optim.rank*: each pipeline rank's stages as pieces of "
+    cJSON_AddStringToObject(dep, "files",
+                            "model.rank*, optim.rank*: each pipeline rank's stages as pieces of "
                             "named tensors (dp rank 0's pipelines; under ZeRO every dp rank's optimizer slice); "
                             "metadata.json lists where each is, and any layout loads them");
   }
@@ -112,8 +114,8 @@ px_status px_app_pp_save(px_comm *comm, const px_mesh *mesh, const px_config *c,
   if (st != PX_OK) return st;
   char *json = px_comm_rank(comm) == 0 ? state_json(comm, mesh, c, o, pp, k, params) : NULL;
   // (rank 0 without its state.json: px_pp_checkpoint_save fails on every rank)
-  st = px_pp_checkpoint_save(comm, pp, mesh->dp_rank == 0, mesh->tp_rank == 0, o->ckpt_dir, k->step, o->keep_last,
-                             json, k->path, sizeof k->path);
+  st = px_pp_checkpoint_save(comm, pp, mesh->dp_rank == 0, mesh->tp_rank == 0, o->ckpt_dir, k->step, o->keep_last, json,
+                             k->path, sizeof k->path);
   free(json);
   if (st != PX_OK) return st;
   k->last_step = k->step;
@@ -125,15 +127,15 @@ px_status px_app_pp_save(px_comm *comm, const px_mesh *mesh, const px_config *c,
 typedef struct resume_msg {
   int32_t status, found;
   int64_t step, epoch, next_batch, samples, optimizer_step;
-  char    path[512];
-  char    msg[1500];  // the error, or the notes to log
+  char path[512];
+  char msg[1500];  // the error, or the notes to log
 } resume_msg;
 
 static px_status json_int(const cJSON *j, const char *key, const char *path, int64_t *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
   if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
-    return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json: \"%s\" is missing or not a non-negative integer",
-                    path, key);
+    return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json: \"%s\" is missing or not a non-negative integer", path,
+                    key);
   *out = (int64_t)v->valuedouble;
   return PX_OK;
 }
@@ -181,11 +183,15 @@ static px_status plan_resume(const px_mesh *mh, const px_config *c, const px_tra
   if (st == PX_OK && mesh && cJSON_GetObjectItemCaseSensitive(mesh, "pp")) st = json_int(mesh, "pp", r->path, &pp);
   const cJSON *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
   if (st == PX_OK && (!cJSON_IsString(opt) || strcmp(opt->valuestring, optim_name(o->optim.kind)) != 0))
-    st = px_error(PX_ERR_INVALID, "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry "
-                  "over)", r->path, cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(o->optim.kind));
+    st = px_error(PX_ERR_INVALID,
+                  "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry "
+                  "over)",
+                  r->path, cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(o->optim.kind));
   if (st == PX_OK && (double)saved_params != params)
-    st = px_error(PX_ERR_INVALID, "checkpoint %s: saved from a model of %lld parameters; this model has %.0f "
-                  "(another model or size?)", r->path, (long long)saved_params, params);
+    st = px_error(PX_ERR_INVALID,
+                  "checkpoint %s: saved from a model of %lld parameters; this model has %.0f "
+                  "(another model or size?)",
+                  r->path, (long long)saved_params, params);
   const cJSON *samples = cJSON_GetObjectItemCaseSensitive(j, "samples");
   cJSON_Delete(j);
   if (st != PX_OK) return st;
@@ -199,16 +205,18 @@ static px_status plan_resume(const px_mesh *mh, const px_config *c, const px_tra
   (void)samples;
   size_t m = strlen(note);
   if (m) note[m++] = '\n', note[m] = '\0';
-  snprintf(note + m, sizeof note - m, "resume: checkpoint of dp %lld × tp %lld × pp %lld (zero %lld, %lld ranks); "
-           "this run dp %d × tp %d × pp %d: its tensors are loaded by intersecting pieces", (long long)dp,
-           (long long)tp, (long long)pp, (long long)zero, (long long)world, mh->dp, mh->tp, mh->pp);
+  snprintf(note + m, sizeof note - m,
+           "resume: checkpoint of dp %lld × tp %lld × pp %lld (zero %lld, %lld ranks); "
+           "this run dp %d × tp %d × pp %d: its tensors are loaded by intersecting pieces",
+           (long long)dp, (long long)tp, (long long)pp, (long long)zero, (long long)world, mh->dp, mh->tp, mh->pp);
   r->next_batch = seen / b;
   if (g_old != b) {
     m = strlen(note);
-    snprintf(note + m, sizeof note - m, "\nresume: the checkpoint's steps took %lld samples, this run's %lld "
+    snprintf(note + m, sizeof note - m,
+             "\nresume: the checkpoint's steps took %lld samples, this run's %lld "
              "(dp %d × --batch-size %zu): training goes on from the same sample count (%lld into epoch %lld), not on "
-             "the same trajectory (keep the global batch, dp × --batch-size, to continue it)", (long long)g_old,
-             (long long)b, mh->dp, o->batch_size, (long long)seen, (long long)r->epoch + 1);
+             "the same trajectory (keep the global batch, dp × --batch-size, to continue it)",
+             (long long)g_old, (long long)b, mh->dp, o->batch_size, (long long)seen, (long long)r->epoch + 1);
     if (o->max_steps == 0) r->step = r->epoch * (int64_t)per_epoch + r->next_batch;
   }
   if (r->next_batch >= (int64_t)per_epoch) {
@@ -220,8 +228,8 @@ static px_status plan_resume(const px_mesh *mh, const px_config *c, const px_tra
   return PX_OK;
 }
 
-px_status px_app_pp_resume(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o,
-                           px_pp *pp, px_logger *log, px_app_pp_ckpt *k) {
+px_status px_app_pp_resume(px_comm *comm, const px_mesh *mesh, const px_config *c, const px_train_opts *o, px_pp *pp,
+                           px_logger *log, px_app_pp_ckpt *k) {
   k->last_step = -1;
   if (!*c->resume && !*c->init) return PX_OK;
   px_comm_set_label(comm, "resume (pipeline)");
@@ -232,8 +240,8 @@ px_status px_app_pp_resume(px_comm *comm, const px_mesh *mesh, const px_config *
     struct stat sb;
     char path[512];
     st = stat(c->init, &sb) == 0 && S_ISDIR(sb.st_mode)
-             ? px_app_resolve_checkpoint(c->init, path, sizeof path, NULL, 0)
-             : px_error(PX_ERR_UNSUPPORTED, "--init %s with --pp: give a plexus checkpoint (a directory)", c->init);
+      ? px_app_resolve_checkpoint(c->init, path, sizeof path, NULL, 0)
+      : px_error(PX_ERR_UNSUPPORTED, "--init %s with --pp: give a plexus checkpoint (a directory)", c->init);
     if (st == PX_OK) st = px_pp_checkpoint_load(comm, pp, path, -1);
     if (st != PX_OK) return px_error_wrap(st, "--init");
     return px_log_text(log, "--init: weights from %s", path);

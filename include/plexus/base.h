@@ -40,15 +40,15 @@ const char *px_status_name(px_status s);
  * code can write `return px_error(PX_ERR_SHAPE, "linear: ...", ...)`. */
 px_status px_error(px_status s, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+  __attribute__((format(printf, 2, 3)))
 #endif
-    ;
+  ;
 /* Prefix the current message with more context: "ctx: old message". */
 px_status px_error_wrap(px_status s, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+  __attribute__((format(printf, 2, 3)))
 #endif
-    ;
+  ;
 /* Empty this thread's px_last_error() message. */
 void px_clear_error(void);
 
@@ -91,7 +91,7 @@ size_t px_arena_high_water(const px_arena *a);
  * bytes.  A mark is valid until the next reset or until a rewind to an
  * earlier mark. */
 typedef struct px_arena_mark {
-  void  *chunk;
+  void *chunk;
   size_t used, total;
 } px_arena_mark;
 /* Where the arena is now, for px_arena_rewind. */
@@ -112,16 +112,15 @@ uint64_t px_arena_system_allocs(const px_arena *a);
  * Random numbers are a pure function of (seed, counter), so any rank,
  * thread or worker can draw the numbers of element i of step s without
  * sharing state: reproducible whatever the parallel layout. */
-void px_philox4x32(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo,
-                   uint32_t out[4]);
+void px_philox4x32(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
 
 /* A sequential stream on top of Philox, for initialisation and shuffles. */
 typedef struct px_rng {
   uint64_t seed;
-  uint64_t stream;   /* independent streams of one seed */
-  uint64_t counter;  /* blocks of 4 words used so far */
+  uint64_t stream;  /* independent streams of one seed */
+  uint64_t counter; /* blocks of 4 words used so far */
   uint32_t buf[4];
-  int      left;     /* words left in buf */
+  int left; /* words left in buf */
 } px_rng;
 
 /* A generator for (seed, stream); px_rng_u32 / px_rng_u64 draw uniform words. */
@@ -164,7 +163,6 @@ size_t px_dtype_size(px_dtype t);
 const char *px_dtype_name(px_dtype t);
 /* Parse a safetensors dtype name; returns PX_OK or PX_ERR_FORMAT. */
 px_status px_dtype_parse(const char *name, px_dtype *out);
-
 
 /* ---- Files -----------------------------------------------------------------
  * Write to "<path>.tmp.<pid>", fsync, rename over path, fsync the directory:

@@ -72,7 +72,7 @@ px_status px_comm_init_self(px_comm **out);
  * PX_COMM_MPI_WAIT=poll in the environment, or MPI already initialised
  * below MULTIPLE, blocking collectives use plexus's polling wait instead. */
 px_status px_comm_init_mpi(px_comm **out);
-void px_comm_finalize_mpi(void);                 /* MPI_Finalize if we initialised it */
+void px_comm_finalize_mpi(void); /* MPI_Finalize if we initialised it */
 
 /* ---- NCCL: the GPUs' communicator ----------------------------------------
  * Collective over `bootstrap` (self, threads or MPI: one process per GPU, or
@@ -133,8 +133,8 @@ px_status px_comm_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype,
 /* recv: size × count elements, rank r's block at r × count. */
 px_status px_comm_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype);
 /* send: size × count elements; rank r receives the reduction of block r. */
-px_status px_comm_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count,
-                                 px_dtype dtype, px_reduce_op op);
+px_status px_comm_reduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                 px_reduce_op op);
 px_status px_comm_barrier(px_comm *c);
 /* Point-to-point: tags >= 0; a receive matches the oldest message from src
  * with its tag, and may be larger than the message (not smaller).  A send
@@ -151,18 +151,13 @@ px_status px_comm_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int 
  * communicator complete in the order they were started on every rank;
  * point-to-point operations are matched by source and tag (as in MPI), not
  * ordered with the collectives. */
-px_status px_comm_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                             px_request **req);
-px_status px_comm_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root,
-                             px_request **req);
-px_status px_comm_iallgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                             px_request **req);
-px_status px_comm_ireduce_scatter(px_comm *c, const void *send, void *recv, size_t count,
-                                  px_dtype dtype, px_reduce_op op, px_request **req);
-px_status px_comm_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
-                        px_request **req);
-px_status px_comm_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
-                        px_request **req);
+px_status px_comm_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, px_request **req);
+px_status px_comm_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req);
+px_status px_comm_iallgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, px_request **req);
+px_status px_comm_ireduce_scatter(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                  px_reduce_op op, px_request **req);
+px_status px_comm_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, px_request **req);
+px_status px_comm_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, px_request **req);
 /* *done = whether it completed; does not free. */
 px_status px_request_test(px_request *r, bool *done);
 /* Waits (under the watchdog) and frees the request. */
@@ -181,16 +176,16 @@ px_status px_comm_mean(px_comm *c, double *value);
 /* printf on rank 0 only. */
 void px_print0(const px_comm *c, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+  __attribute__((format(printf, 2, 3)))
 #endif
-    ;
+  ;
 /* Every rank prints, in rank order, each line prefixed "[rank r/size] "
  * (FluxMPI's fluxmpi_println).  Collective. */
 px_status px_print_ordered(px_comm *c, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+  __attribute__((format(printf, 2, 3)))
 #endif
-    ;
+  ;
 
 /* ---- Debugging: collective fingerprints ------------------------------------
  * A collective called with different arguments on different ranks (one
@@ -231,8 +226,8 @@ px_status px_comm_broadcast_at(const char *file, int line, px_comm *c, void *buf
                                int root);
 px_status px_comm_allgather_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
                                px_dtype dtype);
-px_status px_comm_reduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
-                                    size_t count, px_dtype dtype, px_reduce_op op);
+px_status px_comm_reduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                                    px_dtype dtype, px_reduce_op op);
 px_status px_comm_barrier_at(const char *file, int line, px_comm *c);
 px_status px_comm_iallreduce_at(const char *file, int line, px_comm *c, void *buf, size_t count, px_dtype dtype,
                                 px_reduce_op op, px_request **req);
@@ -240,8 +235,8 @@ px_status px_comm_ibroadcast_at(const char *file, int line, px_comm *c, void *bu
                                 int root, px_request **req);
 px_status px_comm_iallgather_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
                                 px_dtype dtype, px_request **req);
-px_status px_comm_ireduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
-                                     size_t count, px_dtype dtype, px_reduce_op op, px_request **req);
+px_status px_comm_ireduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                                     px_dtype dtype, px_reduce_op op, px_request **req);
 px_status px_comm_split_at(const char *file, int line, px_comm *c, int color, int key, px_comm **out);
 
 #ifndef PX_COMM_NO_CALL_SITES

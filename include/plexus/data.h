@@ -38,21 +38,21 @@ extern "C" {
  * dataset exactly once (drop_last: minus at most world - 1 samples; padding:
  * plus at most world - 1 repeats). */
 typedef struct px_sampler {
-  size_t   dataset_size;
-  int      rank, world;
-  bool     shuffle;
-  bool     drop_last;
+  size_t dataset_size;
+  int rank, world;
+  bool shuffle;
+  bool drop_last;
   uint64_t seed;
   uint64_t epoch;
-  size_t   num_samples;  /* per rank, every epoch */
-  size_t  *indices;      /* (num_samples,) this rank's indices for the epoch */
-  size_t  *scratch;      /* (dataset_size,) the epoch's permutation */
+  size_t num_samples; /* per rank, every epoch */
+  size_t *indices;    /* (num_samples,) this rank's indices for the epoch */
+  size_t *scratch;    /* (dataset_size,) the epoch's permutation */
 } px_sampler;
 
 /* This rank's share of a dataset of dataset_size samples over `world` ranks (shuffled by seed and
  * epoch when shuffle; drop_last: every rank the same count, the tail dropped, else padded by wrapping). */
-px_status px_sampler_init(px_sampler *s, size_t dataset_size, int rank, int world, bool shuffle,
-                          uint64_t seed, bool drop_last);
+px_status px_sampler_init(px_sampler *s, size_t dataset_size, int rank, int world, bool shuffle, uint64_t seed,
+                          bool drop_last);
 /* Draw the epoch's order (call at the start of every epoch). */
 void px_sampler_set_epoch(px_sampler *s, uint64_t epoch);
 void px_sampler_free(px_sampler *s);
@@ -62,13 +62,13 @@ void px_sampler_free(px_sampler *s);
  * A batch owns its buffers (sized for `capacity` samples); x.shape[0] and
  * y.shape[0] say how many rows hold samples now. */
 typedef struct px_batch {
-  px_tensor x;          /* (n, C, H, W) f32 images, (n, T) i32 tokens, ... */
-  px_tensor y;          /* (n,) i32 labels or (n, T) i32 next tokens */
-  size_t    n;          /* samples in the batch */
-  size_t    capacity;   /* rows allocated */
-  size_t   *indices;    /* (capacity,) dataset index of each row */
-  uint64_t  epoch;
-  size_t    number;     /* batch number within the epoch, from 0 */
+  px_tensor x;     /* (n, C, H, W) f32 images, (n, T) i32 tokens, ... */
+  px_tensor y;     /* (n,) i32 labels or (n, T) i32 next tokens */
+  size_t n;        /* samples in the batch */
+  size_t capacity; /* rows allocated */
+  size_t *indices; /* (capacity,) dataset index of each row */
+  uint64_t epoch;
+  size_t number; /* batch number within the epoch, from 0 */
 } px_batch;
 
 /* ---- Datasets ------------------------------------------------------------- */
@@ -87,12 +87,12 @@ typedef struct px_dataset_ops {
 struct px_dataset {
   const px_dataset_ops *ops;
   const char *kind;          /* "idx", "tokens", "images", "subset", ... */
-  size_t   length;           /* number of samples */
+  size_t length;             /* number of samples */
   px_dtype x_dtype, y_dtype; /* element types of x and y */
-  int      x_ndim, y_ndim;   /* dims of one sample (0..3); y_ndim 0: a scalar */
-  int64_t  x_shape[3], y_shape[3];
-  size_t   num_classes;      /* labels in [0, num_classes); vocabulary size for tokens; 0 unknown */
-  void    *impl;             /* the source's own state */
+  int x_ndim, y_ndim;        /* dims of one sample (0..3); y_ndim 0: a scalar */
+  int64_t x_shape[3], y_shape[3];
+  size_t num_classes; /* labels in [0, num_classes); vocabulary size for tokens; 0 unknown */
+  void *impl;         /* the source's own state */
 };
 
 /* Sample i into row `slot` (checks i < length and slot < capacity). */
@@ -118,21 +118,28 @@ void px_batch_free(px_batch *b);
  * on stderr with the first error's message; without it, px_loader_next
  * returns that error. */
 typedef struct px_loader_opts {
-  size_t   batch_size;      /* per rank */
-  int      workers;         /* decoding threads; 0: decode on the caller's thread */
-  int      prefetch;        /* batches decoded ahead; 0: 2 per worker (at least 2) */
-  bool     shuffle;         /* a new order every epoch (the sampler's) */
-  bool     drop_last;       /* sampler: cut to a multiple of world (else pad by repeats) */
-  bool     drop_last_batch; /* drop the short final batch of each epoch */
-  uint64_t seed;            /* order and random transforms */
-  int      rank, world;     /* this rank's share (world 0 means 1) */
-  bool     skip_bad;        /* skip and count bad records instead of failing */
+  size_t batch_size;    /* per rank */
+  int workers;          /* decoding threads; 0: decode on the caller's thread */
+  int prefetch;         /* batches decoded ahead; 0: 2 per worker (at least 2) */
+  bool shuffle;         /* a new order every epoch (the sampler's) */
+  bool drop_last;       /* sampler: cut to a multiple of world (else pad by repeats) */
+  bool drop_last_batch; /* drop the short final batch of each epoch */
+  uint64_t seed;        /* order and random transforms */
+  int rank, world;      /* this rank's share (world 0 means 1) */
+  bool skip_bad;        /* skip and count bad records instead of failing */
 } px_loader_opts;
 
-#define PX_LOADER_DEFAULTS                                                         \
-  ((px_loader_opts){.batch_size = 32, .workers = 0, .prefetch = 0, .shuffle = true, \
-                    .drop_last = false, .drop_last_batch = false, .seed = 0,       \
-                    .rank = 0, .world = 1, .skip_bad = false})
+#define PX_LOADER_DEFAULTS                    \
+  ((px_loader_opts){.batch_size = 32,         \
+                    .workers = 0,             \
+                    .prefetch = 0,            \
+                    .shuffle = true,          \
+                    .drop_last = false,       \
+                    .drop_last_batch = false, \
+                    .seed = 0,                \
+                    .rank = 0,                \
+                    .world = 1,               \
+                    .skip_bad = false})
 
 typedef struct px_loader px_loader;
 
@@ -159,11 +166,11 @@ void px_loader_free(px_loader *l);
  * dims, then the data, big-endian.  Files may be gzip-compressed (by
  * content, whatever the name). */
 typedef struct px_idx {
-  px_dtype dtype;      /* PX_U8, PX_I8, PX_I16, PX_I32, PX_F32, PX_F64 */
-  int      ndim;       /* 1..8 */
-  int64_t  dims[8];
-  void    *data;       /* host byte order, owned */
-  size_t   nbytes;
+  px_dtype dtype; /* PX_U8, PX_I8, PX_I16, PX_I32, PX_F32, PX_F64 */
+  int ndim;       /* 1..8 */
+  int64_t dims[8];
+  void *data; /* host byte order, owned */
+  size_t nbytes;
 } px_idx;
 
 /* Parse an in-memory IDX file (already decompressed).  `name` is used in
@@ -177,8 +184,8 @@ void px_idx_free(px_idx *idx);
 /* Images (N×H×W u8) and labels (N u8) → x: (1, H, W) f32 = (v/255 - mean)/std,
  * y: i32 label.  Counts must agree; num_classes = largest label + 1.  Both
  * files are checked and held in memory at open, so get never fails. */
-px_status px_idx_dataset_open(px_dataset **out, const char *images_path, const char *labels_path,
-                              float mean, float std);
+px_status px_idx_dataset_open(px_dataset **out, const char *images_path, const char *labels_path, float mean,
+                              float std);
 /* The four files of an MNIST-layout directory ("train-images-idx3-ubyte"
  * and friends, plain or with ".gz"); split "train" or "test". */
 px_status px_mnist_open(px_dataset **out, const char *dir, const char *split, float mean, float std);
@@ -195,14 +202,14 @@ px_status px_mnist_open(px_dataset **out, const char *dir, const char *split, fl
 #define PX_SHARD_HEADER_BYTES 1024
 
 typedef struct px_shard_info {
-  int      token_bytes;  /* 2 or 4 */
+  int token_bytes; /* 2 or 4 */
   uint64_t num_tokens;
 } px_shard_info;
 
 /* Check a shard's header and that the body holds exactly num_tokens tokens
  * (`file_size` is the whole file's size). */
-px_status px_shard_parse_header(const void *header, size_t header_bytes, uint64_t file_size,
-                                const char *name, px_shard_info *out);
+px_status px_shard_parse_header(const void *header, size_t header_bytes, uint64_t file_size, const char *name,
+                                px_shard_info *out);
 /* Write tokens as a shard (atomically); token_bytes 2 or 4 (2 refuses
  * tokens >= 65,536). */
 px_status px_shard_write(const char *path, const uint32_t *tokens, size_t n, int token_bytes);
@@ -243,14 +250,14 @@ typedef enum px_stage_verify {
 } px_stage_verify;
 
 typedef struct px_stage_result {
-  size_t   files;           /* files in the set */
-  size_t   copied;          /* copied by this call (0: all reused) */
-  size_t   reused;          /* kept from an earlier run */
-  size_t   damaged;         /* copies whose source was unchanged but that failed the check (re-copied) */
-  uint64_t bytes;           /* the set's size */
+  size_t files;   /* files in the set */
+  size_t copied;  /* copied by this call (0: all reused) */
+  size_t reused;  /* kept from an earlier run */
+  size_t damaged; /* copies whose source was unchanged but that failed the check (re-copied) */
+  uint64_t bytes; /* the set's size */
   uint64_t bytes_copied, bytes_verified;
-  double   seconds;         /* the whole call */
-  char     dir[4096];       /* the set's directory */
+  double seconds; /* the whole call */
+  char dir[4096]; /* the set's directory */
 } px_stage_result;
 
 /* The files a data kind reads from `path`: "mnist" (a directory: the four
@@ -279,7 +286,6 @@ px_status px_stage_path(const char *stage_dir, const char *kind, const char *sou
  * copying ranks (zeros elsewhere). */
 px_status px_stage_source(px_comm *comm, const char *stage_dir, const char *kind, const char *source,
                           px_stage_verify verify, char *staged, size_t cap, px_stage_result *res);
-
 
 /* ---- Text tokenizers --------------------------------------------------------
  * Word level (WikiText-2, as PyTorch's word_language_model reads it): lines
@@ -313,10 +319,8 @@ size_t px_vocab_size(const px_vocab *v);
 uint32_t px_vocab_id(const px_vocab *v, const char *word, size_t len);
 const char *px_vocab_token(const px_vocab *v, uint32_t id);
 /* Tokenize text in memory; *tokens is malloc'ed. */
-px_status px_vocab_encode(const px_vocab *v, const char *text, size_t n, uint32_t **tokens,
-                          size_t *n_tokens);
-px_status px_vocab_encode_file(const px_vocab *v, const char *path, uint32_t **tokens,
-                               size_t *n_tokens);
+px_status px_vocab_encode(const px_vocab *v, const char *text, size_t n, uint32_t **tokens, size_t *n_tokens);
+px_status px_vocab_encode_file(const px_vocab *v, const char *path, uint32_t **tokens, size_t *n_tokens);
 /* Tokens back to text (word: words joined by spaces, "<eos>" as a newline;
  * byte: the bytes).  Writes at most cap-1 chars and a NUL; returns the
  * length the whole text needs. */
@@ -332,15 +336,15 @@ size_t px_vocab_decode(const px_vocab *v, const uint32_t *tokens, size_t n, char
 px_status px_text_to_shards(const char *text_path, const char *out_prefix, px_tokenizer_kind kind,
                             const char *vocab_path, size_t shard_tokens);
 /* A token dataset straight from a text file, tokenized in memory. */
-px_status px_text_dataset_open(px_dataset **out, const char *text_path, const px_vocab *v,
-                               int64_t T, bool random_offset);
+px_status px_text_dataset_open(px_dataset **out, const char *text_path, const px_vocab *v, int64_t T,
+                               bool random_offset);
 
 /* ---- Images ------------------------------------------------------------------
  * JPEG through libjpeg-turbo, PNG through libpng, decoded to 8-bit RGB or
  * gray, row-major H×W×C. */
 typedef struct px_image {
-  int      width, height, channels;
-  uint8_t *data;   /* (height, width, channels), owned */
+  int width, height, channels;
+  uint8_t *data; /* (height, width, channels), owned */
 } px_image;
 
 /* Decode JPEG or PNG bytes (by signature). channels: 3 or 1. */
@@ -356,22 +360,30 @@ typedef enum px_csv_layout {
 } px_csv_layout;
 
 typedef struct px_image_opts {
-  const char   *csv;        /* the listing */
-  const char   *root;       /* images relative to this (NULL: the CSV's directory) */
+  const char *csv;  /* the listing */
+  const char *root; /* images relative to this (NULL: the CSV's directory) */
   px_csv_layout layout;
-  const char   *synsets;    /* LOC_synset_mapping.txt (imagenet layout): line k's synset is class k */
-  int           channels;   /* 3 or 1 */
-  int           resize;     /* shorter side to this many pixels, bilinear (0: keep) */
-  int           crop;       /* square crop of this size (0: none; then all images must share one size) */
-  bool          random_crop;/* random crop (training) instead of the center crop */
-  bool          hflip;      /* random horizontal flip with p = 0.5 */
-  float         mean[3], std[3];  /* x = (v/255 - mean[c]) / std[c] */
+  const char *synsets;   /* LOC_synset_mapping.txt (imagenet layout): line k's synset is class k */
+  int channels;          /* 3 or 1 */
+  int resize;            /* shorter side to this many pixels, bilinear (0: keep) */
+  int crop;              /* square crop of this size (0: none; then all images must share one size) */
+  bool random_crop;      /* random crop (training) instead of the center crop */
+  bool hflip;            /* random horizontal flip with p = 0.5 */
+  float mean[3], std[3]; /* x = (v/255 - mean[c]) / std[c] */
 } px_image_opts;
 
-#define PX_IMAGE_DEFAULTS                                                              \
-  ((px_image_opts){.csv = NULL, .root = NULL, .layout = PX_CSV_PATH_LABEL, .synsets = NULL, \
-                   .channels = 3, .resize = 0, .crop = 0, .random_crop = false,        \
-                   .hflip = false, .mean = {0, 0, 0}, .std = {1, 1, 1}})
+#define PX_IMAGE_DEFAULTS                       \
+  ((px_image_opts){.csv = NULL,                 \
+                   .root = NULL,                \
+                   .layout = PX_CSV_PATH_LABEL, \
+                   .synsets = NULL,             \
+                   .channels = 3,               \
+                   .resize = 0,                 \
+                   .crop = 0,                   \
+                   .random_crop = false,        \
+                   .hflip = false,              \
+                   .mean = {0, 0, 0},           \
+                   .std = {1, 1, 1}})
 
 /* Reads and checks the whole listing up front (malformed rows and unknown
  * synsets are errors naming the CSV and the line); images are decoded in
@@ -415,24 +427,32 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
 typedef enum px_hdf5_layout { PX_HDF5_IMAGES = 0, PX_HDF5_TOKENS } px_hdf5_layout;
 
 typedef struct px_hdf5_opts {
-  const char    *path;          /* the HDF5 file */
+  const char *path; /* the HDF5 file */
   px_hdf5_layout layout;
-  const char    *x;             /* images or tokens dataset (a path in the file: "images", "/train/x") */
-  const char    *y;             /* images layout: the labels dataset */
-  float          mean[3], std[3];  /* images layout: normalisation (above) */
-  size_t         num_classes;   /* images layout: labels in [0, num_classes); 0: largest label + 1 */
-  int64_t        T;             /* tokens layout: window length */
-  bool           random_offset; /* tokens layout: a random start offset in [0, T) per sample and epoch */
-  size_t         vocab_size;    /* tokens layout: tokens in [0, vocab_size) (0: int32 range); num_classes */
-  size_t         cache_bytes;   /* decompressed chunks kept per dataset (0: 64 MiB; must hold 2 chunks, else
+  const char *x;         /* images or tokens dataset (a path in the file: "images", "/train/x") */
+  const char *y;         /* images layout: the labels dataset */
+  float mean[3], std[3]; /* images layout: normalisation (above) */
+  size_t num_classes;    /* images layout: labels in [0, num_classes); 0: largest label + 1 */
+  int64_t T;             /* tokens layout: window length */
+  bool random_offset;    /* tokens layout: a random start offset in [0, T) per sample and epoch */
+  size_t vocab_size;     /* tokens layout: tokens in [0, vocab_size) (0: int32 range); num_classes */
+  size_t cache_bytes;    /* decompressed chunks kept per dataset (0: 64 MiB; must hold 2 chunks, else
                                    per-sample reads) */
-  bool           library_reads; /* read contiguous datasets through libhdf5 too (see above) */
+  bool library_reads;    /* read contiguous datasets through libhdf5 too (see above) */
 } px_hdf5_opts;
 
-#define PX_HDF5_DEFAULTS                                                                    \
-  ((px_hdf5_opts){.path = NULL, .layout = PX_HDF5_IMAGES, .x = "images", .y = "labels",     \
-                  .mean = {0, 0, 0}, .std = {1, 1, 1}, .num_classes = 0, .T = 0,            \
-                  .random_offset = false, .vocab_size = 0, .cache_bytes = 0,                \
+#define PX_HDF5_DEFAULTS                    \
+  ((px_hdf5_opts){.path = NULL,             \
+                  .layout = PX_HDF5_IMAGES, \
+                  .x = "images",            \
+                  .y = "labels",            \
+                  .mean = {0, 0, 0},        \
+                  .std = {1, 1, 1},         \
+                  .num_classes = 0,         \
+                  .T = 0,                   \
+                  .random_offset = false,   \
+                  .vocab_size = 0,          \
+                  .cache_bytes = 0,         \
                   .library_reads = false})
 
 /* Opens the file and its datasets and checks their rank, shape and type

@@ -51,14 +51,13 @@ typedef struct px_kv {
 
 /* Write sd (and metadata key/values) as a safetensors file, atomically; load fills sd's tensors
  * from a file by name (strict: every file tensor must be in sd), checking dtypes and shapes. */
-px_status px_safetensors_save(const char *path, const px_state_dict *sd,
-                              const px_kv *metadata, int n_metadata);
+px_status px_safetensors_save(const char *path, const px_state_dict *sd, const px_kv *metadata, int n_metadata);
 px_status px_safetensors_load(const char *path, const px_state_dict *sd, bool strict);
 
 /* Save on rank 0 only (the course's save0), then tell every rank how it
  * went: all ranks return rank 0's status.  Collective over comm. */
-px_status px_safetensors_save0(px_comm *comm, const char *path, const px_state_dict *sd,
-                               const px_kv *metadata, int n_metadata);
+px_status px_safetensors_save0(px_comm *comm, const char *path, const px_state_dict *sd, const px_kv *metadata,
+                               int n_metadata);
 
 /* Atomic writes: px_write_file_atomic, in plexus/base.h. */
 
@@ -76,12 +75,12 @@ void px_digest_sha256(const void *data, size_t n, char hex[65]);
  * ignore.  Writing a step that exists swaps the new directory in before the
  * old one is deleted.  docs/CHECKPOINTS.md has the whole story. */
 typedef struct px_ckpt_item {
-  const char          *name;       /* file name in the checkpoint: "model.safetensors" */
-  const px_state_dict *tensors;    /* written as safetensors when not NULL ... */
-  const px_kv         *metadata;   /* ... with these metadata pairs */
-  int                  n_metadata;
-  const void          *bytes;      /* else written as these bytes */
-  size_t               n_bytes;
+  const char *name;             /* file name in the checkpoint: "model.safetensors" */
+  const px_state_dict *tensors; /* written as safetensors when not NULL ... */
+  const px_kv *metadata;        /* ... with these metadata pairs */
+  int n_metadata;
+  const void *bytes; /* else written as these bytes */
+  size_t n_bytes;
 } px_ckpt_item;
 
 /* Write step's checkpoint (dir is created if missing), then keep only the
@@ -136,8 +135,8 @@ px_status px_checkpoint_load_tensors(const char *ckpt_path, const char *name, co
  * rank that fails makes every rank return its status and message (the
  * lowest failing rank's), and no checkpoint appears.  A rank may pass no
  * items.  A NULL comm is a world of one. */
-px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items,
-                                  int n_items, int keep_last, char *path_out, size_t cap);
+px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items, int n_items,
+                                  int keep_last, char *path_out, size_t cap);
 
 /* A piece of a named tensor (DESIGN decision 8: a shard is a box of a named
  * global tensor).  Version 2 of the pieces format: a piece is the flat
@@ -156,13 +155,13 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
  * layout: "h.0.attn.c_attn.weight" for a parameter,
  * "exp_avg.h.0.attn.c_attn.weight" for optimizer state. */
 typedef struct px_tensor_piece {
-  char     key[PX_NAME_MAX + 32];
-  int      ndim;
-  int64_t  shape[PX_MAX_DIMS];
-  int64_t  box_offset[PX_MAX_DIMS];
-  int64_t  box_size[PX_MAX_DIMS];  /* all 0: the whole tensor */
-  size_t   offset, count;
-  float   *data;             /* count floats (F32) */
+  char key[PX_NAME_MAX + 32];
+  int ndim;
+  int64_t shape[PX_MAX_DIMS];
+  int64_t box_offset[PX_MAX_DIMS];
+  int64_t box_size[PX_MAX_DIMS]; /* all 0: the whole tensor */
+  size_t offset, count;
+  float *data; /* count floats (F32) */
 } px_tensor_piece;
 
 /* The pieces as a safetensors file: tensor k is named "<key>@<offset>" (a
@@ -174,7 +173,7 @@ typedef struct px_tensor_piece {
  * the whole tensor), which readers use to put the pieces back.  Pieces of
  * count 0 are left out (they hold nothing; two of one key would share a
  * name).  Version 2 (boxes); readers take versions 1 and 2. */
-#define PX_PIECES_FORMAT  "plexus-pieces"
+#define PX_PIECES_FORMAT "plexus-pieces"
 #define PX_PIECES_VERSION "2"
 /* The pieces as a state dict of their names and the pieces JSON (above) describing them; *pieces_json
  * is malloc'd. */

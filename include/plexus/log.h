@@ -18,29 +18,29 @@
 typedef struct px_logger px_logger;
 
 typedef struct px_logger_opts {
-  int         rank;            /* only rank 0 writes anything; other ranks get a logger that does nothing */
-  bool        console;         /* lines/progress on stdout */
-  int         progress;        /* -1: a live bar if stdout is a terminal (TERM not dumb) and no launcher's variables
+  int rank;                    /* only rank 0 writes anything; other ranks get a logger that does nothing */
+  bool console;                /* lines/progress on stdout */
+  int progress;                /* -1: a live bar if stdout is a terminal (TERM not dumb) and no launcher's variables
                                   (OMPI_COMM_WORLD_SIZE, PMI_*, PMIX_RANK, SLURM_PROCID) are set, else plain
                                   lines; 0: lines; 1: bar */
   const char *jsonl_path;      /* NULL: none.  One JSON object per line, flushed per record */
   const char *tensorboard_dir; /* NULL: none.  events.out.tfevents.<secs>.<host>.<pid> inside it (created) */
   const char *run_name;        /* shown in the console header */
-  FILE       *console_stream;  /* NULL: stdout.  Tests point it at a file. */
+  FILE *console_stream;        /* NULL: stdout.  Tests point it at a file. */
 } px_logger_opts;
 
 typedef struct px_step_metrics {
-  int64_t step, total_steps;   /* optimizer steps */
+  int64_t step, total_steps; /* optimizer steps */
   int64_t epoch, total_epochs;
-  double  loss, lr, grad_norm;
-  double  samples_per_s;       /* global, all ranks */
-  double  eta_s;
+  double loss, lr, grad_norm;
+  double samples_per_s; /* global, all ranks */
+  double eta_s;
 } px_step_metrics;
 
 typedef struct px_eval_metrics {
   int64_t step, epoch;
-  double  loss, accuracy;      /* accuracy NAN when not a classifier */
-  double  perplexity;          /* NAN unless a language model */
+  double loss, accuracy; /* accuracy NAN when not a classifier */
+  double perplexity;     /* NAN unless a language model */
   int64_t samples;
 } px_eval_metrics;
 
@@ -48,7 +48,7 @@ typedef struct px_log_hooks {
   void (*on_step)(const px_step_metrics *m, void *user);
   void (*on_epoch)(int64_t epoch, int64_t step, void *user);
   void (*on_eval)(const px_eval_metrics *m, void *user);
-  void  *user;
+  void *user;
 } px_log_hooks;
 
 #define PX_LOG_MAX_HOOKS 16
@@ -80,9 +80,9 @@ px_status px_log_hparams(px_logger *l, const char *json_object, const char *grou
 /* A console line (rank 0); ends an active bar line first. */
 px_status px_log_text(px_logger *l, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+  __attribute__((format(printf, 2, 3)))
 #endif
-    ;
+  ;
 /* Flush the console, JSONL and TensorBoard files; px_logger_free closes them and frees l. */
 px_status px_logger_flush(px_logger *l);
 void px_logger_free(px_logger *l);

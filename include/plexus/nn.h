@@ -37,23 +37,23 @@ typedef struct px_ctx px_ctx;
 typedef enum px_init_kind {
   PX_INIT_ZEROS = 0,
   PX_INIT_ONES,
-  PX_INIT_UNIFORM,  /* U(-a, a) */
-  PX_INIT_NORMAL    /* N(0, a²) */
+  PX_INIT_UNIFORM, /* U(-a, a) */
+  PX_INIT_NORMAL   /* N(0, a²) */
 } px_init_kind;
 
 typedef struct px_param {
   /* Local name ("weight") until px_model_create, then the full dotted name. */
-  char          name[PX_NAME_MAX];
-  int           ndim;
-  int64_t       shape[PX_MAX_DIMS];
-  size_t        numel;
-  size_t        offset;     /* elements from the start of the flat buffer */
-  float        *data;       /* view into model->param_data (or buffer_data) */
-  float        *grad;       /* view into model->grad_data; NULL for buffers */
-  bool          is_buffer;  /* running statistics: saved, broadcast, not trained */
-  px_init_kind  init;
-  float         init_a;
-  px_module    *owner;
+  char name[PX_NAME_MAX];
+  int ndim;
+  int64_t shape[PX_MAX_DIMS];
+  size_t numel;
+  size_t offset;  /* elements from the start of the flat buffer */
+  float *data;    /* view into model->param_data (or buffer_data) */
+  float *grad;    /* view into model->grad_data; NULL for buffers */
+  bool is_buffer; /* running statistics: saved, broadcast, not trained */
+  px_init_kind init;
+  float init_a;
+  px_module *owner;
 } px_param;
 
 #define PX_MODULE_MAX_PARAMS 4
@@ -81,26 +81,26 @@ typedef enum px_hook_point {
 
 /* ---- Step context: what every forward/backward call can see ------------- */
 struct px_ctx {
-  px_arena       *arena;     /* activations; reset by px_model_forward */
-  bool            training;
-  uint64_t        seed;      /* the model's seed (dropout masks) */
-  uint64_t        step;      /* training-mode forward passes so far */
-  const px_hooks *hooks;     /* slots [0, n_hooks); a free slot is all NULL */
-  int             n_hooks;
+  px_arena *arena; /* activations; reset by px_model_forward */
+  bool training;
+  uint64_t seed;         /* the model's seed (dropout masks) */
+  uint64_t step;         /* training-mode forward passes so far */
+  const px_hooks *hooks; /* slots [0, n_hooks); a free slot is all NULL */
+  int n_hooks;
   /* > 0 while a checkpointed unit (px_checkpoint) re-runs its forward inside
    * its backward.  Hooks fire then too, with this set: a listener that frees
    * parameters after forward or prefetches in forward order (ZeRO-3) keeps
    * them for the backward that follows instead.  A module whose forward
    * changes state besides what it saves for backward (batch norm's running
    * statistics) must not change it again while this is set. */
-  int             recomputing;
+  int recomputing;
   /* Where the step runs (the model's device): px_ctx_tensor's tensors and
    * the arena are there.  compute_dtype PX_F32, or PX_BF16 on PX_CUDA: the
    * GEMMs (Linear, Conv1D, the tied head, convolutions) cast their operands
    * to bf16 and accumulate in f32; activations, parameters, gradients and
    * optimizer state stay f32 (docs/GPU.md). */
-  px_device       device;
-  px_dtype        compute_dtype;
+  px_device device;
+  px_dtype compute_dtype;
 };
 
 /* Allocate an output tensor from the arena. */
@@ -111,7 +111,7 @@ void px_ctx_call_hooks(px_ctx *ctx, px_hook_point point, px_module *m);
 
 /* ---- The module protocol ------------------------------------------------ */
 typedef struct px_module_ops {
-  const char *type;  /* "Linear", "Conv2d", ... */
+  const char *type; /* "Linear", "Conv2d", ... */
   /* y = f(x).  Allocate y from ctx (or make it a view of x); keep pointers
    * to whatever backward needs (they stay valid until the next step). */
   px_status (*forward)(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y);
@@ -130,38 +130,37 @@ typedef struct px_module_ops {
 
 struct px_module {
   const px_module_ops *ops;
-  char         name[64];     /* name in the parent: "0", "ln_1"; "" = transparent */
-  px_module   *parent;
-  px_module  **children;
-  int          n_children;
-  int          cap_children;
-  px_param     params[PX_MODULE_MAX_PARAMS];
-  int          n_params;
-  bool         training;
-  uint32_t     uid;          /* pre-order index in the model */
+  char name[64]; /* name in the parent: "0", "ln_1"; "" = transparent */
+  px_module *parent;
+  px_module **children;
+  int n_children;
+  int cap_children;
+  px_param params[PX_MODULE_MAX_PARAMS];
+  int n_params;
+  bool training;
+  uint32_t uid; /* pre-order index in the model */
   /* Random stream of the module: its initial weights and dropout masks are
    * drawn from (seed, stream).  The pre-order index among the modules that
    * are not `rng_transparent`; a recompute wrapper (px_checkpoint, a pair,
    * a chain made only to group modules for one) is, so wrapping blocks
    * leaves every weight and mask as it was. */
-  uint32_t     stream;
-  bool         rng_transparent;
-  void        *user;         /* free for a parallel strategy or the caller */
+  uint32_t stream;
+  bool rng_transparent;
+  void *user; /* free for a parallel strategy or the caller */
   /* Parameters OWNED BY OTHER MODULES that this module's forward reads and
    * whose gradients its backward adds to (a tied head: the embedding's
    * weight).  A strategy that materialises gradients or gathers parameters
    * per module (ZeRO 2-3) does so for these too, around this module.  The
    * owner's backward must run after this module's, so that the owner's
    * grads_ready still means "complete". */
-  px_param    *foreign[PX_MODULE_MAX_FOREIGN];
-  int          n_foreign;
+  px_param *foreign[PX_MODULE_MAX_FOREIGN];
+  int n_foreign;
 };
 
 /* For layer authors: allocate a module of `size` bytes (a struct that
  * starts with px_module) and declare parameters on it. */
 px_module *px_module_alloc(size_t size, const px_module_ops *ops);
-px_param *px_module_add_param(px_module *m, const char *name, int ndim,
-                              const int64_t *shape, px_init_kind init,
+px_param *px_module_add_param(px_module *m, const char *name, int ndim, const int64_t *shape, px_init_kind init,
                               float init_a, bool is_buffer);
 px_status px_module_add_child(px_module *m, const char *name, px_module *child);
 /* Declare that m reads p (a parameter of another module) in forward and
@@ -216,21 +215,20 @@ px_module *px_checkpoint(px_module *inner);
  * are named as given ("act", "c_proj"); add the pair with the name "" so
  * it is transparent.  NULL (both freed) if either is NULL or the consumer
  * has no rebind. */
-px_module *px_checkpoint_pair(const char *cheap_name, px_module *cheap, const char *consumer_name,
-                              px_module *consumer);
+px_module *px_checkpoint_pair(const char *cheap_name, px_module *cheap, const char *consumer_name, px_module *consumer);
 
 /* Which units of a model recompute (the zoo and `plexus train --recompute`). */
 typedef enum px_recompute_kind {
   PX_RECOMPUTE_NONE = 0,
-  PX_RECOMPUTE_FULL,       /* every block is a checkpointed unit */
-  PX_RECOMPUTE_EVERY,      /* blocks 0, k, 2k, ... are */
-  PX_RECOMPUTE_SELECTIVE   /* cheap activations only (the GPT: GELU; attention's
+  PX_RECOMPUTE_FULL,     /* every block is a checkpointed unit */
+  PX_RECOMPUTE_EVERY,    /* blocks 0, k, 2k, ... are */
+  PX_RECOMPUTE_SELECTIVE /* cheap activations only (the GPT: GELU; attention's
                               probabilities are never stored anyway) */
 } px_recompute_kind;
 
 typedef struct px_recompute {
   px_recompute_kind kind;
-  int               every;  /* k for PX_RECOMPUTE_EVERY (>= 1) */
+  int every; /* k for PX_RECOMPUTE_EVERY (>= 1) */
 } px_recompute;
 
 /* "none", "full", "selective", "every:K" (K >= 1).  PX_ERR_INVALID with a
@@ -266,9 +264,8 @@ px_module *px_dropout(float p);
  * the whole does under px_dropout (same module stream, seed and step).
  * part = 0, parts = 1 is px_dropout. */
 px_module *px_dropout_part(float p, int part, int parts);
-px_module *px_flatten(void);      /* (N, ...) -> (N, prod(...)), a view */
-px_module *px_conv2d(int in_channels, int out_channels, int kernel_size,
-                     int stride, int padding, bool bias);
+px_module *px_flatten(void); /* (N, ...) -> (N, prod(...)), a view */
+px_module *px_conv2d(int in_channels, int out_channels, int kernel_size, int stride, int padding, bool bias);
 px_module *px_maxpool2d(int kernel_size, int stride);
 px_module *px_avgpool2d(int kernel_size, int stride);
 /* nn.MaxPool2d(k, stride, padding): windows reach `padding` (<= k/2) pixels
@@ -318,36 +315,36 @@ px_module *px_tied_head(px_module *embedding);
 
 /* ---- The model: a module tree plus flat buffers ------------------------- */
 typedef struct px_model {
-  px_module  *root;
-  px_module **modules;        /* all modules, pre-order (uid = index) */
-  int         n_modules;
-  px_param  **params;         /* trainable, in layout order */
-  int         n_params;
-  px_param  **buffers;        /* running statistics, in layout order */
-  int         n_buffers;
+  px_module *root;
+  px_module **modules; /* all modules, pre-order (uid = index) */
+  int n_modules;
+  px_param **params; /* trainable, in layout order */
+  int n_params;
+  px_param **buffers; /* running statistics, in layout order */
+  int n_buffers;
   /* The flat buffers.  While a sharding strategy holds the model they may
    * be NULL: ZeRO stage 3 frees param_data (each parameter's data points
    * into a gathered unit during its forward/backward, NULL otherwise);
    * stages 2 and 3 free grad_data (each grad points into a gradient bucket
    * or unit during backward, NULL otherwise).  px_zero_free restores both. */
-  float      *param_data;     /* (n_param_elems,)  one allocation */
-  float      *grad_data;      /* (n_param_elems,)  same layout */
-  size_t      n_param_elems;
-  float      *buffer_data;    /* (n_buffer_elems,) */
-  size_t      n_buffer_elems;
-  uint64_t    seed;
-  px_arena   *arena;
-  px_ctx      ctx;
+  float *param_data; /* (n_param_elems,)  one allocation */
+  float *grad_data;  /* (n_param_elems,)  same layout */
+  size_t n_param_elems;
+  float *buffer_data; /* (n_buffer_elems,) */
+  size_t n_buffer_elems;
+  uint64_t seed;
+  px_arena *arena;
+  px_ctx ctx;
   /* PX_CPU, or PX_CUDA after px_model_to_device: then param_data,
    * grad_data and buffer_data are device memory, and host_param_data /
    * host_buffer_data mirror them on the host (px_model_pull, px_model_push)
    * for what reads or writes parameters as bytes: checkpoints, state dicts. */
-  px_device   device;
-  float      *host_param_data;
-  float      *host_buffer_data;
-  px_hooks    hooks[PX_MAX_HOOKS];
-  int         hook_handle[PX_MAX_HOOKS]; /* > 0: the handle of the listener in that slot; 0: free */
-  int         next_hook_handle;
+  px_device device;
+  float *host_param_data;
+  float *host_buffer_data;
+  px_hooks hooks[PX_MAX_HOOKS];
+  int hook_handle[PX_MAX_HOOKS]; /* > 0: the handle of the listener in that slot; 0: free */
+  int next_hook_handle;
 } px_model;
 
 /* Takes ownership of `root` (freed with the model, also on failure). */
@@ -413,14 +410,13 @@ px_status px_model_set_compute_dtype(px_model *m, px_dtype dt);
  * Each returns the mean loss and, if the gradient pointer is not NULL,
  * writes ∂loss/∂input (same shape as the input) there. */
 /* MSE runs on the CPU only: device tensors are PX_ERR_UNSUPPORTED. */
-px_status px_mse_loss(const px_tensor *pred, const px_tensor *target,
-                      float *loss, float *dpred);
+px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, float *loss, float *dpred);
 
 typedef struct px_ce_opts {
-  int   ignore_index;     /* targets equal to this are skipped (-100) */
-  float label_smoothing;  /* 0 = none */
+  int ignore_index;      /* targets equal to this are skipped (-100) */
+  float label_smoothing; /* 0 = none */
 } px_ce_opts;
-#define PX_CE_DEFAULTS ((px_ce_opts){ .ignore_index = -100, .label_smoothing = 0.0f })
+#define PX_CE_DEFAULTS ((px_ce_opts){.ignore_index = -100, .label_smoothing = 0.0f})
 
 /* logits (N, C) (or (..., C), flattened to rows), targets (N,) class ids.
  * Mean over the non-ignored rows; 0 if every row is ignored.
@@ -429,8 +425,8 @@ typedef struct px_ce_opts {
  * waits for the compute stream once to return the mean.  A target outside
  * [0, C) that is not ignore_index is PX_ERR_INVALID as on the CPU (found on
  * the device; dlogits is then unspecified). */
-px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
-                                const px_ce_opts *opts, float *loss, float *dlogits);
+px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts, float *loss,
+                                float *dlogits);
 
 /* Which kernels px_conv2d's 3x3 stride-1 layers of up to 64 channels run:
  * the direct 3x3 kernels' AVX2+FMA copy (picked from cpuid in a portable

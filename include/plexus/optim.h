@@ -35,9 +35,9 @@ typedef struct px_optim_opts {
   px_optim_kind kind;
   float lr;
   /* SGD */
-  float momentum;     /* 0 = plain SGD */
+  float momentum; /* 0 = plain SGD */
   float dampening;
-  bool  nesterov;
+  bool nesterov;
   /* Adam, AdamW */
   float beta1, beta2, eps;
   /* SGD and Adam: L2 term added to the gradient; AdamW: decoupled decay. */
@@ -52,33 +52,32 @@ px_optim_opts px_adamw_defaults(float lr); /* weight_decay 0.01 as in PyTorch */
 /* A segment: params[0..count) and grads[0..count), not owned, whose state
  * is state index [offset, offset + count) of every slot. */
 typedef struct px_optim_segment {
-  float  *params;
-  float  *grads;
-  size_t  count;
-  size_t  offset;
+  float *params;
+  float *grads;
+  size_t count;
+  size_t offset;
 } px_optim_segment;
 
 typedef struct px_optim {
   px_optim_opts opts;
-  float   *params;   /* (n,) not owned; NULL when made of several segments */
-  float   *grads;    /* (n,) not owned; NULL when made of several segments */
-  size_t   n;        /* the state index space: each slot is (n,) */
-  float   *state;    /* (n_state, n) owned: one allocation */
-  int      n_state;
-  int64_t  step;     /* updates taken so far */
+  float *params; /* (n,) not owned; NULL when made of several segments */
+  float *grads;  /* (n,) not owned; NULL when made of several segments */
+  size_t n;      /* the state index space: each slot is (n,) */
+  float *state;  /* (n_state, n) owned: one allocation */
+  int n_state;
+  int64_t step;          /* updates taken so far */
   px_optim_segment *seg; /* (n_seg,) owned: what px_optim_step updates */
-  int      n_seg;
+  int n_seg;
   /* PX_CPU, or PX_CUDA after px_optim_to_device: params/grads (and the
    * segments') are device pointers, dev_state the (n_state, n) state on the
    * device, and `state` its host mirror (px_optim_pull, px_optim_push). */
   px_device device;
-  float   *dev_state;
+  float *dev_state;
 } px_optim;
 
 /* An optimizer updating the n floats at params from the n at grads with opts's rule (state
  * allocated here); PX_ERR_INVALID naming a bad option. */
-px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
-                          const px_optim_opts *opts);
+px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n, const px_optim_opts *opts);
 /* The same optimizer over n_seg segments of separate buffers (a ZeRO
  * shard in place inside the model's flat buffers), with its state ONE
  * allocation (n_state, n) indexed as the segments' offsets say.  Segments
@@ -116,14 +115,14 @@ typedef enum px_lr_kind { PX_LR_CONSTANT = 0, PX_LR_STEP, PX_LR_COSINE } px_lr_k
 
 typedef struct px_lr_schedule {
   px_lr_kind kind;
-  float   base_lr;
-  int64_t warmup_steps;  /* linear from base_lr/warmup to base_lr (all kinds) */
+  float base_lr;
+  int64_t warmup_steps; /* linear from base_lr/warmup to base_lr (all kinds) */
   /* STEP: lr = base_lr · gamma^(floor(step / step_size)) */
   int64_t step_size;
-  float   gamma;
+  float gamma;
   /* COSINE: from base_lr down to min_lr at total_steps, then min_lr */
   int64_t total_steps;
-  float   min_lr;
+  float min_lr;
 } px_lr_schedule;
 
 /* The learning rate for optimizer step `step` (0-based). */

@@ -36,19 +36,18 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 typedef struct px_ddp_opts {
-  size_t bucket_bytes;        /* bucket capacity (default 4 MiB: docs/PARALLEL.md, "Buckets") */
-  size_t first_bucket_bytes;  /* the first bucket to fill, i.e. the model's
+  size_t bucket_bytes;         /* bucket capacity (default 4 MiB: docs/PARALLEL.md, "Buckets") */
+  size_t first_bucket_bytes;   /* the first bucket to fill, i.e. the model's
                                  last layers (default 1 MiB), so
                                  communication starts early; never more
                                  than bucket_bytes (px_ddp_wrap clamps it) */
-  bool   find_unused_parameters; /* parameters whose module did not run
+  bool find_unused_parameters; /* parameters whose module did not run
                                     forward count as ready with zero gradient */
-  int    root;                /* rank whose parameters everyone starts from */
+  int root;                    /* rank whose parameters everyone starts from */
 } px_ddp_opts;
 
 #define PX_DDP_DEFAULTS \
-  ((px_ddp_opts){ .bucket_bytes = 4u << 20, .first_bucket_bytes = 1u << 20, \
-                  .find_unused_parameters = false, .root = 0 })
+  ((px_ddp_opts){.bucket_bytes = 4u << 20, .first_bucket_bytes = 1u << 20, .find_unused_parameters = false, .root = 0})
 
 typedef struct px_ddp px_ddp;
 
@@ -85,7 +84,6 @@ double px_ddp_bucket_start_time(const px_ddp *d, int b);
  * by a test during backward, or else by px_ddp_sync's wait; 0 if never.
  * Before the end of backward means its communication was hidden. */
 double px_ddp_bucket_done_time(const px_ddp *d, int b);
-
 
 /* ---- Buffers and synchronized batch norm ------------------------------------
  * DDP and ZeRO keep the model's buffers (batch norm's running statistics)
@@ -142,23 +140,23 @@ px_status px_sync_batchnorm_convert(px_module *root, px_comm *comm, int *convert
  * micro-step; stages 2 and 3 reduce-scatter every micro-step and accumulate
  * into their own slice. */
 typedef struct px_zero_opts {
-  int    stage;               /* 1, 2 or 3 */
-  size_t bucket_bytes;        /* stages 1-2: reduce-scatter bucket capacity; 0 (the default): the
+  int stage;                 /* 1, 2 or 3 */
+  size_t bucket_bytes;       /* stages 1-2: reduce-scatter bucket capacity; 0 (the default): the
                                  stage's, PX_ZERO1_BUCKET_BYTES or PX_ZERO2_BUCKET_BYTES */
-  size_t first_bucket_bytes;  /* the first bucket to fill (default 1 MiB) */
-  bool   find_unused_parameters;
-  int    root;                /* rank whose parameters everyone starts from */
+  size_t first_bucket_bytes; /* the first bucket to fill (default 1 MiB) */
+  bool find_unused_parameters;
+  int root; /* rank whose parameters everyone starts from */
   /* Stage 3: the units that gather together, by module name ("h.0",
    * "transformer.h.3"); NULL: each child of the root module is a unit.
    * Parameters outside every named unit belong to the root unit, gathered
    * for the whole step. */
   const char *const *units;
-  int    n_units;             /* A unit read by a module outside it (the embedding a tied head
+  int n_units;                /* A unit read by a module outside it (the embedding a tied head
                                  reads: px_module.foreign) stays gathered from its forward to
                                  its backward. */
-  bool   reshard_after_forward; /* stage 3: free a unit's gathered parameters after its forward
+  bool reshard_after_forward; /* stage 3: free a unit's gathered parameters after its forward
                                    (true, ZeRO-3) or keep them until its backward (FSDP's false) */
-  bool   prefetch;            /* stage 3: start the next unit's all-gather while this one computes
+  bool prefetch;              /* stage 3: start the next unit's all-gather while this one computes
                                  (in the order the first training step ran them, forward and
                                  backward, as FSDP records it) */
   double test_delay_s;        /* tests only: sleep this long before every all-gather and
@@ -175,10 +173,17 @@ typedef struct px_zero_opts {
 #define PX_ZERO1_BUCKET_BYTES ((size_t)25 << 20)
 #define PX_ZERO2_BUCKET_BYTES ((size_t)8 << 20)
 
-#define PX_ZERO_DEFAULTS \
-  ((px_zero_opts){ .stage = 1, .bucket_bytes = 0, .first_bucket_bytes = 1u << 20, \
-                   .find_unused_parameters = false, .root = 0, .units = NULL, .n_units = 0, \
-                   .reshard_after_forward = true, .prefetch = true, .test_delay_s = 0 })
+#define PX_ZERO_DEFAULTS                           \
+  ((px_zero_opts){.stage = 1,                      \
+                  .bucket_bytes = 0,               \
+                  .first_bucket_bytes = 1u << 20,  \
+                  .find_unused_parameters = false, \
+                  .root = 0,                       \
+                  .units = NULL,                   \
+                  .n_units = 0,                    \
+                  .reshard_after_forward = true,   \
+                  .prefetch = true,                \
+                  .test_delay_s = 0})
 
 typedef struct px_zero px_zero;
 
@@ -217,7 +222,7 @@ px_status px_zero_optim_create(px_zero *z, px_optim **out, const px_optim_opts *
 int px_zero_segments(const px_zero *z, size_t *flat_off, size_t *shard_off, size_t *count, int max);
 
 /* sync false: backward accumulates gradients locally (no reduce-scatter), as DDP's no_sync. */
-void      px_zero_set_sync(px_zero *z, bool sync);
+void px_zero_set_sync(px_zero *z, bool sync);
 /* Waits for every reduce-scatter and multiplies the shard by 1/N.  With sync
  * off, returns at once (stages 2-3 have already added the micro-step into
  * the shard at the end of its backward).  Errors: a parameter that got no
@@ -234,7 +239,7 @@ px_status px_zero_after_step(px_zero *z);
 /* Zero this rank's gradient storage (the shard, and any full buffer).  Call
  * it, not px_model_zero_grad, before each step: in stages 2-3 the shard is
  * where gradients accumulate and px_model_zero_grad does not reach it. */
-void      px_zero_zero_grad(px_zero *z);
+void px_zero_zero_grad(px_zero *z);
 /* Replace the parameters with flat (n_param_elems floats, the same on every
  * rank, e.g. a checkpoint read after wrap): each rank keeps its pieces, and
  * stages 1-2 also copy flat into model->param_data.  No communication. */
@@ -251,14 +256,14 @@ px_status px_zero_gather_params(px_zero *z, float *out);
  * Shard = the padded pieces (px_zero_shard's n).  At most 2 reduce-scatters
  * (or padded all-gathers) hold a temporary buffer at once. */
 typedef struct px_zero_memory {
-  size_t params;          /* full parameters (stages 1-2: the pieces are in place); the shard (stage 3) */
-  size_t grads;           /* stage 1: full gradients (pieces in place) + padded copies in flight;
+  size_t params;      /* full parameters (stages 1-2: the pieces are in place); the shard (stage 3) */
+  size_t grads;       /* stage 1: full gradients (pieces in place) + padded copies in flight;
                              stages 2-3: the shard + gradient buckets / units in flight */
-  size_t optim_state;     /* 0 here: the caller fills in its optimizer's n_state × shard × 4 */
-  size_t gathered;        /* stage 3: gathered units (the one computing, the one prefetched,
+  size_t optim_state; /* 0 here: the caller fills in its optimizer's n_state × shard × 4 */
+  size_t gathered;    /* stage 3: gathered units (the one computing, the one prefetched,
                              a tied embedding's, the root unit); stages 1-2: padded buffers of
                              the after-step all-gathers */
-  size_t arena_peak;      /* the activation arena's high-water mark (px_arena_high_water) */
+  size_t arena_peak;  /* the activation arena's high-water mark (px_arena_high_water) */
 } px_zero_memory;
 /* This rank's memory by kind (the struct above). */
 void px_zero_memory_of(const px_zero *z, px_zero_memory *m);

@@ -43,27 +43,27 @@ extern "C" {
 typedef enum px_pp_kind { PX_PP_GPIPE = 0, PX_PP_1F1B, PX_PP_INTERLEAVED } px_pp_kind;
 
 typedef enum px_pp_op {
-  PX_PP_FORWARD = 0,  /* run stage `stage` forward on micro-batch `micro` */
-  PX_PP_BACKWARD,     /* run it backward (its forward came earlier on this rank) */
-  PX_PP_SEND_ACT,     /* send stage's output activation of `micro` to `peer` (stage + 1's rank) */
-  PX_PP_RECV_ACT,     /* receive stage's input activation of `micro` from `peer` (stage - 1's rank) */
-  PX_PP_SEND_GRAD,    /* send the gradient of stage's input of `micro` to `peer` (stage - 1's rank) */
-  PX_PP_RECV_GRAD,    /* receive the gradient of stage's output of `micro` from `peer` (stage + 1's rank) */
-  PX_PP_OPTIM_STEP    /* after the last backward: reduce/step (once per rank, last action) */
+  PX_PP_FORWARD = 0, /* run stage `stage` forward on micro-batch `micro` */
+  PX_PP_BACKWARD,    /* run it backward (its forward came earlier on this rank) */
+  PX_PP_SEND_ACT,    /* send stage's output activation of `micro` to `peer` (stage + 1's rank) */
+  PX_PP_RECV_ACT,    /* receive stage's input activation of `micro` from `peer` (stage - 1's rank) */
+  PX_PP_SEND_GRAD,   /* send the gradient of stage's input of `micro` to `peer` (stage - 1's rank) */
+  PX_PP_RECV_GRAD,   /* receive the gradient of stage's output of `micro` from `peer` (stage + 1's rank) */
+  PX_PP_OPTIM_STEP   /* after the last backward: reduce/step (once per rank, last action) */
 } px_pp_op;
 
 typedef struct px_pp_action {
   px_pp_op op;
-  int      stage;  /* global stage index 0 … S-1 (chunk = stage / p) */
-  int      micro;  /* micro-batch 0 … m-1 (-1 for OPTIM_STEP) */
-  int      peer;   /* pipeline rank on the other end (sends and receives), else -1 */
+  int stage; /* global stage index 0 … S-1 (chunk = stage / p) */
+  int micro; /* micro-batch 0 … m-1 (-1 for OPTIM_STEP) */
+  int peer;  /* pipeline rank on the other end (sends and receives), else -1 */
 } px_pp_action;
 
 typedef struct px_pp_schedule {
-  px_pp_kind     kind;
-  int            p, m, v;        /* ranks, micro-batches, chunks per rank */
-  int           *n_actions;      /* [p] */
-  px_pp_action **actions;        /* [p][n_actions[r]] */
+  px_pp_kind kind;
+  int p, m, v;            /* ranks, micro-batches, chunks per rank */
+  int *n_actions;         /* [p] */
+  px_pp_action **actions; /* [p][n_actions[r]] */
 } px_pp_schedule;
 
 /* "gpipe", "1f1b", "interleaved" (and back). */
@@ -154,23 +154,23 @@ void px_pp_schedule_print(const px_pp_schedule *s, FILE *out);
 typedef px_module *(*px_pp_build_fn)(void *arg);
 
 typedef enum px_pp_split_kind {
-  PX_PP_SPLIT_UNITS = 0,  /* equal unit counts (the first n % S stages one more) */
-  PX_PP_SPLIT_PARAMS,     /* contiguous, the largest stage's parameter count smallest */
-  PX_PP_SPLIT_AT          /* at named units: `at` holds the S - 1 paths that start stages 1 … S-1 */
+  PX_PP_SPLIT_UNITS = 0, /* equal unit counts (the first n % S stages one more) */
+  PX_PP_SPLIT_PARAMS,    /* contiguous, the largest stage's parameter count smallest */
+  PX_PP_SPLIT_AT         /* at named units: `at` holds the S - 1 paths that start stages 1 … S-1 */
 } px_pp_split_kind;
 
 typedef struct px_pp_split {
-  px_pp_split_kind   kind;
-  const char *const *at;   /* PX_PP_SPLIT_AT only */
-  int                n_at;
+  px_pp_split_kind kind;
+  const char *const *at; /* PX_PP_SPLIT_AT only */
+  int n_at;
 } px_pp_split;
 
 /* Which units each stage holds; the same on every rank. */
 typedef struct px_pp_plan {
-  int     n_units, n_stages;
-  char  (*unit)[PX_NAME_MAX];  /* [n_units] paths: "flatten", "3", "h.0", "ln_f" */
-  size_t *unit_params;         /* [n_units] trainable elements under each unit */
-  int    *first;               /* [n_stages + 1]: stage s holds units [first[s], first[s + 1]) */
+  int n_units, n_stages;
+  char (*unit)[PX_NAME_MAX]; /* [n_units] paths: "flatten", "3", "h.0", "ln_f" */
+  size_t *unit_params;       /* [n_units] trainable elements under each unit */
+  int *first;                /* [n_stages + 1]: stage s holds units [first[s], first[s + 1]) */
   /* A tied head (px_tied_head) on another stage than its embedding (the
    * GPT's lm_head and wte): -1 when none.  The head's stage then holds its
    * own copy of the embedding's weight, under the embedding's name
@@ -183,8 +183,8 @@ typedef struct px_pp_plan {
    * rank's rows, initialised as its box of the single process's table) and
    * the head computes x · E_rᵀ with its dx all-reduced over tp (no sequence
    * parallelism); the embedding group lies in one tp rank's pipeline. */
-  int     tied_head_unit, tied_emb_unit;
-  char    tied_param[PX_NAME_MAX];  /* "wte.weight" */
+  int tied_head_unit, tied_emb_unit;
+  char tied_param[PX_NAME_MAX]; /* "wte.weight" */
 } px_pp_plan;
 
 /* PX_ERR_INVALID: fewer units than stages (naming both), an unknown or
@@ -192,8 +192,7 @@ typedef struct px_pp_plan {
  * that uses a parameter of a module on another stage (naming both) unless
  * it is a tied head that is a unit itself, tied to an embedding that is a
  * unit itself (the GPT's lm_head and wte: see tied_head_unit). */
-px_status px_pp_plan_make(px_pp_build_fn build, void *arg, int n_stages, const px_pp_split *split,
-                          px_pp_plan **out);
+px_status px_pp_plan_make(px_pp_build_fn build, void *arg, int n_stages, const px_pp_split *split, px_pp_plan **out);
 void px_pp_plan_free(px_pp_plan *plan);
 /* One line per stage: its units and parameter count. */
 void px_pp_plan_print(const px_pp_plan *plan, FILE *out);
@@ -241,33 +240,33 @@ typedef px_status (*px_pp_loss_fn)(void *user, const px_tensor *out, int micro, 
 /* The loss most callers want: cross-entropy against int32 targets (user: a
  * px_pp_ce_targets), micro-batch k's rows at k · rows_per_micro. */
 typedef struct px_pp_ce_targets {
-  const int32_t *targets;  /* the whole batch's */
-  int64_t        rows_per_micro;
+  const int32_t *targets; /* the whole batch's */
+  int64_t rows_per_micro;
 } px_pp_ce_targets;
 /* A px_pp loss callback: cross-entropy of micro-batch `micro` against its rows of the
  * px_pp_ce_targets in user. */
 px_status px_pp_ce_loss(void *user, const px_tensor *out, int micro, float *loss, float *dout);
 
 typedef struct px_pp_opts {
-  px_pp_build_fn       build;      /* the whole model's tree */
-  void                *build_arg;
-  const px_pp_split   *split;      /* NULL: PX_PP_SPLIT_UNITS */
-  uint64_t             seed;
-  const px_optim_opts *optim;      /* NULL: OPTIM_STEP does nothing (step the chunk models yourself) */
-  float                clip_grad_norm;  /* > 0: at OPTIM_STEP, scale the gradients so that their global norm
+  px_pp_build_fn build; /* the whole model's tree */
+  void *build_arg;
+  const px_pp_split *split; /* NULL: PX_PP_SPLIT_UNITS */
+  uint64_t seed;
+  const px_optim_opts *optim; /* NULL: OPTIM_STEP does nothing (step the chunk models yourself) */
+  float clip_grad_norm;       /* > 0: at OPTIM_STEP, scale the gradients so that their global norm
                                            (over every stage, the tied weight counted once) is at most this */
   /* 3D (pipeline × data × tensor parallel; NULL / 0: the pipeline alone). */
-  px_comm             *dp;         /* the data-parallel group: the pipeline replicas that hold the same stages
+  px_comm *dp;    /* the data-parallel group: the pipeline replicas that hold the same stages
                                       (px_mesh's dp_comm).  Each replica runs the schedule over its own `pipe` on
                                       its own batch; at OPTIM_STEP every chunk's gradients are averaged over dp
                                       (rank-order sums as DDP's, divided by |dp|: one process on the |dp|-times
                                       larger batch), and the step's loss is the replicas' mean */
-  int                  zero_stage; /* with dp: 0 (the average above), 1 or 2 (ZeRO over dp: each chunk's gradient
+  int zero_stage; /* with dp: 0 (the average above), 1 or 2 (ZeRO over dp: each chunk's gradient
                                       reduce-scattered, this dp rank's slice stepped with optimizer state for it
                                       alone, the parameters all-gathered; the gradients accumulate over the
                                       micro-batches in the whole buffer, so stage 2 holds stage 1's gradient
                                       memory).  3 is refused */
-  px_comm             *tp;         /* the tensor-parallel group of the stage models' px_tp_* modules (px_mesh's
+  px_comm *tp;    /* the tensor-parallel group of the stage models' px_tp_* modules (px_mesh's
                                       tp_comm), for the gradient norm: a tp-split parameter counts with every tp
                                       rank's box, a replicated one once */
 } px_pp_opts;
@@ -312,14 +311,14 @@ void px_pp_set_lr(px_pp *pp, float lr);
 void px_pp_measure_grad_norm(px_pp *pp, bool on);
 
 typedef struct px_pp_stats {
-  double step_s;       /* wall time of the last step */
-  double wait_s;       /* of which waiting for receives */
-  double compute_s;    /* of which in forward, backward and the loss (1 - compute_s/step_s: idle share) */
-  int    slots;        /* activation slots (micro-batches in flight), summed over chunks */
-  size_t arena_high;   /* the slots' arena high-water marks summed (bytes): activations held */
-  size_t comm_bytes;   /* send and receive buffers (bytes) */
-  size_t param_elems;  /* parameters held by this rank */
-  float  grad_norm;    /* the last step's global gradient norm before clipping (clip_grad_norm > 0 or
+  double step_s;      /* wall time of the last step */
+  double wait_s;      /* of which waiting for receives */
+  double compute_s;   /* of which in forward, backward and the loss (1 - compute_s/step_s: idle share) */
+  int slots;          /* activation slots (micro-batches in flight), summed over chunks */
+  size_t arena_high;  /* the slots' arena high-water marks summed (bytes): activations held */
+  size_t comm_bytes;  /* send and receive buffers (bytes) */
+  size_t param_elems; /* parameters held by this rank */
+  float grad_norm;    /* the last step's global gradient norm before clipping (clip_grad_norm > 0 or
                           px_pp_measure_grad_norm; else that of the last step that measured it) */
 } px_pp_stats;
 /* This rank's statistics (the struct above). */

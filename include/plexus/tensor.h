@@ -26,12 +26,12 @@ typedef enum px_device { PX_CPU = 0, PX_CUDA = 1 } px_device;
 #define PX_MAX_DIMS 4
 
 typedef struct px_tensor {
-  px_dtype  dtype;
+  px_dtype dtype;
   px_device device;
-  int       ndim;
-  int64_t   shape[PX_MAX_DIMS];
-  void     *data;
-  bool      owned;  /* allocated by px_tensor_new; freed by px_tensor_free */
+  int ndim;
+  int64_t shape[PX_MAX_DIMS];
+  void *data;
+  bool owned; /* allocated by px_tensor_new; freed by px_tensor_free */
 } px_tensor;
 
 /* A view of `data` (not owned). */
@@ -75,14 +75,13 @@ const char *px_kernel_info(void);
  * C = alpha · op(A) · op(B) + beta · C, row-major, op = transpose if asked.
  * op(A): (M, K)   op(B): (K, N)   C: (M, N); leading dims are those of the
  * stored (untransposed) matrices. */
-void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-              const float *A, int lda, const float *B, int ldb, float beta,
-              float *C, int ldc);
+void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+              int ldb, float beta, float *C, int ldc);
 
 /* ---- Elementwise and reductions (n elements) -------------------------- */
 void px_fill(float *x, size_t n, float v);
 void px_copy(float *dst, const float *src, size_t n);
-void px_scale(float *x, size_t n, float a);           /* x *= a        */
+void px_scale(float *x, size_t n, float a);                /* x *= a        */
 void px_axpy(float *y, const float *x, size_t n, float a); /* y += a·x */
 void px_add(float *out, const float *a, const float *b, size_t n);
 void px_mul(float *out, const float *a, const float *b, size_t n);
@@ -98,13 +97,13 @@ double px_max_rel_diff(const float *a, const float *b, size_t n, double floor);
  * are what io/ reads and writes (safetensors) without knowing about nn/. */
 #define PX_NAME_MAX 128
 typedef struct px_named_tensor {
-  char      name[PX_NAME_MAX];
-  px_tensor tensor;     /* a view into the owner's memory */
+  char name[PX_NAME_MAX];
+  px_tensor tensor; /* a view into the owner's memory */
 } px_named_tensor;
 
 typedef struct px_state_dict {
   px_named_tensor *items;
-  int              count;
+  int count;
 } px_state_dict;
 
 /* Free a state dict's items array (not the tensors' data, which it does not own). */

@@ -51,14 +51,14 @@ typedef struct px_tp_counts {
   uint64_t fwd_allreduce, bwd_allreduce;
   uint64_t fwd_allgather, bwd_allgather;
   uint64_t fwd_reduce_scatter, bwd_reduce_scatter;
-  uint64_t elems;    /* elements moved by all of them */
-  double   seconds;  /* wall time inside them (waiting for slower ranks included) */
+  uint64_t elems; /* elements moved by all of them */
+  double seconds; /* wall time inside them (waiting for slower ranks included) */
 } px_tp_counts;
 
 typedef struct px_tp_group {
-  px_comm      *comm;  /* not owned; NULL = a group of one */
-  int           rank, size;
-  px_tp_counts  counts;
+  px_comm *comm; /* not owned; NULL = a group of one */
+  int rank, size;
+  px_tp_counts counts;
 } px_tp_group;
 
 /* A group over `comm` (NULL: tp = 1), counts zero.  Layers keep a pointer
@@ -67,12 +67,12 @@ px_tp_group px_tp_group_of(px_comm *comm);
 
 /* ---- The mesh ---------------------------------------------------------------- */
 typedef struct px_mesh {
-  int          world, rank;
-  int          dp, tp, pp;                 /* sizes; dp · tp · pp = world */
-  int          dp_rank, tp_rank, pp_rank;  /* this rank's coordinates */
-  px_comm     *world_comm;                 /* not owned */
-  px_comm     *dp_comm, *tp_comm, *pp_comm;/* owned */
-  px_tp_group  tp_group;                   /* over tp_comm */
+  int world, rank;
+  int dp, tp, pp;                       /* sizes; dp · tp · pp = world */
+  int dp_rank, tp_rank, pp_rank;        /* this rank's coordinates */
+  px_comm *world_comm;                  /* not owned */
+  px_comm *dp_comm, *tp_comm, *pp_comm; /* owned */
+  px_tp_group tp_group;                 /* over tp_comm */
 } px_mesh;
 
 /* Collective over `world`.  dp <= 0 asks for dp = world / (tp · pp).  Sizes
@@ -86,11 +86,11 @@ const char *px_mesh_describe(const px_mesh *m, char *buf, size_t len);
 /* ---- Boxes ----------------------------------------------------------------- */
 #define PX_TP_MAX_PARTS 3
 typedef struct px_tp_box {
-  int     split_dim;                  /* -1: replicated (the whole tensor) */
-  int     n_parts;                    /* slices along split_dim */
+  int split_dim; /* -1: replicated (the whole tensor) */
+  int n_parts;   /* slices along split_dim */
   int64_t global_shape[2];
-  int64_t global_offset[PX_TP_MAX_PARTS];  /* along split_dim, in the global tensor */
-  int64_t local_offset[PX_TP_MAX_PARTS];   /* along split_dim, in this rank's tensor */
+  int64_t global_offset[PX_TP_MAX_PARTS]; /* along split_dim, in the global tensor */
+  int64_t local_offset[PX_TP_MAX_PARTS];  /* along split_dim, in this rank's tensor */
   int64_t size[PX_TP_MAX_PARTS];
 } px_tp_box;
 
@@ -108,8 +108,8 @@ px_status px_tp_load_state_dict(px_model *model, const px_state_dict *global);
 
 /* ---- Layers ------------------------------------------------------------------ */
 typedef enum px_tp_layout {
-  PX_TP_LINEAR = 0,  /* nn.Linear: weight (out, in) */
-  PX_TP_CONV1D       /* GPT-2's Conv1D: weight (in, out) */
+  PX_TP_LINEAR = 0, /* nn.Linear: weight (out, in) */
+  PX_TP_CONV1D      /* GPT-2's Conv1D: weight (in, out) */
 } px_tp_layout;
 
 /* Column-parallel: weight (out/P, in) or (in, out/P), bias (out/P,).  With
@@ -121,8 +121,8 @@ typedef enum px_tp_layout {
  * out must be a multiple of parts · P.  Initialisation: the values the
  * single-process layer of the same place in the model gets (the global
  * tensor is drawn from the module's stream and this rank keeps its box). */
-px_module *px_tp_column_parallel(px_tp_group *g, px_tp_layout layout, int in_features, int out_features,
-                                 bool bias, int parts, bool gather_output);
+px_module *px_tp_column_parallel(px_tp_group *g, px_tp_layout layout, int in_features, int out_features, bool bias,
+                                 int parts, bool gather_output);
 /* Row-parallel: weight (out, in/P) or (in/P, out), bias (out,) replicated
  * and added after the all-reduce.  The input is already split (…, in/P)
  * (a column-parallel layer's output). */
@@ -193,14 +193,14 @@ px_status px_tp_cross_entropy(px_tp_group *g, const px_tensor *logits, int vocab
  * count): use px_tp_cross_entropy.  n_head not divisible by P, n_embd not
  * divisible by n_head: PX_ERR_INVALID naming the sizes. */
 typedef struct px_tp_gpt_config {
-  int   vocab_size, context, n_layer, n_head, n_embd;
+  int vocab_size, context, n_layer, n_head, n_embd;
   float dropout;
   /* Sequence parallelism: layer norms, dropout and residual adds on T/P
    * positions a rank, all-gathers / reduce-scatters at the tp regions'
    * boundaries instead of all-reduces (tp_gpt.c has the map).  The input
    * (N, T) ids are the same on every tp rank, T a multiple of P; the logits
    * are (N, T, count) as without. */
-  bool  sequence_parallel;
+  bool sequence_parallel;
 } px_tp_gpt_config;
 /* The tensor-parallel GPT of cfg on group g (NULL with px_last_error set on failure). */
 px_module *px_tp_gpt(px_tp_group *g, const px_tp_gpt_config *cfg);

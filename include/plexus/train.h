@@ -51,38 +51,38 @@ extern "C" {
 
 typedef struct px_train_opts {
   /* Data */
-  size_t   batch_size;       /* per rank, per micro-batch */
-  int      workers;          /* loader threads per rank (0: load on the training thread) */
-  int      prefetch;         /* batches decoded ahead (0: the loader's default) */
-  bool     skip_bad;         /* skip, count and report bad records instead of failing */
+  size_t batch_size; /* per rank, per micro-batch */
+  int workers;       /* loader threads per rank (0: load on the training thread) */
+  int prefetch;      /* batches decoded ahead (0: the loader's default) */
+  bool skip_bad;     /* skip, count and report bad records instead of failing */
   /* Optimisation */
-  px_optim_opts  optim;
-  px_lr_schedule schedule;   /* the rate's shape over the steps; its base rate is optim.lr, the one
+  px_optim_opts optim;
+  px_lr_schedule schedule; /* the rate's shape over the steps; its base rate is optim.lr, the one
                                 source (base_lr: leave 0, or equal to optim.lr; another value is
                                 refused); total_steps 0: the run's steps (px_train_schedule) */
-  float    clip_grad_norm;   /* 0: no clipping */
-  int      accum_steps;      /* micro-batches per optimizer step (>= 1) */
-  float    label_smoothing;
+  float clip_grad_norm;    /* 0: no clipping */
+  int accum_steps;         /* micro-batches per optimizer step (>= 1) */
+  float label_smoothing;
   /* Length: max_steps optimizer steps, or else `epochs` epochs */
-  int64_t  epochs;
-  int64_t  max_steps;
-  uint64_t seed;             /* data order, random transforms and dropout */
+  int64_t epochs;
+  int64_t max_steps;
+  uint64_t seed; /* data order, random transforms and dropout */
   /* Ending early, to be resumed: the run's length and schedule stay those
    * above; this call ends with a checkpoint (when ckpt_dir is set). */
-  int64_t  stop_at_step;     /* end this call after this step (0: no) */
+  int64_t stop_at_step;             /* end this call after this step (0: no) */
   volatile sig_atomic_t *stop_flag; /* non-zero (set by a signal handler, say) on any rank: end after the
                                 current step; costs one tiny all-reduce per step (NULL: never) */
   /* Evaluation on the held-out split */
-  int64_t  eval_every;       /* steps; 0: at the end of every epoch */
-  size_t   eval_batch_size;  /* 0: batch_size */
-  int64_t  eval_max_batches; /* per rank; 0: the whole split */
+  int64_t eval_every;       /* steps; 0: at the end of every epoch */
+  size_t eval_batch_size;   /* 0: batch_size */
+  int64_t eval_max_batches; /* per rank; 0: the whole split */
   /* Data parallel: zero.stage 0 is DDP (the ddp options); 1, 2, 3 shard
    * the optimizer state, + the gradients, + the parameters over the ranks
    * (px_zero_wrap with these options; docs/PARALLEL.md).  Under ZeRO the
    * optimizer works on this rank's shard, clipping takes the global norm
    * (px_zero_clip_grad_norm), and each rank writes its own slice of the
    * checkpoint (docs/CHECKPOINTS.md). */
-  px_ddp_opts  ddp;
+  px_ddp_opts ddp;
   px_zero_opts zero;
   /* Tensor parallel (tensor_parallel.h; NULL: data parallel over comm).  The
    * model is a px_tp_gpt over mesh->tp_group; the ranks of a tp group read
@@ -92,16 +92,16 @@ typedef struct px_train_opts {
    * px_tp_zero_clip_grad_norm), and checkpoints store each tp rank's boxes
    * (docs/PARALLEL.md). */
   struct px_mesh *mesh;
-  int          tp_vocab;     /* with mesh: the global vocabulary */
+  int tp_vocab; /* with mesh: the global vocabulary */
   /* Checkpoints */
-  const char *ckpt_dir;      /* NULL: no checkpoints */
-  int64_t  ckpt_every;       /* steps; 0: at the end of every epoch (and of the run) */
-  int      keep_last;        /* complete checkpoints kept in ckpt_dir (0: all) */
-  const char *resume;        /* NULL: start fresh; "auto": the newest good checkpoint in
+  const char *ckpt_dir;    /* NULL: no checkpoints */
+  int64_t ckpt_every;      /* steps; 0: at the end of every epoch (and of the run) */
+  int keep_last;           /* complete checkpoints kept in ckpt_dir (0: all) */
+  const char *resume;      /* NULL: start fresh; "auto": the newest good checkpoint in
                                 ckpt_dir, if any; else a checkpoint directory */
-  const char *config_json;   /* the caller's effective config, saved in state.json (or NULL) */
+  const char *config_json; /* the caller's effective config, saved in state.json (or NULL) */
   /* Logging */
-  int64_t  log_every;        /* steps between console/JSONL/TensorBoard lines */
+  int64_t log_every; /* steps between console/JSONL/TensorBoard lines */
   /* Numeric guards.  Every step the ranks agree on the step's loss (one
    * small all-reduce of its sum over the ranks' micro-batches): a loss that
    * is not finite on any rank, or a gradient norm that is not finite when
@@ -112,8 +112,8 @@ typedef struct px_train_opts {
    * loss_spike_factor times its running mean: the mean of the first
    * loss_spike_warmup steps of this call, then an exponential moving
    * average (weight 0.1 for the newest step) of the steps that passed. */
-  double   loss_spike_factor; /* > 1 to watch; 0: off */
-  int64_t  loss_spike_warmup; /* steps of this call that form the running mean before it watches (>= 1) */
+  double loss_spike_factor;  /* > 1 to watch; 0: off */
+  int64_t loss_spike_warmup; /* steps of this call that form the running mean before it watches (>= 1) */
   /* Where the run computes (docs/GPU.md).  PX_CUDA: one GPU per rank, the
    * GPU of local rank r being r % (GPUs of the node) (px_train_to_device);
    * the model, its gradients and the optimizer's state live there, each
@@ -125,42 +125,62 @@ typedef struct px_train_opts {
    * precision: PX_F32, or PX_BF16 on PX_CUDA only (the GEMMs' operands in
    * bf16, f32 accumulation; weights, gradients and optimizer state f32). */
   px_device device;
-  px_dtype  precision;
+  px_dtype precision;
 } px_train_opts;
 
-#define PX_TRAIN_DEFAULTS                                                                  \
-  ((px_train_opts){.batch_size = 64, .workers = 1, .prefetch = 0, .skip_bad = false,      \
-                   .optim = {.kind = PX_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f,             \
-                             .beta2 = 0.999f, .eps = 1e-8f},                                \
-                   .schedule = {.kind = PX_LR_CONSTANT},                                    \
-                   .clip_grad_norm = 0.0f, .accum_steps = 1, .label_smoothing = 0.0f,       \
-                   .epochs = 1, .max_steps = 0, .seed = 0, .stop_at_step = 0,              \
-                   .stop_flag = NULL, .eval_every = 0,                                      \
-                   .eval_batch_size = 0, .eval_max_batches = 0, .ddp = PX_DDP_DEFAULTS,     \
-                   .zero = {.stage = 0, .bucket_bytes = 0, .first_bucket_bytes = 1u << 20,              \
-                            .reshard_after_forward = true, .prefetch = true},                        \
-                   .ckpt_dir = NULL, .ckpt_every = 0, .keep_last = 3, .resume = NULL,       \
-                   .config_json = NULL, .log_every = 50, .loss_spike_factor = 0.0,            \
-                   .loss_spike_warmup = 10, .device = PX_CPU, .precision = PX_F32})
+#define PX_TRAIN_DEFAULTS                                                                                       \
+  ((px_train_opts){.batch_size = 64,                                                                            \
+                   .workers = 1,                                                                                \
+                   .prefetch = 0,                                                                               \
+                   .skip_bad = false,                                                                           \
+                   .optim = {.kind = PX_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f}, \
+                   .schedule = {.kind = PX_LR_CONSTANT},                                                        \
+                   .clip_grad_norm = 0.0f,                                                                      \
+                   .accum_steps = 1,                                                                            \
+                   .label_smoothing = 0.0f,                                                                     \
+                   .epochs = 1,                                                                                 \
+                   .max_steps = 0,                                                                              \
+                   .seed = 0,                                                                                   \
+                   .stop_at_step = 0,                                                                           \
+                   .stop_flag = NULL,                                                                           \
+                   .eval_every = 0,                                                                             \
+                   .eval_batch_size = 0,                                                                        \
+                   .eval_max_batches = 0,                                                                       \
+                   .ddp = PX_DDP_DEFAULTS,                                                                      \
+                   .zero = {.stage = 0,                                                                         \
+                            .bucket_bytes = 0,                                                                  \
+                            .first_bucket_bytes = 1u << 20,                                                     \
+                            .reshard_after_forward = true,                                                      \
+                            .prefetch = true},                                                                  \
+                   .ckpt_dir = NULL,                                                                            \
+                   .ckpt_every = 0,                                                                             \
+                   .keep_last = 3,                                                                              \
+                   .resume = NULL,                                                                              \
+                   .config_json = NULL,                                                                         \
+                   .log_every = 50,                                                                             \
+                   .loss_spike_factor = 0.0,                                                                    \
+                   .loss_spike_warmup = 10,                                                                     \
+                   .device = PX_CPU,                                                                            \
+                   .precision = PX_F32})
 
 typedef struct px_train_result {
-  int64_t steps;              /* optimizer steps taken in total (resumed ones included) */
-  int64_t start_step;         /* where this run started (0, or the resumed step) */
-  int64_t epochs;             /* epochs completed */
-  bool    stopped;            /* ended early (stop_at_step or stop_flag): resume to go on */
-  double  train_loss;         /* mean training loss over the last logging interval */
-  px_eval_metrics eval;       /* the last evaluation (samples 0 if none ran) */
-  double  seconds;            /* wall time of this call */
-  double  samples_per_s;      /* global training throughput of this call */
-  size_t  skipped;            /* bad records skipped (skip_bad) */
-  char    last_checkpoint[512]; /* path of the last checkpoint written or resumed ("" if none) */
+  int64_t steps;             /* optimizer steps taken in total (resumed ones included) */
+  int64_t start_step;        /* where this run started (0, or the resumed step) */
+  int64_t epochs;            /* epochs completed */
+  bool stopped;              /* ended early (stop_at_step or stop_flag): resume to go on */
+  double train_loss;         /* mean training loss over the last logging interval */
+  px_eval_metrics eval;      /* the last evaluation (samples 0 if none ran) */
+  double seconds;            /* wall time of this call */
+  double samples_per_s;      /* global training throughput of this call */
+  size_t skipped;            /* bad records skipped (skip_bad) */
+  char last_checkpoint[512]; /* path of the last checkpoint written or resumed ("" if none) */
   /* Memory per rank after the first step of this call (bytes): this rank's,
    * and each figure's maximum over the ranks; optim_state is the
    * optimizer's, arena_peak the activation arena's high-water mark.
    * peak_rss: the largest VmHWM over the ranks' processes (under threads
    * the ranks share one process). */
   px_zero_memory memory, memory_max;
-  size_t  peak_rss;
+  size_t peak_rss;
 } px_train_result;
 
 /* The run's optimizer steps: max_steps, or else epochs × steps per epoch,
@@ -180,8 +200,8 @@ px_status px_train_schedule(const px_train_opts *opts, int64_t total_steps, px_l
 
 /* Train on every rank of comm (collective).  val may be NULL (no
  * evaluation).  log may be NULL. */
-px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset *val,
-                   const px_train_opts *opts, px_logger *log, px_train_result *out);
+px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset *val, const px_train_opts *opts,
+                   px_logger *log, px_train_result *out);
 
 /* Evaluate model (in eval mode) on all of `data`, split over the ranks
  * without padding or repeats; loss (mean over samples, or over tokens for

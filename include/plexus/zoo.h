@@ -51,12 +51,12 @@ px_module *px_zoo_resnet18(int in_channels, int classes);
 
 /* GPT-2 style decoder-only transformer. */
 typedef struct px_gpt_config {
-  int   vocab_size;  /* V */
-  int   context;     /* positions in wpe: the longest T */
-  int   n_layer;
-  int   n_head;
-  int   n_embd;      /* C; divisible by n_head */
-  float dropout;     /* embedding, attention-probability and residual dropout */
+  int vocab_size; /* V */
+  int context;    /* positions in wpe: the longest T */
+  int n_layer;
+  int n_head;
+  int n_embd;    /* C; divisible by n_head */
+  float dropout; /* embedding, attention-probability and residual dropout */
 } px_gpt_config;
 
 /* The GPT of cfg (names, layouts and initialisation: above). */

@@ -10,17 +10,17 @@
 
 typedef struct chunk {
   struct chunk *prev;
-  size_t        size;
-  size_t        used;
+  size_t size;
+  size_t used;
   unsigned char *mem;
 } chunk;
 
 struct px_arena {
   const px_arena_mem *mem; /* where the chunks live */
-  chunk   *head;       /* current chunk; older ones behind it */
-  chunk   *spare;      /* chunks emptied by a rewind, freed at the next reset */
-  size_t   total_used; /* bytes handed out since the last reset */
-  size_t   high_water;
+  chunk *head;             /* current chunk; older ones behind it */
+  chunk *spare;            /* chunks emptied by a rewind, freed at the next reset */
+  size_t total_used;       /* bytes handed out since the last reset */
+  size_t high_water;
   uint64_t system_allocs;
 };
 
@@ -35,7 +35,10 @@ static chunk *chunk_new(const px_arena_mem *mem, size_t size) {
   chunk *c = malloc(sizeof *c);
   if (!c) return NULL;
   c->mem = mem->alloc(round_up(size, ARENA_ALIGN));
-  if (!c->mem) { free(c); return NULL; }
+  if (!c->mem) {
+    free(c);
+    return NULL;
+  }
   c->prev = NULL;
   c->size = size;
   c->used = 0;
@@ -46,17 +49,29 @@ px_arena *px_arena_create(size_t initial_bytes) { return px_arena_create_with(in
 
 px_arena *px_arena_create_with(size_t initial_bytes, const px_arena_mem *mem) {
   px_arena *a = calloc(1, sizeof *a);
-  if (!a) { px_error(PX_ERR_NOMEM, "arena: out of memory"); return NULL; }
+  if (!a) {
+    px_error(PX_ERR_NOMEM, "arena: out of memory");
+    return NULL;
+  }
   a->mem = mem ? mem : &host_mem;
   if (initial_bytes < (1u << 20)) initial_bytes = 1u << 20;
   a->head = chunk_new(a->mem, initial_bytes);
-  if (!a->head) { free(a); px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", initial_bytes); return NULL; }
+  if (!a->head) {
+    free(a);
+    px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", initial_bytes);
+    return NULL;
+  }
   a->system_allocs = 1;
   return a;
 }
 
 static void free_chunks(const px_arena_mem *mem, chunk *c) {
-  while (c) { chunk *p = c->prev; mem->free(c->mem); free(c); c = p; }
+  while (c) {
+    chunk *p = c->prev;
+    mem->free(c->mem);
+    free(c);
+    c = p;
+  }
 }
 
 void px_arena_free(px_arena *a) {
@@ -89,7 +104,10 @@ void *px_arena_alloc(px_arena *a, size_t bytes) {
     size_t size = c->size * 2;
     if (size < need) size = need;
     chunk *n = chunk_new(a->mem, size);
-    if (!n) { px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", size); return NULL; }
+    if (!n) {
+      px_error(PX_ERR_NOMEM, "arena: cannot allocate %zu bytes", size);
+      return NULL;
+    }
     n->prev = c;
     a->head = c = n;
     a->system_allocs++;

@@ -74,7 +74,10 @@ px_status px_io_write_chunks_atomic(const char *path, const px_io_chunk *chunks,
   step = "write";
   for (int i = 0; i < n; i++) {
     if (chunks[i].size == 0) continue;
-    if (!chunks[i].data) { errno = EINVAL; goto fail; }
+    if (!chunks[i].data) {
+      errno = EINVAL;
+      goto fail;
+    }
     if (fwrite(chunks[i].data, 1, chunks[i].size, f) != chunks[i].size) goto fail;
   }
   if (fflush(f) != 0) goto fail;

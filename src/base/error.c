@@ -48,7 +48,10 @@ px_status px_error_wrap(px_status s, const char *fmt, ...) {
   // Truncation is fine: a long message keeps its start.
   size_t k = strlen(prefix);
   memcpy(err_msg, prefix, k);
-  if (k + 2 < sizeof err_msg) { err_msg[k++] = ':'; err_msg[k++] = ' '; }
+  if (k + 2 < sizeof err_msg) {
+    err_msg[k++] = ':';
+    err_msg[k++] = ' ';
+  }
   size_t rest = strnlen(old, sizeof old);
   if (rest > sizeof err_msg - 1 - k) rest = sizeof err_msg - 1 - k;
   memcpy(err_msg + k, old, rest);

@@ -10,10 +10,10 @@
 
 // Return the status of `call` from the enclosing function unless it is PX_OK
 // (the message px_error left stays for px_last_error).
-#define TRY(call)                   \
-  do {                              \
-    px_status st_ = (call);         \
-    if (st_ != PX_OK) return st_;   \
+#define TRY(call)                 \
+  do {                            \
+    px_status st_ = (call);       \
+    if (st_ != PX_OK) return st_; \
   } while (0)
 
 // An invariant of plexus's own code (not of the caller's input, which gets
@@ -21,10 +21,11 @@
 // false, return PX_ERR_INTERNAL from the enclosing function with the file,
 // line and condition in the message.  ggml's assert, but a value: the
 // caller's job (other ranks, its checkpoints) survives a bug here.
-#define PX_CHECK(cond)                                                                               \
-  do {                                                                                               \
-    if (!(cond)) return px_error(PX_ERR_INTERNAL, "%s:%d: internal check failed: %s (a bug in plexus)", \
-                                 __FILE__, __LINE__, #cond);                                         \
+#define PX_CHECK(cond)                                                                                           \
+  do {                                                                                                           \
+    if (!(cond))                                                                                                 \
+      return px_error(PX_ERR_INTERNAL, "%s:%d: internal check failed: %s (a bug in plexus)", __FILE__, __LINE__, \
+                      #cond);                                                                                    \
   } while (0)
 
 /* ---- atomic writes (atomic.c) -------------------------------------------- */
@@ -34,7 +35,7 @@
 // one buffer of the file's size.
 typedef struct px_io_chunk {
   const void *data;
-  size_t      size;
+  size_t size;
 } px_io_chunk;
 
 // px_write_file_atomic for a file given as n chunks.

@@ -25,15 +25,21 @@ void px_philox4x32(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo, uint
     uint32_t lo0 = mulhilo(PHILOX_M0, c0, &hi0);
     uint32_t lo1 = mulhilo(PHILOX_M1, c2, &hi1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += PHILOX_W0;
     k1 += PHILOX_W1;
   }
-  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
 }
 
 px_rng px_rng_make(uint64_t seed, uint64_t stream) {
-  px_rng r = { .seed = seed, .stream = stream, .counter = 0, .left = 0 };
+  px_rng r = {.seed = seed, .stream = stream, .counter = 0, .left = 0};
   return r;
 }
 
@@ -65,6 +71,8 @@ uint64_t px_rng_below(px_rng *r, uint64_t n) {
   // Rejection sampling removes the modulo bias.
   uint64_t limit = UINT64_MAX - UINT64_MAX % n;
   uint64_t x;
-  do { x = px_rng_u64(r); } while (x >= limit);
+  do {
+    x = px_rng_u64(r);
+  } while (x >= limit);
   return x % n;
 }

@@ -42,10 +42,22 @@ const char *px_comm_op_name(px_reduce_op op) {
 
 void px_comm_divide(void *buf, size_t count, px_dtype dtype, int n) {
   switch (dtype) {
-  case PX_F32: { float *p = buf; for (size_t i = 0; i < count; i++) p[i] /= (float)n; } break;
-  case PX_F64: { double *p = buf; for (size_t i = 0; i < count; i++) p[i] /= (double)n; } break;
-  case PX_I32: { int32_t *p = buf; for (size_t i = 0; i < count; i++) p[i] /= n; } break;
-  case PX_I64: { int64_t *p = buf; for (size_t i = 0; i < count; i++) p[i] /= n; } break;
+  case PX_F32: {
+    float *p = buf;
+    for (size_t i = 0; i < count; i++) p[i] /= (float)n;
+  } break;
+  case PX_F64: {
+    double *p = buf;
+    for (size_t i = 0; i < count; i++) p[i] /= (double)n;
+  } break;
+  case PX_I32: {
+    int32_t *p = buf;
+    for (size_t i = 0; i < count; i++) p[i] /= n;
+  } break;
+  case PX_I64: {
+    int64_t *p = buf;
+    for (size_t i = 0; i < count; i++) p[i] /= n;
+  } break;
   default: break;
   }
 }
@@ -66,7 +78,8 @@ const char *px_comm_backend_name(px_comm_backend b) {
 px_status px_comm_nccl_create(px_comm *bootstrap, px_comm **out) {
   (void)bootstrap;
   if (out) *out = NULL;
-  return px_error(PX_ERR_UNSUPPORTED, "px_comm_nccl_create: plexus was built without CUDA/NCCL; rebuild with the "
+  return px_error(PX_ERR_UNSUPPORTED,
+                  "px_comm_nccl_create: plexus was built without CUDA/NCCL; rebuild with the "
                   "CUDA toolkit and NCCL installed to use the GPUs' communicator");
 }
 
@@ -111,8 +124,7 @@ static px_status check_comm(const px_comm *c, const char *what) {
 }
 
 static px_status check_buf(const char *what, const char *name, const void *p, size_t count) {
-  if (!p && count > 0)
-    return px_error(PX_ERR_INVALID, "%s: %s is NULL but count is %zu", what, name, count);
+  if (!p && count > 0) return px_error(PX_ERR_INVALID, "%s: %s is NULL but count is %zu", what, name, count);
   return PX_OK;
 }
 
@@ -130,17 +142,17 @@ static px_status check_reduction(const px_comm *c, const char *what, px_dtype dt
   if (!px_comm_reducible(dtype) && !(dtype == PX_BF16 && c->backend == PX_COMM_NCCL))
     return px_error(PX_ERR_UNSUPPORTED,
                     "%s: dtype %s is not supported for reductions (F32, F64, I32 and I64 are); "
-                    "convert the buffer first", what, px_dtype_name(dtype));
+                    "convert the buffer first",
+                    what, px_dtype_name(dtype));
   if ((unsigned)op > PX_MAX)
-    return px_error(PX_ERR_INVALID, "%s: reduce op %d is not one of PX_SUM, PX_AVG, PX_MIN, PX_MAX",
-                    what, (int)op);
+    return px_error(PX_ERR_INVALID, "%s: reduce op %d is not one of PX_SUM, PX_AVG, PX_MIN, PX_MAX", what, (int)op);
   return PX_OK;
 }
 
 static px_status check_rank(const px_comm *c, const char *what, const char *role, int r) {
   if (r < 0 || r >= c->size)
-    return px_error(PX_ERR_INVALID, "%s: %s %d is out of range for a communicator of size %d (ranks 0..%d)",
-                    what, role, r, c->size, c->size - 1);
+    return px_error(PX_ERR_INVALID, "%s: %s %d is out of range for a communicator of size %d (ranks 0..%d)", what, role,
+                    r, c->size, c->size - 1);
   return PX_OK;
 }
 
@@ -183,7 +195,7 @@ px_status px_comm_allreduce_at(const char *file, int line, px_comm *c, void *buf
   return c->ops->allreduce(c, buf, count, dtype, op);
 }
 
-px_status (px_comm_allreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
+px_status(px_comm_allreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
   return px_comm_allreduce_at(NULL, 0, c, buf, count, dtype, op);
 }
 
@@ -197,7 +209,7 @@ px_status px_comm_broadcast_at(const char *file, int line, px_comm *c, void *buf
   return c->ops->broadcast(c, buf, count, dtype, root);
 }
 
-px_status (px_comm_broadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
+px_status(px_comm_broadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
   return px_comm_broadcast_at(NULL, 0, c, buf, count, dtype, root);
 }
 
@@ -211,12 +223,12 @@ px_status px_comm_allgather_at(const char *file, int line, px_comm *c, const voi
   return c->ops->allgather(c, send, recv, count, dtype);
 }
 
-px_status (px_comm_allgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
+px_status(px_comm_allgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
   return px_comm_allgather_at(NULL, 0, c, send, recv, count, dtype);
 }
 
-px_status px_comm_reduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
-                                    size_t count, px_dtype dtype, px_reduce_op op) {
+px_status px_comm_reduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                                    px_dtype dtype, px_reduce_op op) {
   TRY(check_comm(c, "reduce_scatter"));
   TRY(check_reduction(c, "reduce_scatter", dtype, op));
   TRY(check_buf("reduce_scatter", "send", send, count));
@@ -225,8 +237,8 @@ px_status px_comm_reduce_scatter_at(const char *file, int line, px_comm *c, cons
   return c->ops->reduce_scatter(c, send, recv, count, dtype, op);
 }
 
-px_status (px_comm_reduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                                   px_reduce_op op) {
+px_status(px_comm_reduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                  px_reduce_op op) {
   return px_comm_reduce_scatter_at(NULL, 0, c, send, recv, count, dtype, op);
 }
 
@@ -236,7 +248,7 @@ px_status px_comm_barrier_at(const char *file, int line, px_comm *c) {
   return c->ops->barrier(c);
 }
 
-px_status (px_comm_barrier)(px_comm *c) { return px_comm_barrier_at(NULL, 0, c); }
+px_status(px_comm_barrier)(px_comm *c) { return px_comm_barrier_at(NULL, 0, c); }
 
 px_status px_comm_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag) {
   TRY(check_comm(c, "send"));
@@ -266,8 +278,7 @@ px_status px_comm_iallreduce_at(const char *file, int line, px_comm *c, void *bu
   return c->ops->iallreduce(c, buf, count, dtype, op, req);
 }
 
-px_status (px_comm_iallreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                               px_request **req) {
+px_status(px_comm_iallreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, px_request **req) {
   return px_comm_iallreduce_at(NULL, 0, c, buf, count, dtype, op, req);
 }
 
@@ -282,7 +293,7 @@ px_status px_comm_ibroadcast_at(const char *file, int line, px_comm *c, void *bu
   return c->ops->ibroadcast(c, buf, count, dtype, root, req);
 }
 
-px_status (px_comm_ibroadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req) {
+px_status(px_comm_ibroadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req) {
   return px_comm_ibroadcast_at(NULL, 0, c, buf, count, dtype, root, req);
 }
 
@@ -297,13 +308,13 @@ px_status px_comm_iallgather_at(const char *file, int line, px_comm *c, const vo
   return c->ops->iallgather(c, send, recv, count, dtype, req);
 }
 
-px_status (px_comm_iallgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                               px_request **req) {
+px_status(px_comm_iallgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                              px_request **req) {
   return px_comm_iallgather_at(NULL, 0, c, send, recv, count, dtype, req);
 }
 
-px_status px_comm_ireduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv,
-                                     size_t count, px_dtype dtype, px_reduce_op op, px_request **req) {
+px_status px_comm_ireduce_scatter_at(const char *file, int line, px_comm *c, const void *send, void *recv, size_t count,
+                                     px_dtype dtype, px_reduce_op op, px_request **req) {
   TRY(check_req("ireduce_scatter", req));
   TRY(check_comm(c, "ireduce_scatter"));
   TRY(check_reduction(c, "ireduce_scatter", dtype, op));
@@ -313,13 +324,12 @@ px_status px_comm_ireduce_scatter_at(const char *file, int line, px_comm *c, con
   return c->ops->ireduce_scatter(c, send, recv, count, dtype, op, req);
 }
 
-px_status (px_comm_ireduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                                    px_reduce_op op, px_request **req) {
+px_status(px_comm_ireduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
+                                   px_reduce_op op, px_request **req) {
   return px_comm_ireduce_scatter_at(NULL, 0, c, send, recv, count, dtype, op, req);
 }
 
-px_status px_comm_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
-                        px_request **req) {
+px_status px_comm_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, px_request **req) {
   TRY(check_req("isend", req));
   TRY(check_comm(c, "isend"));
   TRY(check_dtype("isend", dtype));
@@ -329,8 +339,7 @@ px_status px_comm_isend(px_comm *c, const void *buf, size_t count, px_dtype dtyp
   return c->ops->isend(c, buf, count, dtype, dst, tag, req);
 }
 
-px_status px_comm_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
-                        px_request **req) {
+px_status px_comm_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, px_request **req) {
   TRY(check_req("irecv", req));
   TRY(check_comm(c, "irecv"));
   TRY(check_dtype("irecv", dtype));
@@ -361,7 +370,7 @@ px_status px_comm_split_at(const char *file, int line, px_comm *c, int color, in
   return PX_OK;
 }
 
-px_status (px_comm_split)(px_comm *c, int color, int key, px_comm **out) {
+px_status(px_comm_split)(px_comm *c, int color, int key, px_comm **out) {
   return px_comm_split_at(NULL, 0, c, color, key, out);
 }
 
@@ -404,7 +413,10 @@ px_status px_print_ordered(px_comm *c, const char *fmt, ...) {
   }
   int64_t ok_len[2] = {len < 0 ? 1 : 0, len};
   px_status st = px_comm_allreduce(c, ok_len, 2, PX_I64, PX_MAX);
-  if (st) { free(mine); return st; }
+  if (st) {
+    free(mine);
+    return st;
+  }
   if (ok_len[0]) {
     free(mine);
     return px_error(PX_ERR_NOMEM, "px_print_ordered: a rank could not allocate its line");

@@ -29,8 +29,8 @@ typedef struct record {
   uint64_t seq;
   uint64_t count;
   int32_t kind, dtype, op, root, line, rank;
-  char site[SITE_MAX];              /* the tail of __FILE__: "parallel/ddp.c" */
-  char label[PX_COMM_LABEL_MAX];    /* shown, not compared (see below) */
+  char site[SITE_MAX];           /* the tail of __FILE__: "parallel/ddp.c" */
+  char label[PX_COMM_LABEL_MAX]; /* shown, not compared (see below) */
 } record;
 _Static_assert(sizeof(record) == 232, "docs/RELIABILITY.md and plexus/comm.h give the record's size");
 
@@ -63,7 +63,10 @@ static const char *kind_name(int k) {
  * or the file's name alone where they do not fit: enough to find the file,
  * and the same on every rank of one build. */
 static void site_of(char *out, const char *file) {
-  if (!file) { out[0] = '\0'; return; }
+  if (!file) {
+    out[0] = '\0';
+    return;
+  }
   const char *base = strrchr(file, '/'), *two = file;
   base = base ? base + 1 : file;
   if (base > file + 1) {
@@ -82,20 +85,23 @@ static void describe(char *out, size_t cap, const record *r, bool with_seq) {
   char what[96];
   const char *dt = (unsigned)r->dtype < PX_DTYPE_COUNT ? px_dtype_name((px_dtype)r->dtype) : "?";
   switch ((pxf_kind)r->kind) {
-  case PXF_ALLREDUCE: case PXF_IALLREDUCE: case PXF_REDUCE_SCATTER: case PXF_IREDUCE_SCATTER:
+  case PXF_ALLREDUCE:
+  case PXF_IALLREDUCE:
+  case PXF_REDUCE_SCATTER:
+  case PXF_IREDUCE_SCATTER:
     snprintf(what, sizeof what, "%s %llu %s %s", kind_name(r->kind), (unsigned long long)r->count, dt,
              px_comm_op_name((px_reduce_op)r->op));
     break;
-  case PXF_BROADCAST: case PXF_IBROADCAST:
+  case PXF_BROADCAST:
+  case PXF_IBROADCAST:
     snprintf(what, sizeof what, "%s %llu %s from root %d", kind_name(r->kind), (unsigned long long)r->count, dt,
              r->root);
     break;
-  case PXF_ALLGATHER: case PXF_IALLGATHER:
+  case PXF_ALLGATHER:
+  case PXF_IALLGATHER:
     snprintf(what, sizeof what, "%s %llu %s", kind_name(r->kind), (unsigned long long)r->count, dt);
     break;
-  default:
-    snprintf(what, sizeof what, "%s", kind_name(r->kind));
-    break;
+  default: snprintf(what, sizeof what, "%s", kind_name(r->kind)); break;
   }
   char seq[32] = "";
   if (with_seq) snprintf(seq, sizeof seq, " (its collective #%llu)", (unsigned long long)r->seq);
@@ -109,7 +115,7 @@ static void describe(char *out, size_t cap, const record *r, bool with_seq) {
 static void differences(char *out, size_t cap, const record *a, const record *b) {
   out[0] = '\0';
   size_t n = 0;
-#define PXF_DIFF(cond, name)                                                         \
+#define PXF_DIFF(cond, name)                                                                    \
   if (cond) n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, "%s%s", n ? ", " : "", name); \
   if (n >= cap) return;
   PXF_DIFF(a->kind != b->kind, "operation")
@@ -127,8 +133,8 @@ static void differences(char *out, size_t cap, const record *a, const record *b)
  * stage, each labelled with its own stage), so comparing them would report
  * divergences that are none.  It is shown on both sides. */
 static bool same(const record *a, const record *b) {
-  return a->kind == b->kind && a->count == b->count && a->dtype == b->dtype && a->op == b->op &&
-         a->root == b->root && a->line == b->line && a->seq == b->seq && strcmp(a->site, b->site) == 0;
+  return a->kind == b->kind && a->count == b->count && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+    a->line == b->line && a->seq == b->seq && strcmp(a->site, b->site) == 0;
 }
 
 px_status pxf_check(px_comm *c, const pxf_call *call) {
@@ -180,8 +186,7 @@ px_status pxf_check(px_comm *c, const pxf_call *call) {
     if (same(&all[0], &all[r])) continue;
     if (first < 0) first = r;
     n_diff++;
-    if (rn < sizeof ranks)
-      rn += (size_t)snprintf(ranks + rn, sizeof ranks - rn, "%s%d", n_diff > 1 ? ", " : "", r);
+    if (rn < sizeof ranks) rn += (size_t)snprintf(ranks + rn, sizeof ranks - rn, "%s%d", n_diff > 1 ? ", " : "", r);
   }
   if (first < 0) {
     free(all);

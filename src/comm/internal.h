@@ -20,23 +20,18 @@ typedef struct px_comm_ops {
   px_status (*allreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op);
   px_status (*broadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root);
   px_status (*allgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype);
-  px_status (*reduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                              px_reduce_op op);
+  px_status (*reduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, px_reduce_op op);
   px_status (*barrier)(px_comm *c);
   px_status (*send)(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag);
   px_status (*recv)(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag);
   /* Asynchronous variants: start, return a request. */
-  px_status (*iallreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                          px_request **req);
+  px_status (*iallreduce)(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, px_request **req);
   px_status (*ibroadcast)(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req);
-  px_status (*iallgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                          px_request **req);
-  px_status (*ireduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype,
-                               px_reduce_op op, px_request **req);
-  px_status (*isend)(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
-                     px_request **req);
-  px_status (*irecv)(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
-                     px_request **req);
+  px_status (*iallgather)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, px_request **req);
+  px_status (*ireduce_scatter)(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype, px_reduce_op op,
+                               px_request **req);
+  px_status (*isend)(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, px_request **req);
+  px_status (*irecv)(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, px_request **req);
   px_status (*request_test)(px_request *r, bool *done);
   px_status (*request_wait)(px_request *r); /* frees r */
   /* Sub-groups, failure, teardown. */
@@ -50,12 +45,12 @@ struct px_comm {
   px_comm_backend backend;
   int rank, size;
   int local_rank, local_size;
-  double timeout;                  /* seconds; <= 0: no watchdog */
-  char label[PX_COMM_LABEL_MAX];   /* printed by the watchdog */
-  bool owned_by_run;               /* px_comm_run frees it, px_comm_free ignores it */
-  bool debug_collectives;          /* fingerprint every collective first (fingerprint.c) */
-  uint64_t debug_seq;              /* collectives checked so far on this rank */
-  void *impl;                      /* the backend's state */
+  double timeout;                /* seconds; <= 0: no watchdog */
+  char label[PX_COMM_LABEL_MAX]; /* printed by the watchdog */
+  bool owned_by_run;             /* px_comm_run frees it, px_comm_free ignores it */
+  bool debug_collectives;        /* fingerprint every collective first (fingerprint.c) */
+  uint64_t debug_seq;            /* collectives checked so far on this rank */
+  void *impl;                    /* the backend's state */
 };
 
 /* Every backend's request starts with this header, so px_request_test and

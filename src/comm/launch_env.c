@@ -36,9 +36,9 @@ static long env_int(const char *name) {
 }
 
 static const char how_to_launch[] =
-    "launch plexus with an MPI launcher instead: `mpirun -n N plexus ...` (one machine, or several with "
-    "--hostfile), `srun --mpi=pmix plexus ...` under Slurm, or one process with `plexus train --threads N` "
-    "(docs/PARALLEL.md, \"Several machines without Slurm\")";
+  "launch plexus with an MPI launcher instead: `mpirun -n N plexus ...` (one machine, or several with "
+  "--hostfile), `srun --mpi=pmix plexus ...` under Slurm, or one process with `plexus train --threads N` "
+  "(docs/PARALLEL.md, \"Several machines without Slurm\")";
 
 px_status px_comm_check_launch_env(void) {
   if (ignored() || px_comm_mpi_launched()) return PX_OK;
@@ -89,9 +89,9 @@ px_status px_comm_check_world_size(int mpi_size) {
  * ranks agree even when their environments differ. */
 typedef struct checked_run {
   px_rank_fn fn;
-  void      *arg;
-  px_status  refused;
-  char       why[1024];
+  void *arg;
+  px_status refused;
+  char why[1024];
 } checked_run;
 
 static int checked_rank(px_comm *c, void *arg) {
@@ -108,8 +108,11 @@ static int checked_rank(px_comm *c, void *arg) {
   }
   // Every rank returns 0 (no abort): px_comm_run returns the error instead.
   r->refused = PX_ERR_COMM;
-  if (!bad) snprintf(r->why, sizeof r->why, "px_comm_run: another rank's environment does not match MPI's world "
-                     "of %d processes (WORLD_SIZE, or the launcher's count)", px_comm_size(c));
+  if (!bad)
+    snprintf(r->why, sizeof r->why,
+             "px_comm_run: another rank's environment does not match MPI's world "
+             "of %d processes (WORLD_SIZE, or the launcher's count)",
+             px_comm_size(c));
   return 0;
 }
 

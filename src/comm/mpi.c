@@ -86,9 +86,7 @@ px_status px_comm_init_mpi(px_comm **out) {
 
 void px_comm_finalize_mpi(void) {}
 
-px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) {
-  return px_comm_init_mpi(NULL);
-}
+px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) { return px_comm_init_mpi(NULL); }
 
 #else
 
@@ -108,7 +106,7 @@ static const px_comm_ops px_comm_mpi_ops_table;
 typedef struct mcomm {
   MPI_Comm comm;
   int world_rank;
-  bool crowded;   /* more ranks on this node than cores: waits yield */
+  bool crowded; /* more ranks on this node than cores: waits yield */
   /* For the side channel (mpi_side.h): the communicator's key, equal on
    * its members; the collectives started on it (each one's number); the
    * splits made from it (a child's key is derived from it); the world rank
@@ -129,20 +127,20 @@ typedef struct mreq {
   px_comm *c;
   MPI_Request req;
   const char *what;
-  int peer;                 /* point-to-point: the other rank; else -1 */
-  uint64_t seq;             /* a collective's number on its communicator */
-  bool told;                /* its stall was told on the side channel */
+  int peer;     /* point-to-point: the other rank; else -1 */
+  uint64_t seq; /* a collective's number on its communicator */
+  bool told;    /* its stall was told on the side channel */
   char label[PX_COMM_LABEL_MAX];
   double timeout;
-  double spin;              /* seconds to poll without a nap (wait_req) */
-  bool blocking;            /* a blocking px_comm call: may use MPI's blocking one */
-  bool completed;           /* it did: no request to wait for */
-  bool finished;            /* post-processing done */
-  void *avg_buf;            /* divide avg_count elements by the size */
+  double spin;    /* seconds to poll without a nap (wait_req) */
+  bool blocking;  /* a blocking px_comm call: may use MPI's blocking one */
+  bool completed; /* it did: no request to wait for */
+  bool finished;  /* post-processing done */
+  void *avg_buf;  /* divide avg_count elements by the size */
   size_t avg_count;
   px_dtype dtype;
-  void *staged;             /* reduce_scatter into a temporary, then ... */
-  void *staged_to;          /* ... copied here (recv overlapped send) */
+  void *staged;    /* reduce_scatter into a temporary, then ... */
+  void *staged_to; /* ... copied here (recv overlapped send) */
   size_t staged_bytes;
   bool heap;
 } mreq;
@@ -154,9 +152,9 @@ static px_status mpi_failed(int rc, const char *call, const char *what, const ch
   return px_error(PX_ERR_COMM, "%s: %s failed (%s:%d): %s", what, call, file, line, s);
 }
 
-#define MPI_TRY(what, call)                                                    \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
+#define MPI_TRY(what, call)                                                          \
+  do {                                                                               \
+    int rc_ = (call);                                                                \
     if (rc_ != MPI_SUCCESS) return mpi_failed(rc_, #call, what, __FILE__, __LINE__); \
   } while (0)
 
@@ -192,8 +190,8 @@ static MPI_Op mpi_op(px_reduce_op op) {
 static px_status fits_int(const char *what, size_t count) {
   if (count > INT_MAX)
     return px_error(PX_ERR_UNSUPPORTED,
-                    "%s: count %zu exceeds MPI's int counts (%d); split the buffer into smaller calls",
-                    what, count, INT_MAX);
+                    "%s: count %zu exceeds MPI's int counts (%d); split the buffer into smaller calls", what, count,
+                    INT_MAX);
   return PX_OK;
 }
 
@@ -221,9 +219,11 @@ static struct fault {
 } fault_spec, *fault;
 
 static int signal_number(const char *name) {
-  static const struct { const char *name; int signo; } names[] = {
-      {"KILL", SIGKILL}, {"STOP", SIGSTOP}, {"TERM", SIGTERM}, {"INT", SIGINT},
-      {"SEGV", SIGSEGV}, {"ABRT", SIGABRT}, {"USR1", SIGUSR1}};
+  static const struct {
+    const char *name;
+    int signo;
+  } names[] = {{"KILL", SIGKILL}, {"STOP", SIGSTOP}, {"TERM", SIGTERM}, {"INT", SIGINT},
+               {"SEGV", SIGSEGV}, {"ABRT", SIGABRT}, {"USR1", SIGUSR1}};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     if (strcmp(name, names[i].name) == 0) return names[i].signo;
   return atoi(name);
@@ -236,8 +236,10 @@ static void fault_parse(int world_rank) {
   int rank = -1, nth = 0, used = 0;
   if (sscanf(spec, "%d:%15[^:]:%15[^:]:%d:%n", &rank, sig, when, &nth, &used) != 4 || used == 0 || nth < 1 ||
       (strcmp(when, "before") != 0 && strcmp(when, "after") != 0) || signal_number(sig) <= 0) {
-    fprintf(stderr, "plexus: warning: PX_COMM_FAULT=\"%s\" ignored: expected RANK:SIGNAL:before|after:N:LABEL, "
-                    "e.g. 1:STOP:before:1:DDP step 6, bucket 0\n", spec);
+    fprintf(stderr,
+            "plexus: warning: PX_COMM_FAULT=\"%s\" ignored: expected RANK:SIGNAL:before|after:N:LABEL, "
+            "e.g. 1:STOP:before:1:DDP step 6, bucket 0\n",
+            spec);
     return;
   }
   if (rank != world_rank) return;
@@ -415,8 +417,8 @@ static px_status run_now(px_status started, mreq *r) {
 static bool block_now(mreq *r) {
   if (!r->blocking || !blocking_calls) return false;
   px_mpi_call call = call_of(r);
-  r->completed =
-      px_mpi_watch_arm(r->what, r->label, world_rank_of(r->c), r->peer, r->timeout, r->spin, r->peer < 0 ? &call : NULL);
+  r->completed = px_mpi_watch_arm(r->what, r->label, world_rank_of(r->c), r->peer, r->timeout, r->spin,
+                                  r->peer < 0 ? &call : NULL);
   return r->completed;
 }
 
@@ -594,8 +596,7 @@ static px_status m_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int
   return run_now(start_recv(c, buf, count, dtype, src, tag, &r), &r);
 }
 
-static px_status m_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                              px_request **req) {
+static px_status m_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, px_request **req) {
   mreq r;
   return hand_out(start_allreduce(c, buf, count, dtype, op, &r, false), &r, req);
 }
@@ -618,8 +619,7 @@ static px_status m_isend(px_comm *c, const void *buf, size_t count, px_dtype dty
   mreq r;
   return hand_out(start_send(c, buf, count, dtype, dst, tag, &r), &r, req);
 }
-static px_status m_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
-                         px_request **req) {
+static px_status m_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, px_request **req) {
   mreq r;
   return hand_out(start_recv(c, buf, count, dtype, src, tag, &r), &r, req);
 }
@@ -822,8 +822,9 @@ px_status px_comm_init_mpi(px_comm **out) {
   // The watchdog's side channel (mpi_side.c); without it the watchdog
   // still ends the job, naming no rank.
   if (px_mpi_side_init() != 0)
-    fprintf(stderr, "plexus: warning: the watchdog's side channel did not start; a watchdog will not name the "
-                    "ranks that did not arrive\n");
+    fprintf(stderr,
+            "plexus: warning: the watchdog's side channel did not start; a watchdog will not name the "
+            "ranks that did not arrive\n");
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   fault_parse(wrank);
@@ -857,8 +858,8 @@ px_status px_comm_mpi_run(px_rank_fn fn, void *arg, int *exit_code) {
   if (rc != 0) {
     // Peers may be waiting in a collective this rank will never join;
     // MPI_Abort ends them too, with this rank's code.
-    fprintf(stderr, "plexus: rank %d: returned %d; aborting the job so the other ranks do not hang\n",
-            world_rank_of(c), rc);
+    fprintf(stderr, "plexus: rank %d: returned %d; aborting the job so the other ranks do not hang\n", world_rank_of(c),
+            rc);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, rc);
   }

@@ -76,7 +76,7 @@ static struct {
   MPI_Comm comm;
   int rank, size;
   char (*hosts)[HOST_MAX];
-  rec *heard;    /* the newest record from each world rank */
+  rec *heard; /* the newest record from each world rank */
   bool *has;
   slot *out;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL};
@@ -129,9 +129,7 @@ void px_mpi_side_finalize(void) {
   pthread_mutex_unlock(&S.mu);
 }
 
-static void copy_str(char *dst, size_t cap, const char *src) {
-  snprintf(dst, cap, "%s", src ? src : "");
-}
+static void copy_str(char *dst, size_t cap, const char *src) { snprintf(dst, cap, "%s", src ? src : ""); }
 
 /* Under S.mu. */
 static void send_all(const px_mpi_call *c, int kind) {
@@ -203,9 +201,9 @@ const char *px_mpi_side_host(int world_rank) {
   return S.hosts[world_rank];
 }
 
-#define PUT(...)                                                         \
-  do {                                                                   \
-    if (k < cap) k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__);  \
+#define PUT(...)                                                       \
+  do {                                                                 \
+    if (k < cap) k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__); \
   } while (0)
 
 void px_mpi_side_verdict(const px_mpi_call *c, char *out, size_t cap) {
@@ -255,8 +253,7 @@ void px_mpi_side_verdict(const px_mpi_call *c, char *out, size_t cap) {
           (unsigned long long)r->waiting);
     else if (r && r->kind == KIND_WAITING)
       PUT("is waiting in %s (%s) on another communicator", r->what, r->label[0] ? r->label : "no label set");
-    else
-      PUT("sent no word of waiting in a collective (it is stopped, killed, cut off, or still computing)");
+    else PUT("sent no word of waiting in a collective (it is stopped, killed, cut off, or still computing)");
   }
   if (n_missing > DETAIL_MAX) PUT("; ...");
   pthread_mutex_unlock(&S.mu);

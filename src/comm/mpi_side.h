@@ -29,14 +29,14 @@
  * world ranks of the communicator's ranks (n of them); they and the label
  * must stay valid while the call is in use. */
 typedef struct px_mpi_call {
-  uint64_t key;        /* the communicator's: equal on every member, unequal across communicators */
-  uint64_t seq;        /* this collective's number on it (from 1) */
-  uint64_t started;    /* collectives this rank has started on it (>= seq) */
+  uint64_t key;     /* the communicator's: equal on every member, unequal across communicators */
+  uint64_t seq;     /* this collective's number on it (from 1) */
+  uint64_t started; /* collectives this rank has started on it (>= seq) */
   const int *members;
   int n;
-  int world_rank;      /* this rank's */
-  const char *what;    /* "allreduce", ... */
-  const char *label;   /* the communicator's label when the call started */
+  int world_rank;    /* this rank's */
+  const char *what;  /* "allreduce", ... */
+  const char *label; /* the communicator's label when the call started */
 } px_mpi_call;
 
 #ifdef PX_HAVE_MPI

@@ -55,9 +55,9 @@
 #define DRAIN_SECONDS 0.05
 
 static struct {
-  atomic_flag busy;                 /* held by the armed caller */
-  atomic_uint_least64_t seq;        /* odd: a call is armed */
-  atomic_uint_least64_t throttled;  /* seq of the call the last signal was for */
+  atomic_flag busy;                /* held by the armed caller */
+  atomic_uint_least64_t seq;       /* odd: a call is armed */
+  atomic_uint_least64_t throttled; /* seq of the call the last signal was for */
   _Atomic double start, spin, timeout;
   _Atomic(const char *) what;
   atomic_int world_rank, peer;
@@ -73,7 +73,7 @@ static struct {
    * seqlock then discards the copy, but the read itself must stay inside
    * memory that outlives every call). */
   char label_buf[PX_COMM_LABEL_MAX];
-  atomic_int sleeping;              /* the watcher waits on `wake` */
+  atomic_int sleeping; /* the watcher waits on `wake` */
   pthread_mutex_t mu;
   pthread_cond_t wake;
   int signo;
@@ -82,8 +82,7 @@ static struct {
 static pthread_once_t started_once = PTHREAD_ONCE_INIT;
 static bool started;
 
-void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout,
-                          const char *verdict) {
+void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout, const char *verdict) {
   if (!label || !label[0]) label = "no label set";
   fprintf(stderr, "plexus: rank %d (host %s): watchdog: %s (%s) did not complete within %g s; %s\n", world_rank,
           px_mpi_side_host(world_rank), what, label, timeout, verdict);
@@ -102,9 +101,9 @@ void px_mpi_watch_term_message(int world_rank, const char *what, const char *lab
 
 /* The SIGTERM chain (px_mpi_watch_term_hook). */
 static struct sigaction term_old;
-static atomic_uint_least64_t term_count;  /* signals seen */
-static _Atomic double term_at;             /* px_time_now() of the last */
-static atomic_uint_least64_t term_told;    /* term_count when last reported */
+static atomic_uint_least64_t term_count; /* signals seen */
+static _Atomic double term_at;           /* px_time_now() of the last */
+static atomic_uint_least64_t term_told;  /* term_count when last reported */
 
 static void term_handler(int signo, siginfo_t *info, void *ctx) {
   int saved = errno;
@@ -297,8 +296,8 @@ bool px_mpi_watch_start(void) {
   return started;
 }
 
-bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int peer, double timeout,
-                      double spin, const px_mpi_call *call) {
+bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int peer, double timeout, double spin,
+                      const px_mpi_call *call) {
   // One armed call at a time; a second thread blocking at once (MPI_THREAD_
   // MULTIPLE allows it) is told to use the polling wait instead.
   if (atomic_flag_test_and_set_explicit(&W.busy, memory_order_acquire)) return false;
@@ -338,8 +337,7 @@ void px_mpi_watch_term_message(int world_rank, const char *what, const char *lab
   (void)world_rank, (void)what, (void)label, (void)waited, (void)verdict;
 }
 
-void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout,
-                          const char *verdict) {
+void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout, const char *verdict) {
   (void)world_rank, (void)what, (void)label, (void)timeout, (void)verdict;
 }
 

@@ -32,15 +32,14 @@ bool px_mpi_watch_start(void);
  * channel (mpi_side.h): once the call stalls the watcher tells the members,
  * and at expiry names those that did not arrive.
  * False when another thread's call is armed: use the polling wait then. */
-bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int peer, double timeout,
-                      double spin, const px_mpi_call *call);
+bool px_mpi_watch_arm(const char *what, const char *label, int world_rank, int peer, double timeout, double spin,
+                      const px_mpi_call *call);
 void px_mpi_watch_disarm(void);
 
 /* The watchdog's message, printed to stderr by either wait: "plexus: rank
  * R (host H): watchdog: WHAT (LABEL) did not complete within T s; " then
  * `verdict` (px_mpi_side_verdict's, or px_mpi_watch_peer_verdict's). */
-void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout,
-                          const char *verdict);
+void px_mpi_watch_message(int world_rank, const char *what, const char *label, double timeout, const char *verdict);
 /* SIGTERM while a wait is stalled.  Open MPI ends the survivors of a rank
  * that died (kill -9, a crash) with SIGTERM, then SIGKILL about 2 s later:
  * before their watchdog.  px_mpi_watch_term_hook chains a SIGTERM handler
@@ -51,8 +50,7 @@ void px_mpi_watch_message(int world_rank, const char *what, const char *label, d
  * (px_mpi_watch_term_message) and goes on waiting. */
 void px_mpi_watch_term_hook(void);
 bool px_mpi_watch_term_since(double start);
-void px_mpi_watch_term_message(int world_rank, const char *what, const char *label, double waited,
-                               const char *verdict);
+void px_mpi_watch_term_message(int world_rank, const char *what, const char *label, double waited, const char *verdict);
 
 /* The verdict of a point-to-point wait: "waiting on ranks [P] (host H)". */
 void px_mpi_watch_peer_verdict(int peer_world_rank, int peer, char *out, size_t cap);

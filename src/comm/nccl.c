@@ -23,12 +23,12 @@
 #ifdef PX_HAVE_CUDA
 #include "comm/internal.h"
 #include "base/internal.h"
-#include "tensor/cuda/k_optim.h"  /* px_cuda_is_device_memory */
+#include "tensor/cuda/k_optim.h" /* px_cuda_is_device_memory */
 #include "tensor/cuda/px_cuda.h"
 
 #include <cuda_runtime.h>
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"  /* nccl.h declares f() for f(void) */
+#pragma GCC diagnostic ignored "-Wstrict-prototypes" /* nccl.h declares f() for f(void) */
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
@@ -42,26 +42,26 @@
 #include <unistd.h>
 
 typedef struct nccl_impl {
-  ncclComm_t  nc;
-  int         device;       /* the CUDA device every rank's thread must have current */
-  cudaEvent_t ready;        /* recorded on the compute stream before each operation */
-  void       *scratch;      /* 256 device bytes: the barrier's element */
-  px_comm    *bootstrap;    /* the world's bootstrap: px_comm_abort ends the job through it */
-  bool        aborted;
-  char        abort_msg[256];
-  ncclComm_t  aborting;     /* handed to the abort thread */
-  pthread_t   abort_thread; /* joined by n_free */
-  bool        abort_running;
+  ncclComm_t nc;
+  int device;         /* the CUDA device every rank's thread must have current */
+  cudaEvent_t ready;  /* recorded on the compute stream before each operation */
+  void *scratch;      /* 256 device bytes: the barrier's element */
+  px_comm *bootstrap; /* the world's bootstrap: px_comm_abort ends the job through it */
+  bool aborted;
+  char abort_msg[256];
+  ncclComm_t aborting;    /* handed to the abort thread */
+  pthread_t abort_thread; /* joined by n_free */
+  bool abort_running;
 } nccl_impl;
 
 typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER } op_kind;
 
 typedef struct nccl_req {
-  px_request  base;
-  px_comm    *c;
-  cudaEvent_t done;         /* NULL: completed already (a staged host operation) */
-  op_kind     kind;
-  size_t      count;
+  px_request base;
+  px_comm *c;
+  cudaEvent_t done; /* NULL: completed already (a staged host operation) */
+  op_kind kind;
+  size_t count;
 } nccl_req;
 
 extern const px_comm_ops px_comm_nccl_ops;
@@ -91,12 +91,13 @@ static px_status nccl_st(ncclResult_t r, const char *what) {
 
 static px_status check_usable(px_comm *c, const char *what) {
   nccl_impl *im = impl_of(c);
-  if (im->aborted)
-    return px_error(PX_ERR_COMM, "nccl: %s on an aborted communicator (%s)", what, im->abort_msg);
+  if (im->aborted) return px_error(PX_ERR_COMM, "nccl: %s on an aborted communicator (%s)", what, im->abort_msg);
   int dev = px_cuda_current_device();
   if (dev != im->device)
-    return px_error(PX_ERR_INVALID, "nccl: %s from a thread whose current device is %d, but the communicator "
-                    "was made on device %d (call it from the thread that made it)", what, dev, im->device);
+    return px_error(PX_ERR_INVALID,
+                    "nccl: %s from a thread whose current device is %d, but the communicator "
+                    "was made on device %d (call it from the thread that made it)",
+                    what, dev, im->device);
   return PX_OK;
 }
 
@@ -154,7 +155,10 @@ static px_status start_device(px_comm *c, op_kind k, const void *send, void *rec
   px_status st = cuda_st(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreate");
   if (st == PX_OK) st = cuda_st(cudaEventRecord(im->ready, compute), "cudaEventRecord on the compute stream");
   if (st == PX_OK) st = cuda_st(cudaStreamWaitEvent(comm, im->ready, 0), "cudaStreamWaitEvent on the comm stream");
-  if (st != PX_OK) { req_free(r); return st; }
+  if (st != PX_OK) {
+    req_free(r);
+    return st;
+  }
   const size_t es = px_dtype_size(dtype);
   ncclDataType_t nt = ncclFloat32;
   ncclResult_t res = ncclSuccess;
@@ -171,15 +175,16 @@ static px_status start_device(px_comm *c, op_kind k, const void *send, void *rec
   case OP_BROADCAST:  // bytes as they are: any dtype
     res = ncclBroadcast(send, recv, count * es, ncclUint8, root, im->nc, comm);
     break;
-  case OP_ALLGATHER:
-    res = ncclAllGather(send, recv, count * es, ncclUint8, im->nc, comm);
-    break;
+  case OP_ALLGATHER: res = ncclAllGather(send, recv, count * es, ncclUint8, im->nc, comm); break;
   }
   char what[96];
   snprintf(what, sizeof what, "%s of %zu elements", op_name(k), count);
   st = nccl_st(res, what);
   if (st == PX_OK) st = cuda_st(cudaEventRecord(r->done, comm), "cudaEventRecord on the comm stream");
-  if (st != PX_OK) { req_free(r); return st; }
+  if (st != PX_OK) {
+    req_free(r);
+    return st;
+  }
   *out = r;
   return PX_OK;
 }
@@ -253,9 +258,10 @@ static px_status poll_done(nccl_req *r) {
     const double waited = now_s() - t0;
     if (timeout > 0 && waited > timeout) {
       char msg[256];
-      snprintf(msg, sizeof msg, "rank %d: watchdog: nccl %s of %zu elements (%s) did not complete within %g s; "
-               "aborting the NCCL communicator", c->rank, op_name(r->kind), r->count,
-               c->label[0] ? c->label : "no label set", timeout);
+      snprintf(msg, sizeof msg,
+               "rank %d: watchdog: nccl %s of %zu elements (%s) did not complete within %g s; "
+               "aborting the NCCL communicator",
+               c->rank, op_name(r->kind), r->count, c->label[0] ? c->label : "no label set", timeout);
       fprintf(stderr, "plexus: %s\n", msg);
       fflush(stderr);
       abort_nccl(im, msg);
@@ -271,7 +277,8 @@ static px_status poll_done(nccl_req *r) {
 static px_status finish(nccl_req *r) {
   px_status st = poll_done(r);
   if (st == PX_OK && r->done)
-    st = cuda_st(cudaStreamWaitEvent(px_cuda_compute_stream(), r->done, 0), "cudaStreamWaitEvent on the compute stream");
+    st = cuda_st(cudaStreamWaitEvent(px_cuda_compute_stream(), r->done, 0),
+                 "cudaStreamWaitEvent on the compute stream");
   req_free(r);
   return st;
 }
@@ -279,13 +286,13 @@ static px_status finish(nccl_req *r) {
 /* ---- Host buffers: staged through device memory -------------------------------- */
 
 static px_status is_device(const void *p, bool *dev) {
-  return px_cuda_is_device_memory(p, dev);  /* its message names the pointer */
+  return px_cuda_is_device_memory(p, dev); /* its message names the pointer */
 }
 
 /* Runs one collective to completion.  send_bytes / recv_bytes: the sizes of
  * the two buffers (in place: send == recv). */
-static px_status run(px_comm *c, op_kind k, const void *send, void *recv, size_t count, px_dtype dtype,
-                     px_reduce_op op, int root, size_t send_bytes, size_t recv_bytes) {
+static px_status run(px_comm *c, op_kind k, const void *send, void *recv, size_t count, px_dtype dtype, px_reduce_op op,
+                     int root, size_t send_bytes, size_t recv_bytes) {
   TRY(check_usable(c, op_name(k)));
   if (count == 0) return PX_OK;  // every rank passes the same count: all skip alike
   const bool in_place = send == recv;
@@ -296,7 +303,8 @@ static px_status run(px_comm *c, op_kind k, const void *send, void *recv, size_t
   px_status st = PX_OK;
   if (!send_dev) {
     ds = px_cuda_malloc(send_bytes);
-    if (!ds) return px_error(PX_ERR_NOMEM, "nccl: %s: no device memory to stage %zu host bytes", op_name(k), send_bytes);
+    if (!ds)
+      return px_error(PX_ERR_NOMEM, "nccl: %s: no device memory to stage %zu host bytes", op_name(k), send_bytes);
     st = px_cuda_to_device(ds, send, send_bytes);
   }
   if (in_place) dr = ds;
@@ -375,8 +383,10 @@ static px_status n_barrier(px_comm *c) {
 }
 
 static px_status no_p2p(const char *what) {
-  return px_error(PX_ERR_UNSUPPORTED, "nccl: %s: point-to-point messages are not supported on an NCCL "
-                  "communicator (NCCL matches them by order, not tag); use the bootstrap communicator", what);
+  return px_error(PX_ERR_UNSUPPORTED,
+                  "nccl: %s: point-to-point messages are not supported on an NCCL "
+                  "communicator (NCCL matches them by order, not tag); use the bootstrap communicator",
+                  what);
 }
 
 static px_status n_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag) {
@@ -396,8 +406,7 @@ static px_status n_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, in
   return no_p2p("irecv");
 }
 
-static px_status n_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                              px_request **req) {
+static px_status n_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, px_request **req) {
   TRY(check_reduce_type(dtype, "iallreduce"));
   const size_t b = count * px_dtype_size(dtype);
   return run_async(c, OP_ALLREDUCE, buf, buf, count, dtype, op, 0, b, b, req);
@@ -424,13 +433,19 @@ static px_status n_ireduce_scatter(px_comm *c, const void *send, void *recv, siz
 static px_status n_request_test(px_request *base, bool *done) {
   nccl_req *r = (nccl_req *)base;
   *done = false;
-  if (!r->done) { *done = true; return PX_OK; }
+  if (!r->done) {
+    *done = true;
+    return PX_OK;
+  }
   nccl_impl *im = impl_of(r->c);
   if (im->aborted)
     return px_error(PX_ERR_COMM, "nccl: %s of %zu elements: the communicator was aborted (%s)", op_name(r->kind),
                     r->count, im->abort_msg);
   cudaError_t e = cudaEventQuery(r->done);
-  if (e == cudaSuccess) { *done = true; return PX_OK; }
+  if (e == cudaSuccess) {
+    *done = true;
+    return PX_OK;
+  }
   if (e == cudaErrorNotReady) return PX_OK;
   return px_error(PX_ERR_COMM, "nccl: %s of %zu elements: %s", op_name(r->kind), r->count, cudaGetErrorString(e));
 }
@@ -485,7 +500,10 @@ static px_status set_local(px_comm *c) {
   if (st == PX_OK) {
     int lr = 0, ls = 0;
     for (int r = 0; r < c->size; r++)
-      if (all[r] == mine) { ls++; if (r < c->rank) lr++; }
+      if (all[r] == mine) {
+        ls++;
+        if (r < c->rank) lr++;
+      }
     c->local_rank = lr;
     c->local_size = ls;
   }
@@ -503,7 +521,10 @@ static px_status n_split(px_comm *c, int color, int key, px_comm **out) {
   TRY(make_comm(nc, im->bootstrap, im->device, &s));
   s->timeout = c->timeout;
   px_status st = set_local(s);
-  if (st != PX_OK) { s->ops->free(s); return st; }
+  if (st != PX_OK) {
+    s->ops->free(s);
+    return st;
+  }
   *out = s;
   return PX_OK;
 }
@@ -557,7 +578,8 @@ px_status px_comm_nccl_create(px_comm *bootstrap, px_comm **out) {
   *out = NULL;
   if (!bootstrap) return px_error(PX_ERR_INVALID, "px_comm_nccl_create: the bootstrap communicator is NULL");
   if (bootstrap->backend == PX_COMM_NCCL)
-    return px_error(PX_ERR_INVALID, "px_comm_nccl_create: the bootstrap is an NCCL communicator already "
+    return px_error(PX_ERR_INVALID,
+                    "px_comm_nccl_create: the bootstrap is an NCCL communicator already "
                     "(use px_comm_split to make a sub-group)");
   // Every rank takes part in the agreement below, even one that failed
   // here: a rank missing from ncclCommInitRank would stall the others.
@@ -566,25 +588,36 @@ px_status px_comm_nccl_create(px_comm *bootstrap, px_comm **out) {
   char why[300] = "";
   if (device < 0) {
     mine = px_cuda_device_count() == 0
-               ? px_error(PX_ERR_UNSUPPORTED, "px_comm_nccl_create: no CUDA device is visible to this process "
-                          "(rank %d); NCCL needs one GPU per rank", bootstrap->rank)
-               : px_error(PX_ERR_INVALID, "px_comm_nccl_create: rank %d's thread has no current CUDA device; call "
-                          "px_cuda_init(local rank) on it first", bootstrap->rank);
+      ? px_error(PX_ERR_UNSUPPORTED,
+                 "px_comm_nccl_create: no CUDA device is visible to this process "
+                 "(rank %d); NCCL needs one GPU per rank",
+                 bootstrap->rank)
+      : px_error(PX_ERR_INVALID,
+                 "px_comm_nccl_create: rank %d's thread has no current CUDA device; call "
+                 "px_cuda_init(local rank) on it first",
+                 bootstrap->rank);
     snprintf(why, sizeof why, "%s", px_last_error());
   }
-  struct { int32_t ok; ncclUniqueId id; } hello;
+  struct {
+    int32_t ok;
+    ncclUniqueId id;
+  } hello;
   memset(&hello, 0, sizeof hello);
   hello.ok = mine == PX_OK;
   if (bootstrap->rank == 0 && mine == PX_OK) {
     mine = nccl_st(ncclGetUniqueId(&hello.id), "ncclGetUniqueId");
-    if (mine != PX_OK) { snprintf(why, sizeof why, "%s", px_last_error()); hello.ok = 0; }
+    if (mine != PX_OK) {
+      snprintf(why, sizeof why, "%s", px_last_error());
+      hello.ok = 0;
+    }
   }
   int32_t all_ok = hello.ok;
   px_comm_set_label(bootstrap, "NCCL start-up: do all ranks have a GPU");
   TRY(px_comm_allreduce(bootstrap, &all_ok, 1, PX_I32, PX_MIN));
   if (!all_ok) {
     if (mine != PX_OK) return px_error(mine, "%s", why);
-    return px_error(PX_ERR_COMM, "px_comm_nccl_create: another rank could not join (no GPU, or px_cuda_init "
+    return px_error(PX_ERR_COMM,
+                    "px_comm_nccl_create: another rank could not join (no GPU, or px_cuda_init "
                     "not called on its thread); see its message");
   }
   px_comm_set_label(bootstrap, "NCCL start-up: broadcast of the unique id");

@@ -34,8 +34,8 @@ typedef struct self_req {
 } self_req;
 
 typedef struct self_state {
-  self_msg *queue;        // sent, not yet received, oldest first
-  self_req *posted;       // irecvs waiting for a send, oldest first
+  self_msg *queue;   // sent, not yet received, oldest first
+  self_req *posted;  // irecvs waiting for a send, oldest first
   bool aborted;
   char abort_msg[256];
 } self_state;
@@ -73,8 +73,8 @@ static px_status s_barrier(px_comm *c) { return check_alive(c, "barrier"); }
 
 static px_status truncated(const char *what, size_t got, size_t room, int tag) {
   return px_error(PX_ERR_INVALID,
-                  "%s: the message from rank 0 with tag %d has %zu bytes but the receive buffer holds %zu",
-                  what, tag, got, room);
+                  "%s: the message from rank 0 with tag %d has %zu bytes but the receive buffer holds %zu", what, tag,
+                  got, room);
 }
 
 static px_status s_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag) {
@@ -127,7 +127,8 @@ static px_status take_message(px_comm *c, void *buf, size_t bytes, int tag, cons
 static px_status never(const char *what, int tag) {
   return px_error(PX_ERR_INVALID,
                   "%s: no message with tag %d was sent to rank 0, and in a world of one no other rank "
-                  "can send it: the receive would wait forever", what, tag);
+                  "can send it: the receive would wait forever",
+                  what, tag);
 }
 
 static px_status s_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag) {
@@ -157,13 +158,11 @@ static px_status done_req(px_comm *c, px_status st, px_request **req) {
   return PX_OK;
 }
 
-static px_status s_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                              px_request **req) {
+static px_status s_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, px_request **req) {
   return done_req(c, s_allreduce(c, buf, count, dtype, op), req);
 }
 
-static px_status s_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root,
-                              px_request **req) {
+static px_status s_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req) {
   return done_req(c, s_broadcast(c, buf, count, dtype, root), req);
 }
 
@@ -182,8 +181,7 @@ static px_status s_isend(px_comm *c, const void *buf, size_t count, px_dtype dty
   return done_req(c, s_send(c, buf, count, dtype, dst, tag), req);
 }
 
-static px_status s_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
-                         px_request **req) {
+static px_status s_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, px_request **req) {
   px_status st = check_alive(c, "irecv");
   if (st) return st;
   size_t bytes = count * px_dtype_size(dtype);
@@ -214,7 +212,10 @@ static px_status s_request_wait(px_request *base) {
     if (r->comm) {
       self_state *s = state(r->comm);
       for (self_req **pp = &s->posted; *pp; pp = &(*pp)->next)
-        if (*pp == r) { *pp = r->next; break; }
+        if (*pp == r) {
+          *pp = r->next;
+          break;
+        }
     }
     st = never("irecv", r->tag);
   } else if (st) {

@@ -125,21 +125,30 @@
 static px_status t_allreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op) {
   top o;
   pxt_op_init(&o, c, K_ALLREDUCE);
-  o.recv = buf; o.count = count; o.dtype = dtype; o.op = op;
+  o.recv = buf;
+  o.count = count;
+  o.dtype = dtype;
+  o.op = op;
   return pxt_run_blocking(&o);
 }
 
 static px_status t_broadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root) {
   top o;
   pxt_op_init(&o, c, K_BROADCAST);
-  o.recv = buf; o.count = count; o.dtype = dtype; o.root = root;
+  o.recv = buf;
+  o.count = count;
+  o.dtype = dtype;
+  o.root = root;
   return pxt_run_blocking(&o);
 }
 
 static px_status t_allgather(px_comm *c, const void *send, void *recv, size_t count, px_dtype dtype) {
   top o;
   pxt_op_init(&o, c, K_ALLGATHER);
-  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dtype = dtype;
   return pxt_run_blocking(&o);
 }
 
@@ -147,7 +156,11 @@ static px_status t_reduce_scatter(px_comm *c, const void *send, void *recv, size
                                   px_reduce_op op) {
   top o;
   pxt_op_init(&o, c, K_REDUCE_SCATTER);
-  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype; o.op = op;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dtype = dtype;
+  o.op = op;
   return pxt_run_blocking(&o);
 }
 
@@ -157,19 +170,23 @@ static px_status t_barrier(px_comm *c) {
   return pxt_run_blocking(&o);
 }
 
-static px_status t_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op,
-                              px_request **req) {
+static px_status t_iallreduce(px_comm *c, void *buf, size_t count, px_dtype dtype, px_reduce_op op, px_request **req) {
   top o;
   pxt_op_init(&o, c, K_ALLREDUCE);
-  o.recv = buf; o.count = count; o.dtype = dtype; o.op = op;
+  o.recv = buf;
+  o.count = count;
+  o.dtype = dtype;
+  o.op = op;
   return pxt_start_async(&o, req);
 }
 
-static px_status t_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root,
-                              px_request **req) {
+static px_status t_ibroadcast(px_comm *c, void *buf, size_t count, px_dtype dtype, int root, px_request **req) {
   top o;
   pxt_op_init(&o, c, K_BROADCAST);
-  o.recv = buf; o.count = count; o.dtype = dtype; o.root = root;
+  o.recv = buf;
+  o.count = count;
+  o.dtype = dtype;
+  o.root = root;
   return pxt_start_async(&o, req);
 }
 
@@ -177,7 +194,10 @@ static px_status t_iallgather(px_comm *c, const void *send, void *recv, size_t c
                               px_request **req) {
   top o;
   pxt_op_init(&o, c, K_ALLGATHER);
-  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dtype = dtype;
   return pxt_start_async(&o, req);
 }
 
@@ -185,7 +205,11 @@ static px_status t_ireduce_scatter(px_comm *c, const void *send, void *recv, siz
                                    px_reduce_op op, px_request **req) {
   top o;
   pxt_op_init(&o, c, K_REDUCE_SCATTER);
-  o.send = send; o.recv = recv; o.count = count; o.dtype = dtype; o.op = op;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dtype = dtype;
+  o.op = op;
   return pxt_start_async(&o, req);
 }
 
@@ -259,14 +283,13 @@ const px_comm_ops px_comm_threads_ops = {
   .free = pxt_tcomm_free,
 };
 
-
 /* ---- px_comm_run with threads ------------------------------------------------------ */
 
 typedef struct trank {
   px_comm *c;
   px_rank_fn fn;
   void *arg;
-  int omp_threads;  /* this rank's share of the cores */
+  int omp_threads; /* this rank's share of the cores */
   pthread_t thread;
 } trank;
 
@@ -288,8 +311,7 @@ static void *rank_main(void *arg) {
       // Peers waiting for this rank would otherwise wait for the watchdog.
       char msg[MSG_MAX];
       snprintf(msg, sizeof msg, "rank %d failed (exit code %d)", tc->world_rank, rc);
-      fprintf(stderr, "plexus: rank %d: returned %d; failing the other ranks' communication\n",
-              tc->world_rank, rc);
+      fprintf(stderr, "plexus: rank %d: returned %d; failing the other ranks' communication\n", tc->world_rank, rc);
       pxt_job_fail_locked(j, PX_ERR_COMM, msg);
     }
     pthread_mutex_unlock(&j->mu);

@@ -38,9 +38,15 @@
 #define SPIN_NS 100000
 #define SPIN_NS_OVERSUBSCRIBED 20000
 
-
 typedef enum tkind {
-  K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER, K_SPLIT, K_SEND, K_RECV
+  K_ALLREDUCE,
+  K_BROADCAST,
+  K_ALLGATHER,
+  K_REDUCE_SCATTER,
+  K_BARRIER,
+  K_SPLIT,
+  K_SEND,
+  K_RECV
 } tkind;
 
 typedef struct tjob {
@@ -51,15 +57,15 @@ typedef struct tjob {
    * non-zero, broadcast under mu (pxt_wake): so the fast path takes no lock
    * and no wake-up is lost (the waiter counts itself, then re-checks). */
   atomic_int sleepers;
-  int spin_ns;       /* how long a wait spins before it blocks */
-  bool spin_yield;   /* more ranks than cores: yield from a spin's start */
-  int refs;          /* px_comm_run's, and one per group */
+  int spin_ns;        /* how long a wait spins before it blocks */
+  bool spin_yield;    /* more ranks than cores: yield from a spin's start */
+  int refs;           /* px_comm_run's, and one per group */
   atomic_bool failed; /* written under mu; read anywhere */
   px_status fail_status;
   char fail_msg[MSG_MAX];
   bool have_exit;
   int first_exit_code;
-  bool *finished;    /* (world size) the rank's function has returned */
+  bool *finished; /* (world size) the rank's function has returned */
 } tjob;
 
 struct tgroup;
@@ -90,30 +96,30 @@ typedef struct top top;
  * that ranks polling each other's slots share no line they write. */
 typedef struct tslot {
   _Alignas(64) atomic_uint_least64_t seq; /* rendezvous this rank has reached */
-  atomic_bool busy;  /* between rendezvous, reading peers' buffers */
+  atomic_bool busy;                       /* between rendezvous, reading peers' buffers */
 } tslot;
 
 typedef struct tgroup {
   tjob *job;
   int size;
-  int refs;          /* one per member's tcomm */
-  int *world_rank;   /* (size) rank in the px_comm_run world, for messages */
+  int refs;        /* one per member's tcomm */
+  int *world_rank; /* (size) rank in the px_comm_run world, for messages */
   bool is_world;
   /* Rendezvous. */
-  tslot *slot;       /* (size) */
+  tslot *slot; /* (size) */
   /* Chunks of a large all-reduce claimed so far, by collective parity;
    * group rank 0 zeroes the next collective's at each first rendezvous.
    * One cache line of its own (every rank claims from it). */
   atomic_size_t *claim;
-  tpost *post[2];    /* (size) each: posts of even and odd collectives */
+  tpost *post[2]; /* (size) each: posts of even and odd collectives */
   /* Split results, under job->mu: written by group rank 0 for the split
    * whose first rendezvous was number split_seq. */
   uint64_t split_seq;
   struct tgroup **split_group; /* (size) */
   int *split_rank;             /* (size) */
   /* Point-to-point, per destination rank, oldest first. */
-  tmsg **inbox;      /* (size) */
-  top **posted;      /* (size) receives waiting for their send */
+  tmsg **inbox;         /* (size) */
+  top **posted;         /* (size) receives waiting for their send */
   atomic_uint *nposted; /* (size) receives ever posted at each rank, for a
                           * large send to watch without the mutex */
 } tgroup;
@@ -129,14 +135,14 @@ typedef struct tcomm {
   bool *missing;     /* (size) scratch for the watchdog: ranks not arrived */
   /* Used by one thread at a time (the caller or the progress thread,
    * handed over under job->mu). */
-  uint64_t seq;      /* rendezvous this rank has reached on g */
-  uint64_t ncoll;    /* collectives started on g: parity picks g->post[] */
-  void *small;       /* scratch of SMALL_BYTES for small all-reduces, lazily */
+  uint64_t seq;   /* rendezvous this rank has reached on g */
+  uint64_t ncoll; /* collectives started on g: parity picks g->post[] */
+  void *small;    /* scratch of SMALL_BYTES for small all-reduces, lazily */
   /* Started operations, oldest first; the head stays until it completes. */
   top *head, *tail;
   pthread_cond_t qcv;
   bool started, stop;
-  bool running;      /* a thread is running the head of the queue */
+  bool running; /* a thread is running the head of the queue */
   pthread_t thread;
 } tcomm;
 
@@ -156,7 +162,7 @@ struct top {
   px_comm *split_out;
   char label[PX_COMM_LABEL_MAX];
   double timeout;
-  bool posted;  /* a receive in its group's posted list */
+  bool posted;      /* a receive in its group's posted list */
   atomic_bool done; /* set last (release); the waiter may then free it */
   px_status status;
   char msg[2 * MSG_MAX]; /* room for the job's reason and what was given up */
@@ -201,10 +207,8 @@ void pxt_op_init(top *op, px_comm *c, tkind kind);
 
 px_status pxt_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag);
 px_status pxt_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag);
-px_status pxt_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
-                    px_request **req);
-px_status pxt_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
-                    px_request **req);
+px_status pxt_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, px_request **req);
+px_status pxt_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, px_request **req);
 /* Waits for a receive (under the watchdog) until it is done. */
 void pxt_wait_recv(top *op);
 
@@ -213,7 +217,7 @@ void pxt_wait_recv(top *op);
  * the thread waited for may need this core. */
 typedef struct spinner {
   int polls;
-  bool yield;  /* past the pause phase */
+  bool yield; /* past the pause phase */
   struct timespec t0;
 } spinner;
 bool pxt_spin_more_as(const tjob *j, spinner *s, bool yield_now);
@@ -264,8 +268,7 @@ void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtyp
 /* The same, with non-temporal stores or not as `stream` says (a piece of a
  * large output; never when dst is a source); pxt_reduce streams outputs of
  * STREAM_BYTES and more. */
-void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op,
-                   bool stream);
+void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op, bool stream);
 /* The same reduction of bufs[0..n) (count elements each), written back
  * into every one of them: block by block, each block's sources are read
  * before its destinations are written.  blk: scratch of n pointers. */

@@ -147,8 +147,12 @@ static px_status run_allgather(top *op, const deadline *d) {
 static px_status run_reduce_scatter(top *op, const deadline *d) {
   tcomm *tc = op->tc;
   tgroup *g = tc->g;
-  tpost p = {.kind = K_REDUCE_SCATTER, .send = op->send, .recv = op->recv, .count = op->count,
-             .dtype = op->dtype, .op = op->op};
+  tpost p = {.kind = K_REDUCE_SCATTER,
+             .send = op->send,
+             .recv = op->recv,
+             .count = op->count,
+             .dtype = op->dtype,
+             .op = op->op};
   px_status st = pxt_rendezvous(op, d, &p, true);
   if (st) return st;
   // Block q of the result (rank q's recv) reduces block q of every send,
@@ -174,7 +178,6 @@ static px_status run_reduce_scatter(top *op, const deadline *d) {
   }
   return pxt_rendezvous(op, d, NULL, false);
 }
-
 
 /* Two rendezvous: after the first, group rank 0 builds the sub-groups from
  * the posts (under the job mutex); after the second every rank takes its
@@ -208,7 +211,7 @@ static px_status run_split(top *op, const deadline *d) {
     if (sub) pxt_group_unref(sub);
     return st;
   }
-  if (!sub) return PX_OK; // negative color: in no group
+  if (!sub) return PX_OK;  // negative color: in no group
   op->split_out = pxt_tcomm_new(tc->job, sub, new_rank, op->timeout);
   if (!op->split_out) {
     pxt_group_unref(sub);
@@ -225,7 +228,7 @@ static px_status run_split(top *op, const deadline *d) {
 void pxt_execute(top *op) {
   deadline d = pxt_deadline_in(op->timeout);
   op->status = PX_OK;
-  op->tc->ncoll++; // every collective, so its posts go to the other array than the last one's
+  op->tc->ncoll++;  // every collective, so its posts go to the other array than the last one's
   switch (op->kind) {
   case K_ALLREDUCE: run_allreduce(op, &d); break;
   case K_BROADCAST: run_broadcast(op, &d); break;

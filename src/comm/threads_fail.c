@@ -14,7 +14,7 @@
 
 const char *pxt_kind_name(tkind k) {
   static const char *names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
-                                "barrier", "split", "send", "recv"};
+                                "barrier",   "split",     "send",      "recv"};
   return names[k];
 }
 
@@ -54,7 +54,7 @@ void pxt_watchdog_locked(top *op, const bool *missing) {
   int shown = 0;
   for (int r = 0; r < g->size; r++) {
     if (!missing[r]) continue;
-    if (shown == 32) { // enough to act on; the rest would drown the message
+    if (shown == 32) {  // enough to act on; the rest would drown the message
       k += (size_t)snprintf(list + k, sizeof list - k, ", ...");
       wk += (size_t)snprintf(wlist + wk, sizeof wlist - wk, ", ...");
       break;
@@ -98,7 +98,8 @@ void pxt_gone_locked(top *op, int gone) {
   if (op->kind == K_RECV)
     snprintf(msg, sizeof msg,
              "rank %d returned from its function without sending the message (tag %d) that rank %d waits for "
-             "in recv (%s)", tc->g->world_rank[gone], op->tag, tc->world_rank, label_of(op));
+             "in recv (%s)",
+             tc->g->world_rank[gone], op->tag, tc->world_rank, label_of(op));
   else
     snprintf(msg, sizeof msg,
              "rank %d returned from its function while rank %d waits for it in %s (%s); every rank must "

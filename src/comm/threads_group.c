@@ -83,8 +83,8 @@ tgroup *pxt_group_new_locked(tjob *j, int size) {
   g->inbox = calloc(n, sizeof *g->inbox);
   g->posted = calloc(n, sizeof *g->posted);
   g->nposted = calloc(n, sizeof *g->nposted);
-  if (!g->nposted || !g->claim ||!g->world_rank || !g->slot || !g->post[0] || !g->post[1] || !g->split_group || !g->split_rank ||
-      !g->inbox || !g->posted) {
+  if (!g->nposted || !g->claim || !g->world_rank || !g->slot || !g->post[0] || !g->post[1] || !g->split_group ||
+      !g->split_rank || !g->inbox || !g->posted) {
     pxt_group_free(g);
     return NULL;
   }

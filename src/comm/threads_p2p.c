@@ -25,8 +25,7 @@
 
 static px_status truncation(top *r, size_t got) {
   char msg[MSG_MAX];
-  snprintf(msg, sizeof msg,
-           "recv: the message from rank %d with tag %d has %zu bytes but the receive buffer holds %zu",
+  snprintf(msg, sizeof msg, "recv: the message from rank %d with tag %d has %zu bytes but the receive buffer holds %zu",
            r->peer, r->tag, got, r->count * px_dtype_size(r->dtype));
   pxt_op_set_error(r, PX_ERR_INVALID, msg);
   return PX_ERR_INVALID;
@@ -39,7 +38,7 @@ static top *take_posted_locked(tgroup *g, int dst, int src, int tag) {
     top *r = *pp;
     if (r->peer != src || r->tag != tag) continue;
     *pp = r->next;
-    r->posted = false; // its waiter now waits for `done`, whatever the clock says
+    r->posted = false;  // its waiter now waits for `done`, whatever the clock says
     return r;
   }
   return NULL;
@@ -126,7 +125,7 @@ static px_status t_post_recv(top *op) {
     if (m->bytes > room) truncation(op, m->bytes);
     else if (m->bytes) memcpy(op->recv, m->data, m->bytes);
     free(m);
-    atomic_store(&op->done, true); // nobody else knows this op yet
+    atomic_store(&op->done, true);  // nobody else knows this op yet
     return op->status;
   }
   op->posted = true;
@@ -196,14 +195,22 @@ void pxt_wait_recv(top *op) {
 px_status pxt_send(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag) {
   top o;
   pxt_op_init(&o, c, K_SEND);
-  o.send = buf; o.count = count; o.dtype = dtype; o.peer = dst; o.tag = tag;
+  o.send = buf;
+  o.count = count;
+  o.dtype = dtype;
+  o.peer = dst;
+  o.tag = tag;
   return t_deliver(&o);
 }
 
 px_status pxt_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag) {
   top o;
   pxt_op_init(&o, c, K_RECV);
-  o.recv = buf; o.count = count; o.dtype = dtype; o.peer = src; o.tag = tag;
+  o.recv = buf;
+  o.count = count;
+  o.dtype = dtype;
+  o.peer = src;
+  o.tag = tag;
   // Once posted, `done` belongs to the sender and the mutex: pxt_wait_recv
   // reads it under the lock (and returns at once if it matched already).
   if (t_post_recv(&o) == PX_OK) pxt_wait_recv(&o);
@@ -211,12 +218,15 @@ px_status pxt_recv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src,
   return o.status;
 }
 
-px_status pxt_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag,
-                         px_request **req) {
+px_status pxt_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, int dst, int tag, px_request **req) {
   top *o = malloc(sizeof *o);
   if (!o) return px_error(PX_ERR_NOMEM, "isend: out of memory for a request");
   pxt_op_init(o, c, K_SEND);
-  o->send = buf; o->count = count; o->dtype = dtype; o->peer = dst; o->tag = tag;
+  o->send = buf;
+  o->count = count;
+  o->dtype = dtype;
+  o->peer = dst;
+  o->tag = tag;
   // Eager: the data is copied out now, so the request is already complete.
   px_status st = t_deliver(o);
   if (st) {
@@ -228,12 +238,15 @@ px_status pxt_isend(px_comm *c, const void *buf, size_t count, px_dtype dtype, i
   return PX_OK;
 }
 
-px_status pxt_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag,
-                         px_request **req) {
+px_status pxt_irecv(px_comm *c, void *buf, size_t count, px_dtype dtype, int src, int tag, px_request **req) {
   top *o = malloc(sizeof *o);
   if (!o) return px_error(PX_ERR_NOMEM, "irecv: out of memory for a request");
   pxt_op_init(o, c, K_RECV);
-  o->recv = buf; o->count = count; o->dtype = dtype; o->peer = src; o->tag = tag;
+  o->recv = buf;
+  o->count = count;
+  o->dtype = dtype;
+  o->peer = src;
+  o->tag = tag;
   px_status st = t_post_recv(o);
   if (st) {
     px_error(st, "%s", o->msg);

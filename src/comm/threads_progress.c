@@ -31,7 +31,7 @@ static bool run_head_locked(tcomm *tc) {
   tc->head = op->next;
   if (!tc->head) tc->tail = NULL;
   tc->running = false;
-  atomic_store(&op->done, true); // op may be freed by its waiter from here on
+  atomic_store(&op->done, true);  // op may be freed by its waiter from here on
   pthread_cond_broadcast(&j->cv);
   // The progress thread may have gone to sleep while this thread ran.
   if (tc->head || tc->stop) pthread_cond_signal(&tc->qcv);
@@ -67,8 +67,8 @@ void pxt_wait_queued(top *op) {
 static px_status enqueue_locked(tcomm *tc, top *op) {
   if (!tc->started) {
     if (pthread_create(&tc->thread, NULL, progress_main, tc) != 0)
-      return px_error(PX_ERR_INTERNAL, "%s: could not start the progress thread of rank %d",
-                      pxt_kind_name(op->kind), tc->world_rank);
+      return px_error(PX_ERR_INTERNAL, "%s: could not start the progress thread of rank %d", pxt_kind_name(op->kind),
+                      tc->world_rank);
     tc->started = true;
   }
   op->next = NULL;

@@ -100,103 +100,103 @@ static void stream_fence(void) {
 /* One kernel per (type, operation).  COMB(acc, next) folds the next rank's
  * value in; FIN(x) finishes: (x), or AVG's division by nn = n, fused with
  * the store so that AVG makes no second pass. */
-#define DEF_KERNEL(NAME, T, COMB, FIN)                                                   \
-  static void NAME(T *dst, const void *const *srcs, int n, size_t count, bool stream) {  \
-    const T nn = (T)n;                                                                   \
-    (void)nn;                                                                            \
-    const T *s0 = srcs[0];                                                               \
-    if (stream) {                                                                        \
+#define DEF_KERNEL(NAME, T, COMB, FIN)                                                                            \
+  static void NAME(T *dst, const void *const *srcs, int n, size_t count, bool stream) {                           \
+    const T nn = (T)n;                                                                                            \
+    (void)nn;                                                                                                     \
+    const T *s0 = srcs[0];                                                                                        \
+    if (stream) {                                                                                                 \
       /* Four lanes a quarter of count apart, read in lockstep: 4N streams               \
-       * in flight (above, "Four lanes"). */                                             \
-      _Alignas(64) T acc[SBLOCK];                                                        \
-      const size_t L = SBLOCK / 4, qs = count / 4;                                       \
-      for (size_t base = 0; base < qs; base += L) {                                      \
-        size_t m = qs - base < L ? qs - base : L;                                        \
-        const T *a = (const T *)srcs[0] + base;                                          \
-        if (n == 1) {                                                                    \
-          _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                           \
-            acc[i] = FIN(a[i]);                                                          \
-            acc[L + i] = FIN(a[qs + i]);                                                 \
-            acc[2 * L + i] = FIN(a[2 * qs + i]);                                         \
-            acc[3 * L + i] = FIN(a[3 * qs + i]);                                         \
-          }                                                                              \
-        } else {                                                                         \
-          const T *b = (const T *)srcs[1] + base;                                        \
-          if (n == 2) {                                                                  \
-            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
-              acc[i] = FIN(COMB(a[i], b[i]));                                            \
-              acc[L + i] = FIN(COMB(a[qs + i], b[qs + i]));                              \
-              acc[2 * L + i] = FIN(COMB(a[2 * qs + i], b[2 * qs + i]));                  \
-              acc[3 * L + i] = FIN(COMB(a[3 * qs + i], b[3 * qs + i]));                  \
-            }                                                                            \
-          } else {                                                                       \
-            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
-              acc[i] = COMB(a[i], b[i]);                                                 \
-              acc[L + i] = COMB(a[qs + i], b[qs + i]);                                   \
-              acc[2 * L + i] = COMB(a[2 * qs + i], b[2 * qs + i]);                       \
-              acc[3 * L + i] = COMB(a[3 * qs + i], b[3 * qs + i]);                       \
-            }                                                                            \
-            for (int k = 2; k < n - 1; k++) {                                            \
-              const T *c = (const T *)srcs[k] + base;                                    \
-              _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                       \
-                acc[i] = COMB(acc[i], c[i]);                                             \
-                acc[L + i] = COMB(acc[L + i], c[qs + i]);                                \
-                acc[2 * L + i] = COMB(acc[2 * L + i], c[2 * qs + i]);                    \
-                acc[3 * L + i] = COMB(acc[3 * L + i], c[3 * qs + i]);                    \
-              }                                                                          \
-            }                                                                            \
-            const T *z = (const T *)srcs[n - 1] + base;                                  \
-            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                         \
-              acc[i] = FIN(COMB(acc[i], z[i]));                                          \
-              acc[L + i] = FIN(COMB(acc[L + i], z[qs + i]));                             \
-              acc[2 * L + i] = FIN(COMB(acc[2 * L + i], z[2 * qs + i]));                 \
-              acc[3 * L + i] = FIN(COMB(acc[3 * L + i], z[3 * qs + i]));                 \
-            }                                                                            \
-          }                                                                              \
-        }                                                                                \
-        for (int j = 0; j < 4; j++) stream_copy(dst + (size_t)j * qs + base, acc + (size_t)j * L, m * sizeof(T));\
-      }                                                                                  \
-      /* The last count % 4 elements, one lane. */                                       \
-      for (size_t i = 4 * qs; i < count; i++) {                                          \
-        T v = ((const T *)srcs[0])[i];                                                   \
-        for (int k = 1; k < n; k++) v = COMB(v, ((const T *)srcs[k])[i]);                \
-        dst[i] = FIN(v);                                                                 \
-      }                                                                                  \
-      stream_fence();                                                                    \
-      return;                                                                            \
-    }                                                                                    \
-    if (n == 1) {                                                                        \
-      _Pragma("omp simd") for (size_t i = 0; i < count; i++) dst[i] = FIN(s0[i]);        \
-      return;                                                                            \
-    }                                                                                    \
-    if (n == 2) {                                                                        \
-      const T *s1 = srcs[1];                                                             \
-      _Pragma("omp simd") for (size_t i = 0; i < count; i++) dst[i] = FIN(COMB(s0[i], s1[i])); \
-      return;                                                                            \
-    }                                                                                    \
-    T acc[BLOCK];                                                                        \
-    for (size_t base = 0; base < count; base += BLOCK) {                                 \
-      size_t m = count - base < BLOCK ? count - base : BLOCK;                            \
-      const T *a = (const T *)srcs[0] + base, *b = (const T *)srcs[1] + base;            \
-      _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(a[i], b[i]);      \
-      for (int k = 2; k < n - 1; k++) {                                                  \
-        const T *s = (const T *)srcs[k] + base;                                          \
-        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(acc[i], s[i]);  \
-      }                                                                                  \
-      const T *z = (const T *)srcs[n - 1] + base;                                        \
-      T *d = dst + base;                                                                 \
-      _Pragma("omp simd") for (size_t i = 0; i < m; i++) d[i] = FIN(COMB(acc[i], z[i])); \
-    }                                                                                    \
+       * in flight (above, "Four lanes"). */                        \
+      _Alignas(64) T acc[SBLOCK];                                                                                 \
+      const size_t L = SBLOCK / 4, qs = count / 4;                                                                \
+      for (size_t base = 0; base < qs; base += L) {                                                               \
+        size_t m = qs - base < L ? qs - base : L;                                                                 \
+        const T *a = (const T *)srcs[0] + base;                                                                   \
+        if (n == 1) {                                                                                             \
+          _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                                                    \
+            acc[i] = FIN(a[i]);                                                                                   \
+            acc[L + i] = FIN(a[qs + i]);                                                                          \
+            acc[2 * L + i] = FIN(a[2 * qs + i]);                                                                  \
+            acc[3 * L + i] = FIN(a[3 * qs + i]);                                                                  \
+          }                                                                                                       \
+        } else {                                                                                                  \
+          const T *b = (const T *)srcs[1] + base;                                                                 \
+          if (n == 2) {                                                                                           \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                                                  \
+              acc[i] = FIN(COMB(a[i], b[i]));                                                                     \
+              acc[L + i] = FIN(COMB(a[qs + i], b[qs + i]));                                                       \
+              acc[2 * L + i] = FIN(COMB(a[2 * qs + i], b[2 * qs + i]));                                           \
+              acc[3 * L + i] = FIN(COMB(a[3 * qs + i], b[3 * qs + i]));                                           \
+            }                                                                                                     \
+          } else {                                                                                                \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                                                  \
+              acc[i] = COMB(a[i], b[i]);                                                                          \
+              acc[L + i] = COMB(a[qs + i], b[qs + i]);                                                            \
+              acc[2 * L + i] = COMB(a[2 * qs + i], b[2 * qs + i]);                                                \
+              acc[3 * L + i] = COMB(a[3 * qs + i], b[3 * qs + i]);                                                \
+            }                                                                                                     \
+            for (int k = 2; k < n - 1; k++) {                                                                     \
+              const T *c = (const T *)srcs[k] + base;                                                             \
+              _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                                                \
+                acc[i] = COMB(acc[i], c[i]);                                                                      \
+                acc[L + i] = COMB(acc[L + i], c[qs + i]);                                                         \
+                acc[2 * L + i] = COMB(acc[2 * L + i], c[2 * qs + i]);                                             \
+                acc[3 * L + i] = COMB(acc[3 * L + i], c[3 * qs + i]);                                             \
+              }                                                                                                   \
+            }                                                                                                     \
+            const T *z = (const T *)srcs[n - 1] + base;                                                           \
+            _Pragma("omp simd") for (size_t i = 0; i < m; i++) {                                                  \
+              acc[i] = FIN(COMB(acc[i], z[i]));                                                                   \
+              acc[L + i] = FIN(COMB(acc[L + i], z[qs + i]));                                                      \
+              acc[2 * L + i] = FIN(COMB(acc[2 * L + i], z[2 * qs + i]));                                          \
+              acc[3 * L + i] = FIN(COMB(acc[3 * L + i], z[3 * qs + i]));                                          \
+            }                                                                                                     \
+          }                                                                                                       \
+        }                                                                                                         \
+        for (int j = 0; j < 4; j++) stream_copy(dst + (size_t)j * qs + base, acc + (size_t)j * L, m * sizeof(T)); \
+      }                                                                                                           \
+      /* The last count % 4 elements, one lane. */                                                                \
+      for (size_t i = 4 * qs; i < count; i++) {                                                                   \
+        T v = ((const T *)srcs[0])[i];                                                                            \
+        for (int k = 1; k < n; k++) v = COMB(v, ((const T *)srcs[k])[i]);                                         \
+        dst[i] = FIN(v);                                                                                          \
+      }                                                                                                           \
+      stream_fence();                                                                                             \
+      return;                                                                                                     \
+    }                                                                                                             \
+    if (n == 1) {                                                                                                 \
+      _Pragma("omp simd") for (size_t i = 0; i < count; i++) dst[i] = FIN(s0[i]);                                 \
+      return;                                                                                                     \
+    }                                                                                                             \
+    if (n == 2) {                                                                                                 \
+      const T *s1 = srcs[1];                                                                                      \
+      _Pragma("omp simd") for (size_t i = 0; i < count; i++) dst[i] = FIN(COMB(s0[i], s1[i]));                    \
+      return;                                                                                                     \
+    }                                                                                                             \
+    T acc[BLOCK];                                                                                                 \
+    for (size_t base = 0; base < count; base += BLOCK) {                                                          \
+      size_t m = count - base < BLOCK ? count - base : BLOCK;                                                     \
+      const T *a = (const T *)srcs[0] + base, *b = (const T *)srcs[1] + base;                                     \
+      _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(a[i], b[i]);                               \
+      for (int k = 2; k < n - 1; k++) {                                                                           \
+        const T *s = (const T *)srcs[k] + base;                                                                   \
+        _Pragma("omp simd") for (size_t i = 0; i < m; i++) acc[i] = COMB(acc[i], s[i]);                           \
+      }                                                                                                           \
+      const T *z = (const T *)srcs[n - 1] + base;                                                                 \
+      T *d = dst + base;                                                                                          \
+      _Pragma("omp simd") for (size_t i = 0; i < m; i++) d[i] = FIN(COMB(acc[i], z[i]));                          \
+    }                                                                                                             \
   }
 
 #define NOFIN(x) (x)
 /* AVG divides by n (integers truncate) exactly as the serial reference
  * does: by division, not by a reciprocal. */
 #define AVGFIN(x) ((x) / nn)
-#define DEF_TYPE(SUF, T, ADD)                   \
-  DEF_KERNEL(sum_##SUF, T, ADD, NOFIN)          \
-  DEF_KERNEL(avg_##SUF, T, ADD, AVGFIN)         \
-  DEF_KERNEL(min_##SUF, T, MIN_, NOFIN)         \
+#define DEF_TYPE(SUF, T, ADD)           \
+  DEF_KERNEL(sum_##SUF, T, ADD, NOFIN)  \
+  DEF_KERNEL(avg_##SUF, T, ADD, AVGFIN) \
+  DEF_KERNEL(min_##SUF, T, MIN_, NOFIN) \
   DEF_KERNEL(max_##SUF, T, MAX_, NOFIN)
 
 DEF_TYPE(f32, float, ADD_F)
@@ -204,17 +204,17 @@ DEF_TYPE(f64, double, ADD_F)
 DEF_TYPE(i32, int32_t, ADD_I32)
 DEF_TYPE(i64, int64_t, ADD_I64)
 
-#define DISPATCH(SUF, T)                                               \
-  switch (op) {                                                        \
-  case PX_SUM: sum_##SUF((T *)dst, srcs, n, count, stream); break;     \
-  case PX_AVG: avg_##SUF((T *)dst, srcs, n, count, stream); break;     \
-  case PX_MIN: min_##SUF((T *)dst, srcs, n, count, stream); break;     \
-  case PX_MAX: max_##SUF((T *)dst, srcs, n, count, stream); break;     \
+#define DISPATCH(SUF, T)                                           \
+  switch (op) {                                                    \
+  case PX_SUM: sum_##SUF((T *)dst, srcs, n, count, stream); break; \
+  case PX_AVG: avg_##SUF((T *)dst, srcs, n, count, stream); break; \
+  case PX_MIN: min_##SUF((T *)dst, srcs, n, count, stream); break; \
+  case PX_MAX: max_##SUF((T *)dst, srcs, n, count, stream); break; \
   }
 
 void pxt_reduce_to_all(void *const *bufs, const void **blk, int n, size_t count, px_dtype dt, px_reduce_op op) {
   size_t es = px_dtype_size(dt);
-  _Alignas(64) unsigned char acc[BLOCK * 8]; // in L1; reduced once, stored n times
+  _Alignas(64) unsigned char acc[BLOCK * 8];  // in L1; reduced once, stored n times
   size_t per = sizeof acc / es;
   for (size_t base = 0; base < count; base += per) {
     size_t m = count - base < per ? count - base : per;
@@ -228,15 +228,14 @@ void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtyp
   pxt_reduce_as(dst, srcs, n, count, dt, op, count * px_dtype_size(dt) >= STREAM_BYTES);
 }
 
-void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op,
-                   bool stream) {
+void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op, bool stream) {
   for (int k = 0; k < n && stream; k++) stream = srcs[k] != dst;
   switch (dt) {
   case PX_F32: DISPATCH(f32, float) break;
   case PX_F64: DISPATCH(f64, double) break;
   case PX_I32: DISPATCH(i32, int32_t) break;
   case PX_I64: DISPATCH(i64, int64_t) break;
-  default: break; // comm.c admits only the four above
+  default: break;  // comm.c admits only the four above
   }
 }
 
@@ -246,7 +245,7 @@ void pxt_copy_to_all(void *const *dsts, int n, const void *src, size_t bytes, bo
     size_t m = bytes - base < CBLOCK ? bytes - base : CBLOCK;
     for (int k = 0; k < n; k++) {
       char *d = (char *)dsts[k];
-      if (d == s) continue; // in place: already there
+      if (d == s) continue;  // in place: already there
       if (stream) stream_copy(d + base, s + base, m);
       else memcpy(d + base, s + base, m);
     }

@@ -22,14 +22,12 @@ static void describe(char *out, size_t n, const tpost *p) {
              px_comm_op_name(p->op));
     break;
   case K_BROADCAST:
-    snprintf(out, n, "%s (count %zu, %s, root %d)", pxt_kind_name(p->kind), p->count, px_dtype_name(p->dtype),
-             p->root);
+    snprintf(out, n, "%s (count %zu, %s, root %d)", pxt_kind_name(p->kind), p->count, px_dtype_name(p->dtype), p->root);
     break;
   case K_ALLGATHER:
     snprintf(out, n, "%s (count %zu, %s)", pxt_kind_name(p->kind), p->count, px_dtype_name(p->dtype));
     break;
-  default:
-    snprintf(out, n, "%s", pxt_kind_name(p->kind));
+  default: snprintf(out, n, "%s", pxt_kind_name(p->kind));
   }
 }
 
@@ -37,14 +35,11 @@ static bool same_call(const tpost *a, const tpost *b) {
   if (a->kind != b->kind) return false;
   switch (a->kind) {
   case K_ALLREDUCE:
-  case K_REDUCE_SCATTER:
-    return a->count == b->count && a->dtype == b->dtype && a->op == b->op;
+  case K_REDUCE_SCATTER: return a->count == b->count && a->dtype == b->dtype && a->op == b->op;
   case K_BROADCAST:
     return a->count * px_dtype_size(a->dtype) == b->count * px_dtype_size(b->dtype) && a->root == b->root;
-  case K_ALLGATHER:
-    return a->count * px_dtype_size(a->dtype) == b->count * px_dtype_size(b->dtype);
-  default:
-    return true;
+  case K_ALLGATHER: return a->count * px_dtype_size(a->dtype) == b->count * px_dtype_size(b->dtype);
+  default: return true;
   }
 }
 
@@ -62,7 +57,8 @@ static bool check_calls(tcomm *tc) {
     describe(b, sizeof b, &post[r]);
     snprintf(msg, sizeof msg,
              "collective mismatch: rank %d called %s but rank %d called %s; every rank must call the "
-             "same collectives in the same order", g->world_rank[0], a, g->world_rank[r], b);
+             "same collectives in the same order",
+             g->world_rank[0], a, g->world_rank[r], b);
     pthread_mutex_lock(&g->job->mu);
     if (!g->job->failed) {
       fprintf(stderr, "plexus: %s\n", msg);
@@ -262,7 +258,7 @@ px_status pxt_rendezvous(top *op, const deadline *d, const tpost *post, bool ent
 
 failed:
   // A peer may still be reading this rank's buffers: let it finish first.
-  (void)atomic_load(&j->failed); // seq_cst, ordered before the loads of `busy`
+  (void)atomic_load(&j->failed);  // seq_cst, ordered before the loads of `busy`
   wait_not_busy(j, g);
   if (!fired) {
     pthread_mutex_lock(&j->mu);

@@ -71,8 +71,9 @@ px_status px_csv_next(px_csv *c, bool *got) {
   bool field_start = true;
   for (;;) {
     if (c->pos >= c->size) {
-      if (quoted) return px_error(PX_ERR_FORMAT, "csv %s: line %zu: a quoted field is not closed before the end of the file",
-                                  c->name, c->line);
+      if (quoted)
+        return px_error(PX_ERR_FORMAT, "csv %s: line %zu: a quoted field is not closed before the end of the file",
+                        c->name, c->line);
       break;
     }
     char ch = t[c->pos];
@@ -110,11 +111,14 @@ px_status px_csv_next(px_csv *c, bool *got) {
       continue;
     }
     if (after_quote)
-      return px_error(PX_ERR_FORMAT, "csv %s: line %zu: field %d has text after its closing quote; expected a comma or the line's end",
+      return px_error(PX_ERR_FORMAT,
+                      "csv %s: line %zu: field %d has text after its closing quote; expected a comma or the line's end",
                       c->name, c->line, c->nfields);
     if (ch == '"') {
       if (!field_start)
-        return px_error(PX_ERR_FORMAT, "csv %s: line %zu: field %d has a quote inside an unquoted field; quote the whole field and write \"\" for a quote",
+        return px_error(PX_ERR_FORMAT,
+                        "csv %s: line %zu: field %d has a quote inside an unquoted field; quote the whole field and "
+                        "write \"\" for a quote",
                         c->name, c->line, c->nfields);
       quoted = true;
       field_start = false;
@@ -137,7 +141,8 @@ px_status px_csv_next(px_csv *c, bool *got) {
 
 px_status px_csv_parse_label(const char *s, const char *name, size_t line, int32_t *out) {
   if (*s == '-' && s[1] >= '0' && s[1] <= '9')
-    return px_error(PX_ERR_FORMAT, "csv %s: line %zu: label \"%s\" is negative; expected an integer >= 0", name, line, s);
+    return px_error(PX_ERR_FORMAT, "csv %s: line %zu: label \"%s\" is negative; expected an integer >= 0", name, line,
+                    s);
   if (!*s) return px_error(PX_ERR_FORMAT, "csv %s: line %zu: empty label; expected an integer >= 0", name, line);
   int64_t v = 0;
   for (const char *p = s; *p; p++) {
@@ -156,7 +161,7 @@ px_status px_csv_parse_label(const char *s, const char *name, size_t line, int32
 // threads may open datasets at the same time.
 typedef struct named_class {
   const char *name;
-  size_t      k;
+  size_t k;
 } named_class;
 static int by_name(const void *a, const void *b) {
   return strcmp(((const named_class *)a)->name, ((const named_class *)b)->name);
@@ -188,13 +193,16 @@ px_status px_synsets_parse(const char *text, size_t size, const char *name, px_s
     while (w < stop && !is_space(text[w])) {
       if (text[w] == '\0') {
         px_synsets_free(&s);
-        return px_error(PX_ERR_FORMAT, "synsets %s: line %zu: a NUL byte; expected \"<synset> <description>\"", name, line);
+        return px_error(PX_ERR_FORMAT, "synsets %s: line %zu: a NUL byte; expected \"<synset> <description>\"", name,
+                        line);
       }
       w++;
     }
     if (w == pos) {
       px_synsets_free(&s);
-      return px_error(PX_ERR_FORMAT, "synsets %s: line %zu: no synset; expected \"<synset> <description>\" on every line (line k is class k - 1)",
+      return px_error(PX_ERR_FORMAT,
+                      "synsets %s: line %zu: no synset; expected \"<synset> <description>\" on every line (line k is "
+                      "class k - 1)",
                       name, line);
     }
     if (s.count == cap) {
@@ -216,7 +224,8 @@ px_status px_synsets_parse(const char *text, size_t size, const char *name, px_s
     s.names[s.count++] = word;
     pos = end < size ? end + 1 : end;
   }
-  if (s.count == 0) return px_error(PX_ERR_FORMAT, "synsets %s: empty; expected one \"<synset> <description>\" per class", name);
+  if (s.count == 0)
+    return px_error(PX_ERR_FORMAT, "synsets %s: empty; expected one \"<synset> <description>\" per class", name);
   s.order = malloc(sizeof *s.order * s.count);
   named_class *pairs = malloc(sizeof *pairs * s.count);
   if (!s.order || !pairs) {
@@ -232,8 +241,8 @@ px_status px_synsets_parse(const char *text, size_t size, const char *name, px_s
     if (strcmp(s.names[s.order[k - 1]], s.names[s.order[k]]) == 0) {
       size_t a = s.order[k - 1] < s.order[k] ? s.order[k - 1] : s.order[k];
       size_t b = s.order[k - 1] < s.order[k] ? s.order[k] : s.order[k - 1];
-      px_error(PX_ERR_FORMAT, "synsets %s: synset \"%.40s\" appears on lines %zu and %zu; each class needs its own", name,
-               s.names[a], a + 1, b + 1);
+      px_error(PX_ERR_FORMAT, "synsets %s: synset \"%.40s\" appears on lines %zu and %zu; each class needs its own",
+               name, s.names[a], a + 1, b + 1);
       px_synsets_free(&s);
       return PX_ERR_FORMAT;
     }
@@ -367,7 +376,8 @@ px_status px_image_listing_parse(const char *text, size_t size, const char *csv_
   if (layout != PX_CSV_PATH_LABEL && layout != PX_CSV_IMAGENET)
     return px_error(PX_ERR_INVALID, "csv %s: unknown layout %d", csv_name, (int)layout);
   if (layout == PX_CSV_IMAGENET && (!synsets || synsets->count == 0))
-    return px_error(PX_ERR_INVALID, "csv %s: the ImageNet layout needs the synset mapping (LOC_synset_mapping.txt)", csv_name);
+    return px_error(PX_ERR_INVALID, "csv %s: the ImageNet layout needs the synset mapping (LOC_synset_mapping.txt)",
+                    csv_name);
   const char *h0 = layout == PX_CSV_IMAGENET ? "ImageId" : "path";
   const char *h1 = layout == PX_CSV_IMAGENET ? "PredictionString" : "label";
   px_csv c;
@@ -388,8 +398,7 @@ px_status px_image_listing_parse(const char *text, size_t size, const char *csv_
     st = parse_row(&c, layout, synsets, root, &l, &cap);
   }
   px_csv_free(&c);
-  if (st == PX_OK && l.count == 0)
-    st = px_error(PX_ERR_FORMAT, "csv %s: a header but no images", csv_name);
+  if (st == PX_OK && l.count == 0) st = px_error(PX_ERR_FORMAT, "csv %s: a header but no images", csv_name);
   if (st != PX_OK) {
     px_image_listing_free(&l);
     return st;

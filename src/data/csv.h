@@ -17,16 +17,16 @@
 #include "plexus/data.h"
 
 typedef struct px_csv {
-  const char *name;     /* file name for messages */
+  const char *name; /* file name for messages */
   const char *text;
-  size_t      size, pos;
-  size_t      line;     /* 1-based line where the current record starts */
-  size_t      next_line;
-  char       *buf;      /* the record's fields, unescaped, each NUL-terminated */
-  size_t      buf_cap;
-  size_t     *start;    /* (nfields,) offset of field k in buf */
-  size_t     *len;      /* (nfields,) its length */
-  int         nfields, fields_cap;
+  size_t size, pos;
+  size_t line; /* 1-based line where the current record starts */
+  size_t next_line;
+  char *buf; /* the record's fields, unescaped, each NUL-terminated */
+  size_t buf_cap;
+  size_t *start; /* (nfields,) offset of field k in buf */
+  size_t *len;   /* (nfields,) its length */
+  int nfields, fields_cap;
 } px_csv;
 
 void px_csv_init(px_csv *c, const char *text, size_t size, const char *name);
@@ -40,9 +40,9 @@ px_status px_csv_parse_label(const char *s, const char *name, size_t line, int32
 
 /* LOC_synset_mapping.txt: line k is "<synset> <description>"; class k. */
 typedef struct px_synsets {
-  char  **names;   /* (count,) synset of class k */
-  size_t *order;   /* (count,) classes sorted by name, for lookup */
-  size_t  count;
+  char **names;  /* (count,) synset of class k */
+  size_t *order; /* (count,) classes sorted by name, for lookup */
+  size_t count;
 } px_synsets;
 
 px_status px_synsets_parse(const char *text, size_t size, const char *name, px_synsets *out);
@@ -56,11 +56,11 @@ void px_imagenet_first_synset(const char *s, const char **word, size_t *len);
 
 /* A parsed listing: the image paths (root joined) and labels. */
 typedef struct px_image_listing {
-  char   **paths;   /* (count,) */
-  int32_t *labels;  /* (count,) */
-  size_t  *lines;   /* (count,) CSV line of each record, for messages */
-  size_t   count;
-  size_t   num_classes;
+  char **paths;    /* (count,) */
+  int32_t *labels; /* (count,) */
+  size_t *lines;   /* (count,) CSV line of each record, for messages */
+  size_t count;
+  size_t num_classes;
 } px_image_listing;
 
 /* Parse a listing held in memory.  synsets: required for the ImageNet

@@ -15,8 +15,7 @@
 // zlib counts in uInt (32 bits): feed it at most this much at a time.
 #define ZCHUNK ((size_t)1 << 30)
 
-px_status px_data_gunzip(const void *buf, size_t n, const char *what, const char *name, void **out,
-                         size_t *out_n) {
+px_status px_data_gunzip(const void *buf, size_t n, const char *what, const char *name, void **out, size_t *out_n) {
   *out = NULL;
   *out_n = 0;
   const unsigned char *in = buf;
@@ -68,20 +67,22 @@ px_status px_data_gunzip(const void *buf, size_t n, const char *what, const char
       // gzip(1) concatenates members (`cat a.gz b.gz`); anything else after
       // the end is not gzip data.
       if (px_data_is_gzip(in + in_pos, n - in_pos) && inflateReset(&z) == Z_OK) continue;
-      st = px_error(PX_ERR_FORMAT, "%s %s: corrupt gzip: %zu bytes after the end of the compressed data", what,
-                    name, n - in_pos);
+      st = px_error(PX_ERR_FORMAT, "%s %s: corrupt gzip: %zu bytes after the end of the compressed data", what, name,
+                    n - in_pos);
       break;
     }
     if (ret == Z_OK) continue;
     if (ret == Z_BUF_ERROR && in_pos < n) continue;  // output full: grow
     if (ret == Z_BUF_ERROR) {
-      st = px_error(PX_ERR_FORMAT, "%s %s: corrupt gzip: the compressed data ends early after %zu bytes "
-                    "(%zu inflated; was the file cut short?)", what, name, n, len);
+      st = px_error(PX_ERR_FORMAT,
+                    "%s %s: corrupt gzip: the compressed data ends early after %zu bytes "
+                    "(%zu inflated; was the file cut short?)",
+                    what, name, n, len);
     } else if (ret == Z_MEM_ERROR) {
       st = px_error(PX_ERR_NOMEM, "%s %s: out of memory inflating", what, name);
     } else {
-      st = px_error(PX_ERR_FORMAT, "%s %s: corrupt gzip at compressed byte %zu: zlib says \"%s\"", what, name,
-                    in_pos, z.msg ? z.msg : "invalid data");
+      st = px_error(PX_ERR_FORMAT, "%s %s: corrupt gzip at compressed byte %zu: zlib says \"%s\"", what, name, in_pos,
+                    z.msg ? z.msg : "invalid data");
     }
     break;
   }
@@ -114,8 +115,9 @@ px_status px_data_read_file(const char *path, const char *what, bool gunzip, voi
     return st;
   }
   FILE *f = fopen(path, "rb");
-  if (!f) return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "%s %s: cannot open: %s", what, path,
-                          strerror(errno));
+  if (!f)
+    return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "%s %s: cannot open: %s", what, path,
+                    strerror(errno));
   struct stat sb;
   size_t cap = 1 << 16;
   if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size < SIZE_MAX - 1)

@@ -13,8 +13,7 @@
  * them).  `name` and `what` ("idx", "text", ...) are for messages.  Errors:
  * corrupt data, a CRC or length mismatch, data cut short, bytes after the
  * last member.  *out is malloc'ed (at least 1 byte). */
-px_status px_data_gunzip(const void *buf, size_t n, const char *what, const char *name, void **out,
-                         size_t *out_n);
+px_status px_data_gunzip(const void *buf, size_t n, const char *what, const char *name, void **out, size_t *out_n);
 
 /* Read a whole file; inflate it when it is gzip by content (gunzip).  An
  * "s3://bucket/key" path reads the object (s3.h: one GET, or the cache). */

@@ -58,7 +58,7 @@ static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct h5_quiet {
   H5E_auto2_t func;
-  void       *data;
+  void *data;
 } h5_quiet;
 
 // Take the lock and silence HDF5's error printing (our messages say it).
@@ -85,34 +85,34 @@ bool px_hdf5_library_threadsafe(void) {
 }
 
 typedef struct h5_source {
-  char          *path;
-  char          *xname;
-  hid_t          file, dset, fspace, mspace;  // mspace: one sample
-  int            fd;           // direct reads: the file, for pread (else -1)
-  int64_t        direct_off;   // direct reads: file offset of the x dataset's raw data (else -1)
-  hid_t          tok_type;     // tokens, direct reads: the native type the file holds
-  size_t         tok_bytes;
+  char *path;
+  char *xname;
+  hid_t file, dset, fspace, mspace;  // mspace: one sample
+  int fd;                            // direct reads: the file, for pread (else -1)
+  int64_t direct_off;                // direct reads: file offset of the x dataset's raw data (else -1)
+  hid_t tok_type;                    // tokens, direct reads: the native type the file holds
+  size_t tok_bytes;
   // Images in a chunked dataset whose chunks hold whole samples: a cache of
   // decompressed chunk rows (chunk_n samples each), used under the lock.
-  size_t         chunk_n;      // samples per chunk along N (0: no cache, per-sample library reads)
-  size_t         n_slots;
-  int64_t       *slot_chunk;   // (n_slots,) chunk number held, -1 empty; chunk c goes to slot c % n_slots
-  unsigned char *slot_data;    // (n_slots, chunk_n, pixels · elem)
-  hid_t          chunk_mspace;
+  size_t chunk_n;  // samples per chunk along N (0: no cache, per-sample library reads)
+  size_t n_slots;
+  int64_t *slot_chunk;       // (n_slots,) chunk number held, -1 empty; chunk c goes to slot c % n_slots
+  unsigned char *slot_data;  // (n_slots, chunk_n, pixels · elem)
+  hid_t chunk_mspace;
   px_hdf5_layout layout;
-  int            rank;         // of the x dataset
-  hsize_t        dims[4];
+  int rank;  // of the x dataset
+  hsize_t dims[4];
   // images
-  bool           is_float;     // float32 images (else uint8)
-  size_t         channels, plane, pixels;  // C, H·W, C·H·W
-  float          mean[3], std[3];
-  float          lut[3][256];  // uint8: per channel (v/255 - mean) / std
-  int32_t       *labels;       // (N,)
+  bool is_float;                   // float32 images (else uint8)
+  size_t channels, plane, pixels;  // C, H·W, C·H·W
+  float mean[3], std[3];
+  float lut[3][256];  // uint8: per channel (v/255 - mean) / std
+  int32_t *labels;    // (N,)
   // tokens
-  uint64_t       num_tokens;
-  int64_t        T;
-  bool           random_offset;
-  size_t         vocab_size;
+  uint64_t num_tokens;
+  int64_t T;
+  bool random_offset;
+  size_t vocab_size;
 } h5_source;
 
 // "uint8", "int32", "float64", "string", ... for messages.
@@ -120,9 +120,7 @@ static void type_name(hid_t t, char *buf, size_t cap) {
   H5T_class_t cls = H5Tget_class(t);
   size_t size = H5Tget_size(t);
   switch (cls) {
-  case H5T_INTEGER:
-    snprintf(buf, cap, "%sint%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", size * 8);
-    break;
+  case H5T_INTEGER: snprintf(buf, cap, "%sint%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", size * 8); break;
   case H5T_FLOAT: snprintf(buf, cap, "float%zu", size * 8); break;
   case H5T_STRING: snprintf(buf, cap, "string"); break;
   case H5T_COMPOUND: snprintf(buf, cap, "compound (%zu bytes)", size); break;
@@ -146,9 +144,9 @@ static void shape_str(int rank, const hsize_t *dims, char *buf, size_t cap) {
 }
 
 typedef struct names_acc {
-  char  *buf;
+  char *buf;
   size_t cap, len;
-  int    count;
+  int count;
 } names_acc;
 
 static herr_t add_name(hid_t g, const char *name, const H5L_info_t *info, void *op) {
@@ -157,8 +155,7 @@ static herr_t add_name(hid_t g, const char *name, const H5L_info_t *info, void *
   names_acc *a = op;
   if (a->count < 12 && a->len < a->cap)
     a->len += (size_t)snprintf(a->buf + a->len, a->cap - a->len, "%s'%s'", a->count ? ", " : "", name);
-  else if (a->count == 12 && a->len < a->cap)
-    a->len += (size_t)snprintf(a->buf + a->len, a->cap - a->len, ", ...");
+  else if (a->count == 12 && a->len < a->cap) a->len += (size_t)snprintf(a->buf + a->len, a->cap - a->len, ", ...");
   a->count++;
   return 0;
 }
@@ -310,8 +307,7 @@ static px_status open_images(h5_source *s, const px_hdf5_opts *o) {
   const hsize_t N = dims[0];
   const hsize_t C = rank == 4 ? dims[1] : 1, H = dims[rank - 2], W = dims[rank - 1];
   if (N > (hsize_t)SIZE_MAX / 2 || C > 4096 || H > (1u << 20) || W > (1u << 20) || C * H * W > ((hsize_t)1 << 31))
-    return px_error(PX_ERR_FORMAT, "hdf5: dataset '%s' in %s: %s images are too large for a sample", o->x, s->path,
-                    sh);
+    return px_error(PX_ERR_FORMAT, "hdf5: dataset '%s' in %s: %s images are too large for a sample", o->x, s->path, sh);
   s->rank = rank;
   memcpy(s->dims, dims, sizeof s->dims);
   s->is_float = f32;
@@ -346,15 +342,15 @@ static px_status open_images(h5_source *s, const px_hdf5_opts *o) {
   if (!raw || !s->labels) {
     free(raw);
     H5Dclose(ld);
-    return px_error(PX_ERR_NOMEM, "hdf5: out of memory for the %llu labels of '%s' in %s", (unsigned long long)N,
-                    o->y, s->path);
+    return px_error(PX_ERR_NOMEM, "hdf5: out of memory for the %llu labels of '%s' in %s", (unsigned long long)N, o->y,
+                    s->path);
   }
   herr_t r = H5Dread(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw);
   H5Dclose(ld);
   if (r < 0) {
     free(raw);
-    return px_error(PX_ERR_IO, "hdf5: cannot read dataset '%s' in %s (a filter missing, or the file damaged?)",
-                    o->y, s->path);
+    return px_error(PX_ERR_IO, "hdf5: cannot read dataset '%s' in %s (a filter missing, or the file damaged?)", o->y,
+                    s->path);
   }
   const int64_t bound = o->num_classes ? (int64_t)o->num_classes : (int64_t)1 << 24;
   for (hsize_t i = 0; i < N; i++) {
@@ -431,8 +427,10 @@ static px_status read_slab(h5_source *s, const hsize_t *start, const hsize_t *co
   if (r >= 0) r = H5Dread(s->dset, mtype, s->mspace, s->fspace, H5P_DEFAULT, buf);
   h5_leave(&q);
   if (r < 0)
-    return px_error(PX_ERR_IO, "hdf5: dataset '%s' in %s: sample %zu: reading failed (a filter missing, or the file "
-                    "damaged or changed since open?)", s->xname, s->path, sample);
+    return px_error(PX_ERR_IO,
+                    "hdf5: dataset '%s' in %s: sample %zu: reading failed (a filter missing, or the file "
+                    "damaged or changed since open?)",
+                    s->xname, s->path, sample);
   return PX_OK;
 }
 
@@ -446,7 +444,8 @@ static px_status read_direct(const h5_source *s, uint64_t at, size_t n, void *bu
     if (r <= 0) {
       char why[128] = "the file ends there (cut short since open?)";
       if (r < 0 && strerror_r(errno, why, sizeof why) != 0) snprintf(why, sizeof why, "error %d", errno);
-      return px_error(PX_ERR_IO, "hdf5: dataset '%s' in %s: sample %zu: reading %zu bytes at file offset %lld failed: %s",
+      return px_error(PX_ERR_IO,
+                      "hdf5: dataset '%s' in %s: sample %zu: reading %zu bytes at file offset %lld failed: %s",
                       s->xname, s->path, sample, n, (long long)(base + (off_t)got), why);
     }
     got += (size_t)r;
@@ -479,9 +478,10 @@ static px_status read_cached(h5_source *s, size_t i, void *buf) {
   }
   h5_leave(&q);
   if (r < 0)
-    return px_error(PX_ERR_IO, "hdf5: dataset '%s' in %s: sample %zu: reading its chunk (samples %zu..%zu) failed (a "
-                    "filter missing, or the file damaged or changed since open?)", s->xname, s->path, i, c * n,
-                    c * n + n - 1);
+    return px_error(PX_ERR_IO,
+                    "hdf5: dataset '%s' in %s: sample %zu: reading its chunk (samples %zu..%zu) failed (a "
+                    "filter missing, or the file damaged or changed since open?)",
+                    s->xname, s->path, i, c * n, c * n + n - 1);
   return PX_OK;
 }
 
@@ -493,7 +493,7 @@ static px_status h5_get_image(px_dataset *d, size_t i, px_batch *b, size_t slot,
   px_status st;
   if (s->is_float) {
     st = s->direct_off >= 0 ? read_direct(s, (uint64_t)i * s->pixels * 4, s->pixels * 4, x, i)
-         : s->chunk_n       ? read_cached(s, i, x)
+      : s->chunk_n          ? read_cached(s, i, x)
                             : read_slab(s, start, count, H5T_NATIVE_FLOAT, x, i);
     if (st != PX_OK) return st;
     for (size_t k = 0; k < s->pixels; k++) {
@@ -505,7 +505,7 @@ static px_status h5_get_image(px_dataset *d, size_t i, px_batch *b, size_t slot,
     // is read before float k (bytes 4k..4k+3, all at or past k) overwrites it.
     uint8_t *raw = (uint8_t *)x;
     st = s->direct_off >= 0 ? read_direct(s, (uint64_t)i * s->pixels, s->pixels, raw, i)
-         : s->chunk_n       ? read_cached(s, i, raw)
+      : s->chunk_n          ? read_cached(s, i, raw)
                             : read_slab(s, start, count, H5T_NATIVE_UINT8, raw, i);
     if (st != PX_OK) return st;
     for (size_t k = s->pixels; k-- > 0;) {
@@ -554,9 +554,10 @@ static px_status h5_get_tokens(px_dataset *d, size_t i, px_batch *b, size_t slot
   const int64_t bound = s->vocab_size ? (int64_t)s->vocab_size : (int64_t)INT32_MAX + 1;
   for (size_t k = 0; st == PX_OK && k <= T; k++)
     if (tok[k] < 0 || tok[k] >= bound)
-      st = px_error(PX_ERR_FORMAT, "hdf5: dataset '%s' in %s: token at position %llu (sample %zu) is %lld, outside %s %lld",
-                    s->xname, s->path, (unsigned long long)(at + k), i, (long long)tok[k],
-                    s->vocab_size ? "the vocabulary: 0 ..": "the int32 range: 0 ..", (long long)(bound - 1));
+      st = px_error(PX_ERR_FORMAT,
+                    "hdf5: dataset '%s' in %s: token at position %llu (sample %zu) is %lld, outside %s %lld", s->xname,
+                    s->path, (unsigned long long)(at + k), i, (long long)tok[k],
+                    s->vocab_size ? "the vocabulary: 0 .." : "the int32 range: 0 ..", (long long)(bound - 1));
   if (st == PX_OK) {
     int32_t *x = (int32_t *)b->x.data + slot * T, *y = (int32_t *)b->y.data + slot * T;
     for (size_t k = 0; k < T; k++) {
@@ -602,8 +603,9 @@ static const px_dataset_ops h5_ops = {h5_get, h5_destroy};
 static px_status check_opts(const px_hdf5_opts *o) {
   const char *p = o->path;
   if (!p || !*p) return px_error(PX_ERR_INVALID, "hdf5: no file given");
-  if (!o->x || !*o->x) return px_error(PX_ERR_INVALID, "hdf5 %s: no dataset named for the %s", p,
-                                       o->layout == PX_HDF5_TOKENS ? "tokens" : "images");
+  if (!o->x || !*o->x)
+    return px_error(PX_ERR_INVALID, "hdf5 %s: no dataset named for the %s", p,
+                    o->layout == PX_HDF5_TOKENS ? "tokens" : "images");
   if (o->layout == PX_HDF5_TOKENS) {
     if (o->T < 1 || o->T > (1 << 24))
       return px_error(PX_ERR_INVALID, "hdf5 %s: sequence length T = %lld; expected 1 .. 2^24", p, (long long)o->T);

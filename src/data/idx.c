@@ -16,15 +16,15 @@
 #include <string.h>
 
 typedef struct idx_type {
-  unsigned    code;
-  px_dtype    dtype;
-  size_t      size;
+  unsigned code;
+  px_dtype dtype;
+  size_t size;
   const char *name;
 } idx_type;
 
 static const idx_type idx_types[] = {
-    {0x08, PX_U8, 1, "u8"},   {0x09, PX_I8, 1, "i8"},   {0x0B, PX_I16, 2, "i16"},
-    {0x0C, PX_I32, 4, "i32"}, {0x0D, PX_F32, 4, "f32"}, {0x0E, PX_F64, 8, "f64"},
+  {0x08, PX_U8, 1, "u8"},   {0x09, PX_I8, 1, "i8"},   {0x0B, PX_I16, 2, "i16"},
+  {0x0C, PX_I32, 4, "i32"}, {0x0D, PX_F32, 4, "f32"}, {0x0E, PX_F64, 8, "f64"},
 };
 
 static uint32_t be32(const unsigned char *p) {
@@ -52,8 +52,7 @@ px_status px_idx_parse(const void *buf, size_t n, const char *name, px_idx *out)
   if (!name) name = "(memory)";
   const unsigned char *b = buf;
   if (!b && n > 0) return px_error(PX_ERR_INVALID, "idx %s: NULL buffer", name);
-  if (n < 4)
-    return px_error(PX_ERR_FORMAT, "idx %s: %zu bytes, too short for the 4-byte IDX magic", name, n);
+  if (n < 4) return px_error(PX_ERR_FORMAT, "idx %s: %zu bytes, too short for the 4-byte IDX magic", name, n);
   if (b[0] != 0 || b[1] != 0)
     return px_error(PX_ERR_FORMAT,
                     "idx %s: bad magic %02X %02X %02X %02X: an IDX file starts with two zero bytes, a type code "
@@ -72,8 +71,8 @@ px_status px_idx_parse(const void *buf, size_t n, const char *name, px_idx *out)
     return px_error(PX_ERR_FORMAT, "idx %s: %d dims; plexus reads IDX arrays of 1 to 8 dims", name, ndim);
   size_t head = 4 + 4 * (size_t)ndim;
   if (n < head)
-    return px_error(PX_ERR_FORMAT, "idx %s: truncated header: %d dims need %zu header bytes, the file has %zu",
-                    name, ndim, head, n);
+    return px_error(PX_ERR_FORMAT, "idx %s: truncated header: %d dims need %zu header bytes, the file has %zu", name,
+                    ndim, head, n);
   // numel · size, refusing overflow: the product must fit in the file anyway.
   uint64_t count = 1;
   bool overflow = false;
@@ -107,9 +106,7 @@ px_status px_idx_parse(const void *buf, size_t n, const char *name, px_idx *out)
   const unsigned char *src = b + head;
   size_t m = (size_t)count;
   switch (t->size) {
-  case 1:
-    memcpy(data, src, nbytes);
-    break;
+  case 1: memcpy(data, src, nbytes); break;
   case 2:
     for (size_t i = 0; i < m; i++) {
       uint16_t v = (uint16_t)(src[2 * i] << 8 | src[2 * i + 1]);

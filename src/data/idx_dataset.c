@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 
 typedef struct idx_source {
-  px_idx   images;  // (N, H, W) u8
-  px_idx   labels;  // (N,) u8
-  size_t   pixels;  // H·W
-  float    lut[256];
+  px_idx images;  // (N, H, W) u8
+  px_idx labels;  // (N,) u8
+  size_t pixels;  // H·W
+  float lut[256];
 } idx_source;
 
 static px_status idx_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {
@@ -73,8 +73,8 @@ px_status px_idx_dataset_open(px_dataset **out, const char *images_path, const c
     st = px_error(PX_ERR_FORMAT, "idx dataset: images %s are %lld×%lld×%lld: no pixels", images_path,
                   (long long)im->dims[0], (long long)im->dims[1], (long long)im->dims[2]);
   if (st == PX_OK && im->dims[0] != lb->dims[0])
-    st = px_error(PX_ERR_FORMAT, "idx dataset: images %s hold %lld images but labels %s hold %lld labels",
-                  images_path, (long long)im->dims[0], labels_path, (long long)lb->dims[0]);
+    st = px_error(PX_ERR_FORMAT, "idx dataset: images %s hold %lld images but labels %s hold %lld labels", images_path,
+                  (long long)im->dims[0], labels_path, (long long)lb->dims[0]);
   if (st != PX_OK) {
     d->impl = s;
     idx_destroy(d);
@@ -145,7 +145,9 @@ px_status px_mnist_open(px_dataset **out, const char *dir, const char *split, fl
   const char *prefix;
   if (split && strcmp(split, "train") == 0) prefix = "train";
   else if (split && strcmp(split, "test") == 0) prefix = "t10k";
-  else return px_error(PX_ERR_INVALID, "mnist %s: split \"%s\"; expected \"train\" or \"test\"", dir, split ? split : "(null)");
+  else
+    return px_error(PX_ERR_INVALID, "mnist %s: split \"%s\"; expected \"train\" or \"test\"", dir,
+                    split ? split : "(null)");
   char images_name[64], labels_name[64];
   snprintf(images_name, sizeof images_name, "%s-images-idx3-ubyte", prefix);
   snprintf(labels_name, sizeof labels_name, "%s-labels-idx1-ubyte", prefix);

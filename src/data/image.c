@@ -24,10 +24,10 @@
 #define MAX_BYTES ((size_t)1 << 30)
 
 static px_status check_size(const char *name, const char *kind, int w, int h, int channels) {
-  if (w <= 0 || h <= 0 || w > MAX_SIDE || h > MAX_SIDE ||
-      (size_t)w * (size_t)h * (size_t)channels > MAX_BYTES)
-    return px_error(PX_ERR_FORMAT, "image %s: %s of %d×%d pixels; expected sides in 1..%d and at most %zu bytes decoded",
-                    name, kind, w, h, MAX_SIDE, MAX_BYTES);
+  if (w <= 0 || h <= 0 || w > MAX_SIDE || h > MAX_SIDE || (size_t)w * (size_t)h * (size_t)channels > MAX_BYTES)
+    return px_error(PX_ERR_FORMAT,
+                    "image %s: %s of %d×%d pixels; expected sides in 1..%d and at most %zu bytes decoded", name, kind,
+                    w, h, MAX_SIDE, MAX_BYTES);
   return PX_OK;
 }
 
@@ -71,8 +71,7 @@ static void cmyk_to_rgb_or_gray(const uint8_t *cmyk, uint8_t *out, size_t pixels
   }
 }
 
-static px_status decode_jpeg(const uint8_t *buf, size_t n, const char *name, int channels,
-                             px_image *out) {
+static px_status decode_jpeg(const uint8_t *buf, size_t n, const char *name, int channels, px_image *out) {
   tjhandle tj = tj_decompressor();
   if (!tj) return px_error(PX_ERR_NOMEM, "image %s: cannot create a JPEG decompressor: %s", name, tjGetErrorStr2(NULL));
   if (n > (size_t)0xffffffffUL) return px_error(PX_ERR_FORMAT, "image %s: a JPEG of %zu bytes is too large", name, n);
@@ -100,8 +99,7 @@ static px_status decode_jpeg(const uint8_t *buf, size_t n, const char *name, int
     // ("Premature end of JPEG file") is an error here.
     const char *why = tjGetErrorStr2(tj);
     if (tjGetErrorCode(tj) != TJERR_WARNING || strstr(why, "Premature end")) {
-      px_error(PX_ERR_FORMAT, "image %s: JPEG of %d×%d does not decode: libjpeg-turbo says \"%s\"", name,
-               w, h, why);
+      px_error(PX_ERR_FORMAT, "image %s: JPEG of %d×%d does not decode: libjpeg-turbo says \"%s\"", name, w, h, why);
       free(data);
       free(tmp);
       return PX_ERR_FORMAT;
@@ -142,8 +140,7 @@ static void png_read_mem(png_structp png, png_bytep dst, size_t n) {
   src->left -= n;
 }
 
-static px_status decode_png(const uint8_t *buf, size_t n, const char *name, int channels,
-                            px_image *out) {
+static px_status decode_png(const uint8_t *buf, size_t n, const char *name, int channels, px_image *out) {
   png_src src = {.p = buf, .left = n, .why = ""};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
   png_infop info = png ? png_create_info_struct(png) : NULL;
@@ -168,7 +165,7 @@ static px_status decode_png(const uint8_t *buf, size_t n, const char *name, int 
 
   // To 8-bit samples, alpha dropped (Pillow's convert("RGB") does the same),
   // then to the number of channels asked for.
-  png_set_expand(png);        // palette -> RGB, gray < 8 bits -> 8, tRNS -> alpha
+  png_set_expand(png);  // palette -> RGB, gray < 8 bits -> 8, tRNS -> alpha
   png_set_strip_16(png);
   png_set_strip_alpha(png);
   bool is_gray = !(color & PNG_COLOR_MASK_COLOR);

@@ -13,10 +13,10 @@
 
 typedef struct image_source {
   px_image_listing list;
-  px_transform     t;
-  int              channels;
-  int              out_w, out_h;  // sample size (C, out_h, out_w)
-  char            *csv;           // for messages
+  px_transform t;
+  int channels;
+  int out_w, out_h;  // sample size (C, out_h, out_w)
+  char *csv;         // for messages
 } image_source;
 
 static px_status image_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {

@@ -21,39 +21,39 @@
 enum { SLOT_EMPTY = 0, SLOT_FILLING, SLOT_READY };
 
 typedef struct slot {
-  px_batch  batch;
-  int       state;
-  px_status status;      // of the fill; PX_OK or the first failing sample's
-  char      error[512];  // its message, copied from the worker's thread
+  px_batch batch;
+  int state;
+  px_status status;  // of the fill; PX_OK or the first failing sample's
+  char error[512];   // its message, copied from the worker's thread
 } slot;
 
 struct px_loader {
-  px_dataset    *d;
+  px_dataset *d;
   px_loader_opts o;
-  px_sampler     sampler;
-  size_t         num_batches;
-  int            ring;
-  slot          *slots;
+  px_sampler sampler;
+  size_t num_batches;
+  int ring;
+  slot *slots;
 
   pthread_mutex_t mu;
-  pthread_cond_t  work;   // workers wait here for a claimable batch
-  pthread_cond_t  ready;  // the loop waits here for its batch, start_epoch for idle workers
-  pthread_t      *threads;
-  int             n_threads;
-  bool            sync_ready;  // mu, work and ready are initialised
-  bool            stop;
-  bool            running;     // an epoch has been started
-  uint64_t        epoch;
-  size_t          next_claim;  // lowest batch not yet claimed
-  size_t          next_out;    // batch px_loader_next hands out next
-  bool            holding;     // the loop holds batch next_out - 1
-  int             filling;     // workers inside a fill
+  pthread_cond_t work;   // workers wait here for a claimable batch
+  pthread_cond_t ready;  // the loop waits here for its batch, start_epoch for idle workers
+  pthread_t *threads;
+  int n_threads;
+  bool sync_ready;  // mu, work and ready are initialised
+  bool stop;
+  bool running;  // an epoch has been started
+  uint64_t epoch;
+  size_t next_claim;  // lowest batch not yet claimed
+  size_t next_out;    // batch px_loader_next hands out next
+  bool holding;       // the loop holds batch next_out - 1
+  int filling;        // workers inside a fill
 
-  size_t          skipped;
-  char            first_skip[512];
-  bool            reported;
-  double          wait_s;
-  atomic_bool     no_s3;  // a batch's dry run recorded no S3 read: the dataset reads none
+  size_t skipped;
+  char first_skip[512];
+  bool reported;
+  double wait_s;
+  atomic_bool no_s3;  // a batch's dry run recorded no S3 read: the dataset reads none
 };
 
 // The sample's own stream: a function of (seed, epoch, index) only.
@@ -180,9 +180,8 @@ px_status px_loader_create(px_loader **out, px_dataset *d, const px_loader_opts 
   if (l->num_batches == 0) {
     px_sampler_free(&l->sampler);
     free(l);
-    return px_error(PX_ERR_INVALID,
-                    "loader: %zu samples per rank make no full batch of %zu (drop_last_batch is set)", n,
-                    o.batch_size);
+    return px_error(PX_ERR_INVALID, "loader: %zu samples per rank make no full batch of %zu (drop_last_batch is set)",
+                    n, o.batch_size);
   }
   // Enough slots for every worker to fill one while the loop holds one.
   int ring = o.prefetch > 0 ? o.prefetch : 2 * (o.workers > 1 ? o.workers : 1);
@@ -225,8 +224,8 @@ px_status px_loader_create(px_loader **out, px_dataset *d, const px_loader_opts 
 
 px_status px_loader_start_epoch(px_loader *l, uint64_t epoch, size_t first_batch) {
   if (first_batch > l->num_batches)
-    return px_error(PX_ERR_INVALID, "loader: epoch has %zu batches; cannot start at batch %zu",
-                    l->num_batches, first_batch);
+    return px_error(PX_ERR_INVALID, "loader: epoch has %zu batches; cannot start at batch %zu", l->num_batches,
+                    first_batch);
   pthread_mutex_lock(&l->mu);
   // Let fills of the old epoch finish before the sampler's order changes.
   l->running = false;

@@ -39,10 +39,10 @@ typedef struct s3_conf {
   char key_id[256], secret[256], token[4096];
   char profile[128], region[64], endpoint[512], cache[1024];
   char cred_from[1200];  // where the credentials came from, for messages
-  int  attempts;
+  int attempts;
   long backoff_ms;
   long list_max_keys;  // 0: the store's default (1000); tests set a small page
-  int  in_flight;      // requests of one loader batch sent at once (PX_S3_IN_FLIGHT)
+  int in_flight;       // requests of one loader batch sent at once (PX_S3_IN_FLIGHT)
 } s3_conf;
 
 static s3_conf conf;
@@ -151,7 +151,8 @@ static px_status conf_get(const char *what, const char *url) {
   if (!*conf.key_id)
     return px_error(PX_ERR_INVALID,
                     "%s %s: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or write "
-                    "aws_access_key_id/aws_secret_access_key under [%s] in ~/.aws/credentials (profile from AWS_PROFILE)",
+                    "aws_access_key_id/aws_secret_access_key under [%s] in ~/.aws/credentials (profile from "
+                    "AWS_PROFILE)",
                     what, url, conf.profile);
   return PX_OK;
 }
@@ -203,8 +204,7 @@ static px_status request_url(const s3_obj *o, const char *key, const char *query
                              const char *what, const char *url) {
   int n = *conf.endpoint ? snprintf(out, cap, "%s/%s/", conf.endpoint, o->bucket)
                          : snprintf(out, cap, "https://%s.s3.%s.amazonaws.com/", o->bucket, conf.region);
-  if (n < 0 || (size_t)n >= cap || !encode(out, cap, key, true) ||
-      (query && strlen(out) + strlen(query) + 2 > cap))
+  if (n < 0 || (size_t)n >= cap || !encode(out, cap, key, true) || (query && strlen(out) + strlen(query) + 2 > cap))
     return px_error(PX_ERR_INVALID, "%s %s: URL too long", what, url);
   if (query) {
     strcat(out, "?");
@@ -243,14 +243,14 @@ static void handle_give(CURL *h) {
 // ---- One request, retried -----------------------------------------------------
 
 typedef struct sink {
-  CURL          *h;
-  unsigned char *dst;       // a ranged read's destination (dst_cap bytes), or NULL: grow buf
-  size_t         dst_cap;
+  CURL *h;
+  unsigned char *dst;  // a ranged read's destination (dst_cap bytes), or NULL: grow buf
+  size_t dst_cap;
   unsigned char *buf;
-  size_t         cap, len;  // body bytes received (2xx)
-  bool           overflow;  // more than dst_cap
-  char           err[4096];  // an error response's body (XML)
-  size_t         err_len;
+  size_t cap, len;  // body bytes received (2xx)
+  bool overflow;    // more than dst_cap
+  char err[4096];   // an error response's body (XML)
+  size_t err_len;
 } sink;
 
 static size_t on_body(char *p, size_t size, size_t nmemb, void *arg) {
@@ -300,8 +300,10 @@ static bool xml_tag(const char *xml, const char *tag, char *out, size_t cap, con
   if (!e) return false;
   size_t k = 0;
   for (const char *p = a; p < e && k + 1 < cap; p++) {
-    static const struct { const char *ent; char ch; } ents[] = {
-        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+    static const struct {
+      const char *ent;
+      char ch;
+    } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
     bool done = false;
     if (*p == '&')
       for (size_t j = 0; j < sizeof ents / sizeof *ents && !done; j++)
@@ -320,7 +322,7 @@ static bool xml_tag(const char *xml, const char *tag, char *out, size_t cap, con
 typedef enum { REQ_GET, REQ_HEAD } req_method;
 
 typedef struct req_result {
-  long     code;        // HTTP status of the last attempt (0: none)
+  long code;            // HTTP status of the last attempt (0: none)
   uint64_t total_size;  // from Content-Range (ranged) or Content-Length (HEAD)
 } req_result;
 
@@ -331,8 +333,8 @@ static px_status client_error(const char *what, const char *url, const s3_obj *o
   xml_tag(s->err, "Message", emsg, sizeof emsg, NULL);
   const char *sep = *emsg ? ": " : "";
   if (strcmp(ecode, "NoSuchBucket") == 0)
-    return px_error(PX_ERR_NOT_FOUND, "%s %s: no bucket \"%s\" (HTTP %ld NoSuchBucket%s%s) at %s", what, url,
-                    o->bucket, code, sep, emsg, *conf.endpoint ? conf.endpoint : "AWS");
+    return px_error(PX_ERR_NOT_FOUND, "%s %s: no bucket \"%s\" (HTTP %ld NoSuchBucket%s%s) at %s", what, url, o->bucket,
+                    code, sep, emsg, *conf.endpoint ? conf.endpoint : "AWS");
   if (strcmp(ecode, "NoSuchKey") == 0 || (code == 404 && !*ecode))
     return px_error(PX_ERR_NOT_FOUND, "%s %s: no object \"%s\" in bucket \"%s\" (HTTP %ld%s%s%s%s)", what, url, o->key,
                     o->bucket, code, *ecode ? " " : "", ecode, sep, emsg);
@@ -344,31 +346,31 @@ static px_status client_error(const char *what, const char *url, const s3_obj *o
                     what, url, code, ecode, sep, emsg, conf.key_id, conf.cred_from, conf.region,
                     strcmp(ecode, "SignatureDoesNotMatch") == 0 ? " (is the secret access key right?)" : "");
   if (strcmp(ecode, "AccessDenied") == 0 || code == 403)
-    return px_error(PX_ERR_IO, "%s %s: access denied (HTTP %ld%s%s%s%s) for access key id %s from %s", what, url,
-                    code, *ecode ? " " : "", ecode, sep, emsg, conf.key_id, conf.cred_from);
+    return px_error(PX_ERR_IO, "%s %s: access denied (HTTP %ld%s%s%s%s) for access key id %s from %s", what, url, code,
+                    *ecode ? " " : "", ecode, sep, emsg, conf.key_id, conf.cred_from);
   if (code == 301 || strcmp(ecode, "PermanentRedirect") == 0)
-    return px_error(PX_ERR_IO, "%s %s: HTTP %ld%s%s%s%s: bucket \"%s\" is not in region %s (set AWS_REGION to its region)",
-                    what, url, code, *ecode ? " " : "", ecode, sep, emsg, o->bucket, conf.region);
+    return px_error(PX_ERR_IO,
+                    "%s %s: HTTP %ld%s%s%s%s: bucket \"%s\" is not in region %s (set AWS_REGION to its region)", what,
+                    url, code, *ecode ? " " : "", ecode, sep, emsg, o->bucket, conf.region);
   return px_error(PX_ERR_IO, "%s %s: HTTP %ld%s%s%s%s", what, url, code, *ecode ? " " : "", ecode, sep, emsg);
 }
 
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 // One request: its URL, signature provider and headers, and the checks of
 // each attempt's outcome.  request() runs it (blocking, retried in place);
 // the batch fetch (below) runs many of them at once on a multi handle.
 typedef struct req_spec {
-  req_method         method;
-  const char        *what, *url;
-  const s3_obj      *o;
-  uint64_t           off;
-  size_t             range_n;
-  char               req_url[8192];
-  char               provider[128];
+  req_method method;
+  const char *what, *url;
+  const s3_obj *o;
+  uint64_t off;
+  size_t range_n;
+  char req_url[8192];
+  char provider[128];
   struct curl_slist *hdrs;
 } req_spec;
 
@@ -455,10 +457,9 @@ static attempt_verdict req_judge(const req_spec *q, CURL *h, CURLcode rc, sink *
     // A dropped connection (CURLE_PARTIAL_FILE: the body ended before its
     // Content-Length), a refused one, a timeout...
     if (cl >= 0 && (code >= 200 && code < 300))
-      snprintf(last, last_cap, "%s (truncated object: Content-Length %lld, received %zu bytes)",
-               curl_easy_strerror(rc), (long long)cl, s->len);
-    else
-      snprintf(last, last_cap, "%s (curl error %d)", curl_easy_strerror(rc), (int)rc);
+      snprintf(last, last_cap, "%s (truncated object: Content-Length %lld, received %zu bytes)", curl_easy_strerror(rc),
+               (long long)cl, s->len);
+    else snprintf(last, last_cap, "%s (curl error %d)", curl_easy_strerror(rc), (int)rc);
     return ATTEMPT_RETRY;
   }
   if (code >= 200 && code < 300) {
@@ -556,23 +557,23 @@ static px_status request(req_method method, const char *what, const char *url, c
 // sent as before).  px_s3_batch_end drops what is left.
 
 typedef struct held {
-  char     *url;
-  char     *what;    // the reader's ("tokens", "image", ...), for messages
-  uint64_t  off;
-  size_t    n;       // ranged: the bytes asked for; whole: 0
-  bool      whole;
-  bool      used;
+  char *url;
+  char *what;  // the reader's ("tokens", "image", ...), for messages
+  uint64_t off;
+  size_t n;  // ranged: the bytes asked for; whole: 0
+  bool whole;
+  bool used;
   px_status st;
-  void     *data;    // ranged: n bytes; whole: len bytes (malloc'ed, at least 1)
-  size_t    len;
-  char     *msg;     // st != PX_OK: the message the sequential read would have given
+  void *data;  // ranged: n bytes; whole: len bytes (malloc'ed, at least 1)
+  size_t len;
+  char *msg;  // st != PX_OK: the message the sequential read would have given
 } held;
 
 enum { BATCH_OFF = 0, BATCH_PLAN, BATCH_SERVE };
 
 static _Thread_local struct {
-  int    mode;
-  held  *v;
+  int mode;
+  held *v;
   size_t n, cap;
 } tb;
 
@@ -621,9 +622,7 @@ static held *serve_find(const char *url, uint64_t off, size_t n, bool whole) {
 }
 
 // The error a held request ended with, raised again on this thread.
-static px_status held_error(const held *e) {
-  return px_error(e->st, "%s", e->msg ? e->msg : "(no message)");
-}
+static px_status held_error(const held *e) { return px_error(e->st, "%s", e->msg ? e->msg : "(no message)"); }
 
 #define MULTI_MAX 64
 static pthread_mutex_t multi_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -652,17 +651,17 @@ static void multi_give(CURLM *m) {
 }
 
 typedef struct xfer {
-  held      *e;
-  s3_obj     o;
-  req_spec   q;
-  sink       s;
+  held *e;
+  s3_obj o;
+  req_spec q;
+  sink s;
   req_result r;
-  CURL      *h;
-  int        attempt;  // the attempt running or next
-  long       wait;     // the backoff before the next retry
-  double     ready_at; // px_time_now() from which the next attempt may start
-  int        state;    // 0 waiting, 1 in flight, 2 done
-  char       last[600];
+  CURL *h;
+  int attempt;      // the attempt running or next
+  long wait;        // the backoff before the next retry
+  double ready_at;  // px_time_now() from which the next attempt may start
+  int state;        // 0 waiting, 1 in flight, 2 done
+  char last[600];
 } xfer;
 
 static void xfer_finish(xfer *x, px_status st) {
@@ -712,8 +711,7 @@ static void fetch_all(void) {
     x->wait = conf.backoff_ms;
     const char *what = x->e->what;
     px_status st = parse_url(x->e->url, what, &x->o);
-    if (st == PX_OK)
-      st = req_prepare(&x->q, REQ_GET, what, x->e->url, &x->o, x->o.key, NULL, x->e->off, x->e->n);
+    if (st == PX_OK) st = req_prepare(&x->q, REQ_GET, what, x->e->url, &x->o, x->o.key, NULL, x->e->off, x->e->n);
     if (st == PX_OK && !x->e->whole) {
       x->e->data = malloc(x->e->n ? x->e->n : 1);
       if (!x->e->data) st = px_error(PX_ERR_NOMEM, "%s %s: out of memory for %zu bytes", what, x->e->url, x->e->n);
@@ -1005,8 +1003,8 @@ px_status px_s3_cache_fetch(const char *url, const char *what, uint64_t size, ch
   px_status st = parse_url(url, what, &o);
   if (st != PX_OK) return st;
   char *cached = key_escapes(o.key) ? NULL : px_s3_cache_path(url);
-  if (!cached) return px_error(PX_ERR_INVALID, "%s %s: no cache (PX_S3_CACHE unset, or a key with . or .. parts)",
-                               what, url);
+  if (!cached)
+    return px_error(PX_ERR_INVALID, "%s %s: no cache (PX_S3_CACHE unset, or a key with . or .. parts)", what, url);
   uint64_t have = 0;
   if (!(local_size(cached, &have) && have == size)) {
     void *data;
@@ -1032,10 +1030,10 @@ px_status px_s3_cache_fetch(const char *url, const char *what, uint64_t size, ch
 // ---- Listing -------------------------------------------------------------------
 
 typedef struct listed {
-  char    **urls;
+  char **urls;
   uint64_t *sizes;
-  char    **etags;  // the entries' ETags (quotes removed), when asked for
-  size_t    n, cap;
+  char **etags;  // the entries' ETags (quotes removed), when asked for
+  size_t n, cap;
 } listed;
 
 static bool listed_push(listed *l, const char *bucket, const char *key, uint64_t size, const char *etag) {
@@ -1177,7 +1175,11 @@ px_status px_s3_list_etags(const char *pattern, const char *what, char ***urls, 
   if (st == PX_OK && l.n == 0)
     st = px_error(PX_ERR_NOT_FOUND, "%s %s: no object in bucket \"%s\" %s \"%s\"", what, pattern, o.bucket,
                   glob ? "matches" : "has a key starting with", glob ? o.key : prefix);
-  struct entry { char *url; uint64_t size; char *etag; } *e = st == PX_OK ? malloc(l.n * sizeof *e) : NULL;
+  struct entry {
+    char *url;
+    uint64_t size;
+    char *etag;
+  } *e = st == PX_OK ? malloc(l.n * sizeof *e) : NULL;
   if (st == PX_OK && !e) st = px_error(PX_ERR_NOMEM, "%s %s: out of memory", what, pattern);
   if (st != PX_OK) {
     if (etags) px_s3_etags_free(l.etags, l.n);

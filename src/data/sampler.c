@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-px_status px_sampler_init(px_sampler *s, size_t dataset_size, int rank, int world, bool shuffle,
-                          uint64_t seed, bool drop_last) {
+px_status px_sampler_init(px_sampler *s, size_t dataset_size, int rank, int world, bool shuffle, uint64_t seed,
+                          bool drop_last) {
   memset(s, 0, sizeof *s);
   if (world < 1 || rank < 0 || rank >= world)
     return px_error(PX_ERR_INVALID, "sampler: rank %d outside a world of %d", rank, world);
@@ -47,8 +47,7 @@ void px_sampler_set_epoch(px_sampler *s, uint64_t epoch) {
   }
   // Position p of the padded order is scratch[p mod n]; rank r takes
   // positions r, r + world, ...
-  for (size_t k = 0; k < s->num_samples; k++)
-    s->indices[k] = s->scratch[(k * (size_t)s->world + (size_t)s->rank) % n];
+  for (size_t k = 0; k < s->num_samples; k++) s->indices[k] = s->scratch[(k * (size_t)s->world + (size_t)s->rank) % n];
 }
 
 void px_sampler_free(px_sampler *s) {

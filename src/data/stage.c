@@ -40,7 +40,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#define COPY_BUF ((size_t)1 << 20)  // 1 MiB reads and writes (the buffer stays in cache between read, CRC and write)
+#define COPY_BUF ((size_t)1 << 20)   // 1 MiB reads and writes (the buffer stays in cache between read, CRC and write)
 #define S3_CHUNK ((size_t)16 << 20)  // an S3 object is copied by ranged GETs of 16 MiB (one buffer, reused)
 #define MANIFEST "MANIFEST"
 #define MANIFEST_MAGIC "plexus-stage 1"
@@ -49,11 +49,11 @@
 // mtime "s.ns"; an S3 object's "etag:ETAG" ("etag:" alone when the store
 // lists no ETag: then size only tells a replaced object).
 typedef struct entry {
-  char     name[256];
+  char name[256];
   uint64_t size;
-  char     ver[160];
+  char ver[160];
   uint32_t crc;
-  bool     have;  // found in the old manifest
+  bool have;  // found in the old manifest
 } entry;
 
 static void local_ver(const struct stat *sb, char *out, size_t cap) {
@@ -152,12 +152,15 @@ static px_status s3_source_files(const char *kind, const char *path, char ***url
     const bool tokens = strcmp(kind, "tokens") == 0;
     const char *wild = strpbrk(path, "*?[");
     if (tokens && wild && wild < slash)
-      return px_error(PX_ERR_INVALID, "--stage: tokens %s: the pattern may only match names in one \"directory\" "
-                      "(wildcards after the last '/'), since the stage holds the shards side by side", path);
+      return px_error(PX_ERR_INVALID,
+                      "--stage: tokens %s: the pattern may only match names in one \"directory\" "
+                      "(wildcards after the last '/'), since the stage holds the shards side by side",
+                      path);
     if (tokens && !wild && !*last)
-      return px_error(PX_ERR_INVALID, "--stage: tokens %s: give the shards as a glob (%s*.bin) or a prefix that "
-                      "includes the start of their names (%sshard_): the staged copy is read as DIR/<that>*", path,
-                      path, path);
+      return px_error(PX_ERR_INVALID,
+                      "--stage: tokens %s: give the shards as a glob (%s*.bin) or a prefix that "
+                      "includes the start of their names (%sshard_): the staged copy is read as DIR/<that>*",
+                      path, path, path);
     st = px_s3_list_etags(path, tokens ? "--stage: tokens" : "--stage: text", urls, sizes, etags, n);
     if (st == PX_OK && !tokens && (*n != 1 || strcmp((*urls)[0], path) != 0))
       st = px_error(PX_ERR_NOT_FOUND, "--stage: text %s: no object with exactly this key (%zu key(s) start with it)",
@@ -166,11 +169,15 @@ static px_status s3_source_files(const char *kind, const char *path, char ***url
     // none of them below a further '/'.
     for (size_t j = 0; j < *n && st == PX_OK && tokens && !wild; j++)
       if (strchr((*urls)[j] + (size_t)(last - path), '/'))
-        st = px_error(PX_ERR_INVALID, "--stage: tokens %s: the object %s lies below a further '/'; stage a glob of "
-                      "one \"directory\" (%s*.bin) instead", path, (*urls)[j], path);
+        st = px_error(PX_ERR_INVALID,
+                      "--stage: tokens %s: the object %s lies below a further '/'; stage a glob of "
+                      "one \"directory\" (%s*.bin) instead",
+                      path, (*urls)[j], path);
   } else {
-    return px_error(PX_ERR_UNSUPPORTED, "--stage: --data %s is not staged; staging covers mnist (IDX), tokens "
-                    "(shards) and text", kind);
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "--stage: --data %s is not staged; staging covers mnist (IDX), tokens "
+                    "(shards) and text",
+                    kind);
   }
   if (st != PX_OK) {
     px_s3_etags_free(*etags, *n);
@@ -221,8 +228,10 @@ px_status px_stage_source_files(const char *kind, const char *path, char ***file
     // The shards px_token_dataset_open would read: the glob, sorted.
     const char *slash = strrchr(path, '/');
     if (slash && strpbrk(path, "*?[") && strpbrk(path, "*?[") < slash)
-      return px_error(PX_ERR_INVALID, "--stage: tokens %s: the pattern may only match names in one directory "
-                      "(wildcards in the last part), since the stage holds the shards side by side", path);
+      return px_error(PX_ERR_INVALID,
+                      "--stage: tokens %s: the pattern may only match names in one directory "
+                      "(wildcards in the last part), since the stage holds the shards side by side",
+                      path);
     glob_t g;
     int rc = glob(path, 0, NULL, &g);
     if (rc == GLOB_NOMATCH) {
@@ -238,8 +247,10 @@ px_status px_stage_source_files(const char *kind, const char *path, char ***file
   } else if (strcmp(kind, "text") == 0) {
     st = push(files, n, path);
   } else {
-    return px_error(PX_ERR_UNSUPPORTED, "--stage: --data %s is not staged; staging covers mnist (IDX), tokens "
-                    "(shards) and text", kind);
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "--stage: --data %s is not staged; staging covers mnist (IDX), tokens "
+                    "(shards) and text",
+                    kind);
   }
   if (st != PX_OK) {
     px_stage_files_free(*files, *n);
@@ -266,8 +277,8 @@ static px_status set_dir(const char *stage_dir, const char *source, char *out, s
     snprintf(label, sizeof label, "%s", b);
   }
   for (char *p = label; *p; p++)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
-          *p == '-' || *p == '_'))
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' ||
+          *p == '_'))
       *p = '_';
   if (!*label) snprintf(label, sizeof label, "data");
   int w = snprintf(out, cap, "%s/%s-%.12s", stage_dir, label, hex);
@@ -282,7 +293,7 @@ px_status px_stage_path(const char *stage_dir, const char *kind, const char *sou
   int w;
   if (strcmp(kind, "mnist") == 0) w = snprintf(out, cap, "%s", dir);
   else if (strcmp(kind, "tokens") == 0 && px_s3_is_url(source) && !strpbrk(base_name(source), "*?["))
-    w = snprintf(out, cap, "%s/%s*", dir, base_name(source));  // an S3 key prefix: the objects that start with it
+    w = snprintf(out, cap, "%s/%s*", dir, base_name(source));    // an S3 key prefix: the objects that start with it
   else w = snprintf(out, cap, "%s/%s", dir, base_name(source));  // tokens: the same glob; text: the file
   if (w < 0 || (size_t)w >= cap) return px_error(PX_ERR_INVALID, "--stage %s: the path is too long", stage_dir);
   return PX_OK;
@@ -365,8 +376,9 @@ static px_status copy_one(const char *src, const char *dir, void *buf, entry *e)
   snprintf(dst, sizeof dst, "%s/%s", dir, e->name);
   snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%s.%ld", dir, e->name, host, (long)getpid());
   int in = open(src, O_RDONLY | O_CLOEXEC);
-  if (in < 0) return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "--stage: cannot open %s: %s", src,
-                              strerror(errno));
+  if (in < 0)
+    return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "--stage: cannot open %s: %s", src,
+                    strerror(errno));
   struct stat sb;
   if (fstat(in, &sb) != 0) {
     close(in);
@@ -440,7 +452,8 @@ static px_status copy_s3(const char *url, uint64_t size, const char *dir, void *
     st = write_all(out, buf, want, tmp);
     off += want;
   }
-  if (st == PX_OK && fsync(out) != 0) st = px_error(PX_ERR_IO, "--stage: finishing %s failed: %s", tmp, strerror(errno));
+  if (st == PX_OK && fsync(out) != 0)
+    st = px_error(PX_ERR_IO, "--stage: finishing %s failed: %s", tmp, strerror(errno));
   if (close(out) != 0 && st == PX_OK) st = px_error(PX_ERR_IO, "--stage: closing %s failed: %s", tmp, strerror(errno));
   if (st == PX_OK && rename(tmp, dst) != 0)
     st = px_error(PX_ERR_IO, "--stage: renaming %s to %s failed: %s", tmp, dst, strerror(errno));
@@ -477,8 +490,8 @@ static size_t remove_strays(const char *dir, const entry *e, size_t n) {
 
 // The size and version (entry.ver) of a source file now: a local file's
 // stat; an S3 object's listing (given, or asked for here: one LIST).
-static px_status source_state(const char *file, const uint64_t *s3_size, const char *s3_etag, uint64_t *size,
-                              char *ver, size_t cap) {
+static px_status source_state(const char *file, const uint64_t *s3_size, const char *s3_etag, uint64_t *size, char *ver,
+                              size_t cap) {
   if (px_s3_is_url(file)) {
     if (s3_size) {
       *size = *s3_size;
@@ -536,8 +549,10 @@ static px_status stage_set(const char *stage_dir, const char *source, char *cons
   for (size_t i = 0; i < n && st == PX_OK; i++) {
     const char *b = base_name(files[i]);
     if (strlen(b) >= sizeof e[i].name || !*b || strchr(b, '\n') || strcmp(b, MANIFEST) == 0 || b[0] == '.')
-      st = px_error(PX_ERR_INVALID, "--stage: %s: the file name is empty, too long, holds a newline, starts with "
-                    "'.' or is " MANIFEST " (the stage's own names)", files[i]);
+      st = px_error(PX_ERR_INVALID,
+                    "--stage: %s: the file name is empty, too long, holds a newline, starts with "
+                    "'.' or is " MANIFEST " (the stage's own names)",
+                    files[i]);
     for (size_t j = 0; j < i && st == PX_OK; j++)
       if (strcmp(e[j].name, b) == 0)
         st = px_error(PX_ERR_INVALID, "--stage: %s and %s share the name %s; the stage holds files side by side",
@@ -552,8 +567,7 @@ static px_status stage_set(const char *stage_dir, const char *source, char *cons
     lock = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock < 0) st = px_error(PX_ERR_IO, "--stage: cannot create %s: %s", lp, strerror(errno));
     else
-      while (flock(lock, LOCK_EX) != 0 && errno == EINTR) {
-      }
+      while (flock(lock, LOCK_EX) != 0 && errno == EINTR) {}
   }
   // Which files to copy: those whose source moved on or whose copy is not
   // the one the manifest describes.
@@ -564,8 +578,8 @@ static px_status stage_set(const char *stage_dir, const char *source, char *cons
   if (st == PX_OK) read_manifest(dir, source, e, n);
   for (size_t i = 0; i < n && st == PX_OK; i++) {
     struct stat ds;
-    st = source_state(files[i], s3_sizes ? &s3_sizes[i] : NULL, s3_etags ? s3_etags[i] : NULL, &cur_size[i],
-                      cur_ver[i], sizeof cur_ver[i]);
+    st = source_state(files[i], s3_sizes ? &s3_sizes[i] : NULL, s3_etags ? s3_etags[i] : NULL, &cur_size[i], cur_ver[i],
+                      sizeof cur_ver[i]);
     if (st != PX_OK) break;
     res->bytes += cur_size[i];
     char dp[4400];
@@ -590,7 +604,8 @@ static px_status stage_set(const char *stage_dir, const char *source, char *cons
     // manifest, and the next one copies everything again.
     char mp[4200];
     snprintf(mp, sizeof mp, "%s/" MANIFEST, dir);
-    if (unlink(mp) != 0 && errno != ENOENT) st = px_error(PX_ERR_IO, "--stage: cannot remove %s: %s", mp, strerror(errno));
+    if (unlink(mp) != 0 && errno != ENOENT)
+      st = px_error(PX_ERR_IO, "--stage: cannot remove %s: %s", mp, strerror(errno));
     // Files not in the set go before the space is counted: a set shrunk
     // since the last run frees what it no longer holds.
     if (st == PX_OK) remove_strays(dir, e, n);
@@ -668,7 +683,8 @@ static px_status canonical(const char *source, char *out, size_t cap) {
   const char *last = slash ? slash + 1 : source;
   if (!*last || !strpbrk(last, "*?[")) {  // a directory or a file: all of it
     real = realpath(source, NULL);
-    if (!real) return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "--stage: %s: %s", source, strerror(errno));
+    if (!real)
+      return px_error(errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO, "--stage: %s: %s", source, strerror(errno));
     snprintf(out, cap, "%s", real);
   } else {
     if (!slash) snprintf(dir, sizeof dir, ".");
@@ -712,7 +728,9 @@ px_status px_stage_source(px_comm *comm, const char *stage_dir, const char *kind
   if (cst != PX_OK) return px_error_wrap(cst, "--stage %s: waiting for the node's copy", stage_dir);
   if (st != PX_OK) return st;
   if (failed)
-    return px_error(PX_ERR_IO, "--stage %s: staging %s failed on another rank (the copying rank of its node says "
-                    "why)", stage_dir, source);
+    return px_error(PX_ERR_IO,
+                    "--stage %s: staging %s failed on another rank (the copying rank of its node says "
+                    "why)",
+                    stage_dir, source);
   return px_stage_path(stage_dir, kind, key, staged, cap);
 }

@@ -186,7 +186,8 @@ px_status px_text_to_shards(const char *text_path, const char *out_prefix, px_to
   if (st == PX_OK && vocab_path) {
     st = px_vocab_load(&v, vocab_path);
     if (st == PX_OK && px_vocab_kind(v) != kind)
-      st = px_error(PX_ERR_INVALID, "text to shards %s: vocabulary %s is a %s vocabulary, but the %s tokenizer was asked for",
+      st = px_error(PX_ERR_INVALID,
+                    "text to shards %s: vocabulary %s is a %s vocabulary, but the %s tokenizer was asked for",
                     text_path, vocab_path, px_vocab_kind(v) == PX_TOKENIZER_WORD ? "word" : "byte",
                     kind == PX_TOKENIZER_WORD ? "word" : "byte");
   } else if (st == PX_OK) {

@@ -61,9 +61,9 @@ px_status px_shard_parse_header(const void *header, size_t header_bytes, uint64_
   if (!name) name = "(memory)";
   if (!header && header_bytes > 0) return px_error(PX_ERR_INVALID, "tokens %s: NULL header", name);
   if (header_bytes < PX_SHARD_HEADER_BYTES || file_size < PX_SHARD_HEADER_BYTES)
-    return px_error(PX_ERR_FORMAT, "tokens %s: truncated header: a shard starts with a %d-byte header, the file has %llu bytes",
-                    name, PX_SHARD_HEADER_BYTES,
-                    (unsigned long long)(file_size < header_bytes ? file_size : header_bytes));
+    return px_error(PX_ERR_FORMAT,
+                    "tokens %s: truncated header: a shard starts with a %d-byte header, the file has %llu bytes", name,
+                    PX_SHARD_HEADER_BYTES, (unsigned long long)(file_size < header_bytes ? file_size : header_bytes));
   const unsigned char *h = header;
   int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), count = (int32_t)le32(h + 8);
   int token_bytes, want_version;
@@ -95,8 +95,7 @@ px_status px_shard_parse_header(const void *header, size_t header_bytes, uint64_
     return px_error(PX_ERR_FORMAT,
                     "tokens %s: count mismatch: the header says %d tokens (%llu bytes), but the file has %llu bytes "
                     "after the header (%llu bytes extra)",
-                    name, count, (unsigned long long)want, (unsigned long long)body,
-                    (unsigned long long)(body - want));
+                    name, count, (unsigned long long)want, (unsigned long long)body, (unsigned long long)(body - want));
   out->token_bytes = token_bytes;
   out->num_tokens = (uint64_t)count;
   return PX_OK;
@@ -140,23 +139,23 @@ px_status px_shard_write(const char *path, const uint32_t *tokens, size_t n, int
 // ---- The dataset ---------------------------------------------------------------
 
 typedef struct tok_shard {
-  char           *path;
-  char           *url;          // an S3 object read by ranges (fd -1), or NULL
-  int             fd;           // -1: tokens in memory or in S3
-  const uint32_t *mem;          // (num_tokens,) when in memory
-  int             token_bytes;  // on disk: 2 or 4
-  uint64_t        num_tokens;
-  size_t          first;        // dataset index of the shard's first window
-  size_t          windows;
+  char *path;
+  char *url;            // an S3 object read by ranges (fd -1), or NULL
+  int fd;               // -1: tokens in memory or in S3
+  const uint32_t *mem;  // (num_tokens,) when in memory
+  int token_bytes;      // on disk: 2 or 4
+  uint64_t num_tokens;
+  size_t first;  // dataset index of the shard's first window
+  size_t windows;
 } tok_shard;
 
 typedef struct tok_source {
   tok_shard *shards;
-  size_t     n_shards;
-  int64_t    T;
-  bool       random_offset;
-  size_t     vocab_size;  // 0: unchecked
-  uint32_t  *owned;       // in-memory tokens, freed with the source
+  size_t n_shards;
+  int64_t T;
+  bool random_offset;
+  size_t vocab_size;  // 0: unchecked
+  uint32_t *owned;    // in-memory tokens, freed with the source
 } tok_source;
 
 static size_t windows_of(uint64_t n, int64_t T, bool random_offset) {
@@ -238,8 +237,7 @@ static px_status tok_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_r
     uint64_t bound = src->vocab_size ? src->vocab_size : (uint64_t)INT32_MAX + 1;
     for (size_t k = 0; k <= T; k++) {
       if (tok[k] >= bound) {
-        st = px_error(PX_ERR_FORMAT,
-                      "tokens %s: token at position %llu (sample %zu) is %u, outside %s %llu", sh->path,
+        st = px_error(PX_ERR_FORMAT, "tokens %s: token at position %llu (sample %zu) is %u, outside %s %llu", sh->path,
                       (unsigned long long)(s + k), i, tok[k],
                       src->vocab_size ? "the vocabulary of" : "the int32 range: at most",
                       (unsigned long long)(src->vocab_size ? bound : bound - 1));

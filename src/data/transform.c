@@ -8,17 +8,17 @@
 #include <math.h>
 #include <stdlib.h>
 
-px_status px_transform_init(px_transform *t, int resize, int crop, bool random_crop, bool hflip,
-                            const float mean[3], const float std[3]) {
+px_status px_transform_init(px_transform *t, int resize, int crop, bool random_crop, bool hflip, const float mean[3],
+                            const float std[3]) {
   if (resize < 0 || crop < 0 || resize > 65500 || crop > 65500)
     return px_error(PX_ERR_INVALID, "image transform: resize %d and crop %d must be in 0..65500", resize, crop);
-  if (random_crop && crop == 0)
-    return px_error(PX_ERR_INVALID, "image transform: random_crop needs a crop size > 0");
+  if (random_crop && crop == 0) return px_error(PX_ERR_INVALID, "image transform: random_crop needs a crop size > 0");
   *t = (px_transform){.resize = resize, .crop = crop, .random_crop = random_crop, .hflip = hflip};
   for (int c = 0; c < 3; c++) {
     if (!(std[c] != 0.0f) || !isfinite(std[c]) || !isfinite(mean[c]))
-      return px_error(PX_ERR_INVALID, "image transform: channel %d has mean %g, std %g; std must be finite and non-zero",
-                      c, (double)mean[c], (double)std[c]);
+      return px_error(PX_ERR_INVALID,
+                      "image transform: channel %d has mean %g, std %g; std must be finite and non-zero", c,
+                      (double)mean[c], (double)std[c]);
     t->mean[c] = mean[c];
     t->std[c] = std[c];
     // The same float operations as torchvision's ToTensor then Normalize:
@@ -58,8 +58,8 @@ int px_transform_half_round_even(int x) {
   return (q % 2 == 0) ? q : q + 1;
 }
 
-px_status px_transform_plan_make(const px_transform *t, const px_image *img, const char *name,
-                                 px_rng *rng, px_transform_plan *plan) {
+px_status px_transform_plan_make(const px_transform *t, const px_image *img, const char *name, px_rng *rng,
+                                 px_transform_plan *plan) {
   int rw, rh;
   px_transform_resized_size(t, img->width, img->height, &rw, &rh);
   *plan = (px_transform_plan){.resized_w = rw, .resized_h = rh, .out_w = rw, .out_h = rh};
@@ -93,8 +93,7 @@ static void bilinear_index(int dst, float scale, int in, int *i0, int *i1, float
 }
 
 // The crop of an image that is not resized: a gather through the table.
-static void apply_plain(const px_transform *t, const px_image *img, const px_transform_plan *p,
-                        float *out) {
+static void apply_plain(const px_transform *t, const px_image *img, const px_transform_plan *p, float *out) {
   const int C = img->channels, W = img->width;
   const size_t plane = (size_t)p->out_h * (size_t)p->out_w;
   for (int c = 0; c < C; c++) {
@@ -115,8 +114,7 @@ static void apply_plain(const px_transform *t, const px_image *img, const px_tra
 }
 
 // The crop window of the resized image, computed straight from the source.
-static void apply_resized(const px_transform *t, const px_image *img, const px_transform_plan *p,
-                          float *out) {
+static void apply_resized(const px_transform *t, const px_image *img, const px_transform_plan *p, float *out) {
   const int C = img->channels, W = img->width, H = img->height;
   const float sx = (float)W / (float)p->resized_w, sy = (float)H / (float)p->resized_h;
   const size_t plane = (size_t)p->out_h * (size_t)p->out_w;
@@ -164,8 +162,7 @@ static void apply_resized(const px_transform *t, const px_image *img, const px_t
   free(lx);
 }
 
-void px_transform_apply(const px_transform *t, const px_image *img, const px_transform_plan *plan,
-                        float *out) {
+void px_transform_apply(const px_transform *t, const px_image *img, const px_transform_plan *plan, float *out) {
   if (plan->resized_w == img->width && plan->resized_h == img->height) apply_plain(t, img, plan, out);
   else apply_resized(t, img, plan, out);
 }

@@ -29,15 +29,15 @@
 
 struct px_vocab {
   px_tokenizer_kind kind;
-  size_t    n;
-  char     *chars;      // every token, NUL-terminated, back to back
-  size_t    chars_len, chars_cap;
-  size_t   *offset;     // (n,) token id's start in chars
-  size_t   *len;        // (n,) its length in bytes
-  size_t    cap;        // rows allocated in offset and len
-  uint32_t *table;      // (table_cap,) id + 1, 0 = empty slot
-  size_t    table_cap;  // a power of two, at least 2n
-  uint32_t  eos, unk;
+  size_t n;
+  char *chars;  // every token, NUL-terminated, back to back
+  size_t chars_len, chars_cap;
+  size_t *offset;    // (n,) token id's start in chars
+  size_t *len;       // (n,) its length in bytes
+  size_t cap;        // rows allocated in offset and len
+  uint32_t *table;   // (table_cap,) id + 1, 0 = empty slot
+  size_t table_cap;  // a power of two, at least 2n
+  uint32_t eos, unk;
 };
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -176,7 +176,8 @@ px_status px_vocab_build_text(px_vocab **out, const char *text, size_t n, const 
     }
     if (lookup(v, w, len) == UINT32_MAX) st = append(v, w, len);
   }
-  if (st == PX_OK && v->n == 0) st = px_error(PX_ERR_FORMAT, "text %s: empty; no words to build a vocabulary from", name);
+  if (st == PX_OK && v->n == 0)
+    st = px_error(PX_ERR_FORMAT, "text %s: empty; no words to build a vocabulary from", name);
   // WikiText-2 holds "<unk>" itself; any other text gets it as the last id.
   if (st == PX_OK && lookup(v, PX_VOCAB_UNK, strlen(PX_VOCAB_UNK)) == UINT32_MAX)
     st = append(v, PX_VOCAB_UNK, strlen(PX_VOCAB_UNK));
@@ -215,8 +216,7 @@ static bool next_line(const char *text, size_t n, size_t *pos, const char **line
   return true;
 }
 
-static px_status parse_header(const char *line, size_t len, const char *name, px_tokenizer_kind *kind,
-                              size_t *count) {
+static px_status parse_header(const char *line, size_t len, const char *name, px_tokenizer_kind *kind, size_t *count) {
   char buf[96];
   size_t m = len < sizeof buf - 1 ? len : sizeof buf - 1;
   memcpy(buf, line, m);
@@ -309,7 +309,8 @@ px_status px_vocab_parse(px_vocab **out, const char *text, size_t n, const char 
   if (st == PX_OK) {
     note_specials(v);
     if (v->eos == UINT32_MAX || v->unk == UINT32_MAX)
-      st = px_error(PX_ERR_FORMAT, "vocabulary %s: no \"%s\" token; a word vocabulary needs \"%s\" (end of line) and "
+      st = px_error(PX_ERR_FORMAT,
+                    "vocabulary %s: no \"%s\" token; a word vocabulary needs \"%s\" (end of line) and "
                     "\"%s\" (unknown word)",
                     name, v->eos == UINT32_MAX ? PX_VOCAB_EOS : PX_VOCAB_UNK, PX_VOCAB_EOS, PX_VOCAB_UNK);
   }
@@ -365,9 +366,7 @@ uint32_t px_vocab_id(const px_vocab *v, const char *word, size_t len) {
   return id == UINT32_MAX ? v->unk : id;
 }
 
-const char *px_vocab_token(const px_vocab *v, uint32_t id) {
-  return id < v->n ? v->chars + v->offset[id] : NULL;
-}
+const char *px_vocab_token(const px_vocab *v, uint32_t id) { return id < v->n ? v->chars + v->offset[id] : NULL; }
 
 uint32_t px_vocab_eos_id(const px_vocab *v) { return v->eos; }
 

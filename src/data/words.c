@@ -16,7 +16,7 @@ size_t px_text_space_len(const char *p, const char *end) {
   unsigned char c1 = s[1], c2 = s[2];
   if (c == 0xE1) return c1 == 0x9A && c2 == 0x80 ? 3 : 0;  // U+1680
   if (c == 0xE3) return c1 == 0x80 && c2 == 0x80 ? 3 : 0;  // U+3000
-  if (c1 == 0x80)  // U+2000..U+200A, U+2028, U+2029, U+202F
+  if (c1 == 0x80)                                          // U+2000..U+200A, U+2028, U+2029, U+202F
     return (c2 >= 0x80 && c2 <= 0x8A) || c2 == 0xA8 || c2 == 0xA9 || c2 == 0xAF ? 3 : 0;
   return c1 == 0x81 && c2 == 0x9F ? 3 : 0;  // U+205F
 }

@@ -22,8 +22,8 @@ typedef enum { PX_WORD_END = 0, PX_WORD, PX_WORD_EOL } px_word_kind;
  * line (PX_WORD_EOL: emit "<eos>"), or PX_WORD_END. */
 typedef struct px_words {
   const char *p, *end;
-  size_t      line;          /* 1-based line of the last item */
-  bool        line_started;  /* bytes of the current line seen */
+  size_t line;       /* 1-based line of the last item */
+  bool line_started; /* bytes of the current line seen */
 } px_words;
 
 void px_words_init(px_words *it, const char *text, size_t n);

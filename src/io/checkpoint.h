@@ -24,10 +24,10 @@
 #include "io/sha256.h"
 #include "plexus/io.h"
 
-#define PX_CKPT_SUMS      "SHA256SUMS"
-#define PX_CKPT_NAME_MAX  255          // longest file name (NAME_MAX on Linux)
-#define PX_CKPT_SUMS_MAX  (1u << 20)   // a SHA256SUMS longer than this is not ours
-#define PX_CKPT_HOST_MAX  64
+#define PX_CKPT_SUMS "SHA256SUMS"
+#define PX_CKPT_NAME_MAX 255         // longest file name (NAME_MAX on Linux)
+#define PX_CKPT_SUMS_MAX (1u << 20)  // a SHA256SUMS longer than this is not ours
+#define PX_CKPT_HOST_MAX 64
 
 /* ---- names (checkpoint_dir.c) ------------------------------------------- */
 
@@ -40,10 +40,10 @@ bool px_ckpt_parse_step_name(const char *name, int64_t *step);
 typedef enum px_ckpt_temp_kind { PX_CKPT_PARTIAL, PX_CKPT_OLD } px_ckpt_temp_kind;
 
 typedef struct px_ckpt_temp {
-  int64_t           step;
+  int64_t step;
   px_ckpt_temp_kind kind;
-  char              host[PX_CKPT_HOST_MAX + 1];
-  long              pid;
+  char host[PX_CKPT_HOST_MAX + 1];
+  long pid;
 } px_ckpt_temp;
 
 // ".step_<8 digits>.<partial|old>.<host>.<pid>"; out holds 384 bytes.
@@ -63,15 +63,15 @@ bool px_ckpt_name_ok(const char *name, const char **why);
 /* ---- listing (checkpoint_dir.c) ----------------------------------------- */
 
 typedef struct px_ckpt_entry {
-  char         name[PX_CKPT_NAME_MAX + 1];
-  bool         is_temp;    // else a step directory
-  int64_t      step;
-  px_ckpt_temp temp;       // when is_temp
+  char name[PX_CKPT_NAME_MAX + 1];
+  bool is_temp;  // else a step directory
+  int64_t step;
+  px_ckpt_temp temp;  // when is_temp
 } px_ckpt_entry;
 
 typedef struct px_ckpt_listing {
   px_ckpt_entry *entries;  // step directories newest first, then temporaries
-  int            n_steps, n_temps;
+  int n_steps, n_temps;
 } px_ckpt_listing;
 
 // The directories of dir whose names are ours (symbolic links and other
@@ -94,18 +94,18 @@ px_status px_ckpt_fsync_dir(const char *dir, const char *ckpt);
 px_status px_ckpt_make_dirs(char *dir, const char *ckpt);
 // Writes the concatenation of chunks to path (a new file), fsynced, and its
 // SHA-256 into digest; errors name the checkpoint and the file.
-px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
-                             int n, unsigned char digest[PX_SHA256_BYTES]);
+px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
+                             unsigned char digest[PX_SHA256_BYTES]);
 // px_ckpt_write_file that also gives each chunk's CRC-32C into crcs (n
 // entries), computed in the same pass over the bytes as the SHA-256.
-px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
-                                 int n, unsigned char digest[PX_SHA256_BYTES], uint32_t *crcs);
+px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
+                                 unsigned char digest[PX_SHA256_BYTES], uint32_t *crcs);
 // A chunk of a written file and its CRC-32C (the index's piece checksums,
 // taken while writing rather than in a second pass).
 typedef struct px_ckpt_chunk_crc {
   const void *data;
-  size_t      size;
-  uint32_t    crc;
+  size_t size;
+  uint32_t crc;
 } px_ckpt_chunk_crc;
 // px_ckpt_write_item that also gives the CRC-32C of each chunk of a
 // safetensors item (malloc'ed into *crcs, *n_crcs entries; NULL, 0 for bytes).
@@ -113,8 +113,7 @@ px_status px_ckpt_write_item_crc(const char *tmp, const char *final, const px_ck
                                  px_ckpt_chunk_crc **crcs, int *n_crcs);
 // One item (a safetensors image or raw bytes) written as tmp/<name>, fsynced,
 // its SHA-256 in hex into hex; messages name final/<name>.
-px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
-                             char hex[PX_SHA256_HEX]);
+px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it, char hex[PX_SHA256_HEX]);
 // Every item written as px_ckpt_write_item_crc does (hex[i] for items[i];
 // crcs and n_crcs may be NULL, else crcs[i], n_crcs[i] for items[i], each
 // the caller's to free, also after a failure), the large ones at the same
@@ -148,13 +147,13 @@ px_status px_ckpt_rotate(const char *dir, int64_t written, int keep_last);
 /* ---- SHA256SUMS (checkpoint_sums.c) -------------------------------------- */
 
 typedef struct px_ckpt_sum {
-  char          name[PX_CKPT_NAME_MAX + 1];
+  char name[PX_CKPT_NAME_MAX + 1];
   unsigned char digest[PX_SHA256_BYTES];
 } px_ckpt_sum;
 
 typedef struct px_ckpt_sums {
-  px_ckpt_sum *items;     // in file order
-  int          n;
+  px_ckpt_sum *items;  // in file order
+  int n;
 } px_ckpt_sums;
 
 // Reads and parses ckpt/SHA256SUMS.  Errors name the checkpoint and line.
@@ -173,11 +172,11 @@ const px_ckpt_sum *px_ckpt_sum_find(const px_ckpt_sums *s, const char *name);
 // arithmetic works on.  key points into the piece or the JSON it came from.
 typedef struct px_ckpt_box {
   const char *key;
-  int         ndim;            // >= 1 (a 0-d tensor is one of shape (1,))
-  int         tensor_ndim;     // the tensor's own: 0 for a 0-d tensor
-  int64_t     shape[PX_MAX_DIMS];
-  int64_t     off[PX_MAX_DIMS], size[PX_MAX_DIMS];
-  size_t      offset, count;   // the flat range of the box
+  int ndim;         // >= 1 (a 0-d tensor is one of shape (1,))
+  int tensor_ndim;  // the tensor's own: 0 for a 0-d tensor
+  int64_t shape[PX_MAX_DIMS];
+  int64_t off[PX_MAX_DIMS], size[PX_MAX_DIMS];
+  size_t offset, count;  // the flat range of the box
 } px_ckpt_box;
 
 // p's box, checked: inside the shape, the range inside the box.  false with
@@ -192,8 +191,8 @@ bool px_ckpt_box_overlap(const px_ckpt_box *a, const px_ckpt_box *b);
 
 // One entry of a file's "pieces" table (version 1 or 2), read and checked.
 typedef struct px_ckpt_piece_entry {
-  const char *name;          // the tensor's name in the file
-  px_ckpt_box box;           // key points into the JSON
+  const char *name;  // the tensor's name in the file
+  px_ckpt_box box;   // key points into the JSON
 } px_ckpt_piece_entry;
 
 // Reads the "pieces" table of f (format and version checked: "1" or "2")
@@ -210,20 +209,20 @@ int px_ckpt_pieces_version(const px_safetensors *f);
 // every saved piece fed so far covered.
 typedef struct px_ckpt_hit px_ckpt_hit;
 typedef struct px_ckpt_loader {
-  const char            *ckpt, *prefix;
+  const char *ckpt, *prefix;
   const px_tensor_piece *want;
-  px_ckpt_box           *wbox;
-  int                    n;
-  float                **stage;
-  float                 *buf;
-  size_t                 buf_bytes;  // mapped with mmap when buf_mapped (huge pages where the kernel gives them)
-  bool                   buf_mapped;
-  px_ckpt_hit           *hits;
-  size_t                 n_hits, cap_hits;
-  bool                   strict;   // a saved piece of a key nothing wants is an error
-  void                 **maps;     // files mapped read-only (px_ckpt_loader_keep_map), unmapped by _free
-  size_t                *map_len;
-  int                    n_maps, cap_maps;
+  px_ckpt_box *wbox;
+  int n;
+  float **stage;
+  float *buf;
+  size_t buf_bytes;  // mapped with mmap when buf_mapped (huge pages where the kernel gives them)
+  bool buf_mapped;
+  px_ckpt_hit *hits;
+  size_t n_hits, cap_hits;
+  bool strict;  // a saved piece of a key nothing wants is an error
+  void **maps;  // files mapped read-only (px_ckpt_loader_keep_map), unmapped by _free
+  size_t *map_len;
+  int n_maps, cap_maps;
 } px_ckpt_loader;
 
 px_status px_ckpt_loader_init(px_ckpt_loader *L, const char *ckpt, const char *prefix, const px_tensor_piece *want,
@@ -259,9 +258,9 @@ px_status px_ckpt_loader_finish(px_ckpt_loader *L);
 
 /* ---- the checkpoint's index (checkpoint_index.c) -------------------------- */
 
-#define PX_CKPT_INDEX          "metadata.json"
-#define PX_CKPT_INDEX_FORMAT   "plexus-checkpoint-index"
-#define PX_CKPT_INDEX_VERSION  1
+#define PX_CKPT_INDEX "metadata.json"
+#define PX_CKPT_INDEX_FORMAT "plexus-checkpoint-index"
+#define PX_CKPT_INDEX_VERSION 1
 
 // CRC-32C (Castagnoli) of n bytes, continuing crc (0 to start): the
 // per-piece checksum of the index (SSE4.2's crc32 instruction where the CPU

@@ -24,9 +24,9 @@
 #include <sys/mman.h>
 
 struct px_ckpt_hit {
-  int         want;
-  size_t      lo, hi;    // flat elements of the wanted piece's box
-  const char *file;      // a name the loader's caller keeps alive (SHA256SUMS)
+  int want;
+  size_t lo, hi;             // flat elements of the wanted piece's box
+  const char *file;          // a name the loader's caller keeps alive (SHA256SUMS)
   const unsigned char *src;  // where the elements are: in a file mapping (checked), or NULL: in staging
 };
 
@@ -60,7 +60,8 @@ bool px_ckpt_box_of(const px_tensor_piece *p, px_ckpt_box *out, char *why, size_
     out->shape[d] = p->ndim ? p->shape[d] : 1;
     out->off[d] = whole ? 0 : p->box_offset[d];
     out->size[d] = whole ? out->shape[d] : p->box_size[d];
-    if (out->off[d] < 0 || out->size[d] < 0 || out->off[d] > out->shape[d] || out->size[d] > out->shape[d] - out->off[d]) {
+    if (out->off[d] < 0 || out->size[d] < 0 || out->off[d] > out->shape[d] ||
+        out->size[d] > out->shape[d] - out->off[d]) {
       snprintf(why, cap, "a box [%lld:%lld] in dimension %d of %lld", (long long)out->off[d],
                (long long)(out->off[d] + out->size[d]), d, (long long)out->shape[d]);
       return false;
@@ -104,7 +105,10 @@ static void range_boxes(const px_ckpt_box *B, int d, int64_t *fix, size_t a, siz
   if (d == nd - 1) {
     px_ckpt_box *o = &out[(*n)++];
     *o = *B;
-    for (int k = 0; k < d; k++) { o->off[k] = fix[k]; o->size[k] = 1; }
+    for (int k = 0; k < d; k++) {
+      o->off[k] = fix[k];
+      o->size[k] = 1;
+    }
     o->off[d] = B->off[d] + (int64_t)a;
     o->size[d] = (int64_t)(b - a);
     return;
@@ -125,7 +129,10 @@ static void range_boxes(const px_ckpt_box *B, int d, int64_t *fix, size_t a, siz
   if (r1 > r0) {
     px_ckpt_box *o = &out[(*n)++];
     *o = *B;
-    for (int k = 0; k < d; k++) { o->off[k] = fix[k]; o->size[k] = 1; }
+    for (int k = 0; k < d; k++) {
+      o->off[k] = fix[k];
+      o->size[k] = 1;
+    }
     o->off[d] = B->off[d] + (int64_t)r0;
     o->size[d] = (int64_t)(r1 - r0);
   }
@@ -292,8 +299,10 @@ px_status px_ckpt_loader_add(px_ckpt_loader *L, const char *path, const char *fi
     if (!same_shape(W, s)) {
       char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
       const px_tensor_piece *p = &L->want[w];
-      return px_error(PX_ERR_SHAPE, "%s: tensor \"%s\" has shape %s in the checkpoint but this run expects %s; was it "
-                      "saved from another model?", path, s->key, px_shape_str(s->tensor_ndim, s->shape, a, sizeof a),
+      return px_error(PX_ERR_SHAPE,
+                      "%s: tensor \"%s\" has shape %s in the checkpoint but this run expects %s; was it "
+                      "saved from another model?",
+                      path, s->key, px_shape_str(s->tensor_ndim, s->shape, a, sizeof a),
                       px_shape_str(p->ndim, p->shape, b, sizeof b));
     }
     if (ns < 0) ns = cut(s, sc);
@@ -418,9 +427,10 @@ px_status px_ckpt_loader_finish(px_ckpt_loader *L) {
     }
     if (at != W->offset + W->count) {
       where(W, at, w_at, sizeof w_at);
-      return px_error(PX_ERR_FORMAT, "checkpoint %s: tensor \"%s\": elements [%zu, %zu)%s are in no saved piece of the "
-                      "files %s*.safetensors (a rank's file missing, or another model?)", L->ckpt, p->key, at,
-                      W->offset + W->count, w_at, L->prefix);
+      return px_error(PX_ERR_FORMAT,
+                      "checkpoint %s: tensor \"%s\": elements [%zu, %zu)%s are in no saved piece of the "
+                      "files %s*.safetensors (a rank's file missing, or another model?)",
+                      L->ckpt, p->key, at, W->offset + W->count, w_at, L->prefix);
     }
   }
   // Every element found exactly once: now, and only now, the caller's
@@ -435,7 +445,8 @@ px_status px_ckpt_loader_finish(px_ckpt_loader *L) {
     if (h->src) {
       memcpy(dst, h->src, (h->hi - h->lo) * sizeof(float));
     } else {
-      while (j < L->n_hits && !L->hits[j].src && L->hits[j].want == h->want && L->hits[j].lo == hi) hi = L->hits[j++].hi;
+      while (j < L->n_hits && !L->hits[j].src && L->hits[j].want == h->want && L->hits[j].lo == hi)
+        hi = L->hits[j++].hi;
       memcpy(dst, L->stage[h->want] + (h->lo - base), (hi - h->lo) * sizeof(float));
     }
     i = j;

@@ -56,9 +56,13 @@ void px_ckpt_temp_name(int64_t step, px_ckpt_temp_kind kind, const char *host, l
 bool px_ckpt_parse_temp_name(const char *name, px_ckpt_temp *out) {
   const char *p;
   if (strncmp(name, ".step_", 6) != 0 || !parse_step_digits(name + 6, &out->step, &p)) return false;
-  if (strncmp(p, ".partial.", 9) == 0) { out->kind = PX_CKPT_PARTIAL; p += 9; }
-  else if (strncmp(p, ".old.", 5) == 0) { out->kind = PX_CKPT_OLD; p += 5; }
-  else return false;
+  if (strncmp(p, ".partial.", 9) == 0) {
+    out->kind = PX_CKPT_PARTIAL;
+    p += 9;
+  } else if (strncmp(p, ".old.", 5) == 0) {
+    out->kind = PX_CKPT_OLD;
+    p += 5;
+  } else return false;
   const char *dot = strrchr(p, '.');
   if (!dot || dot == p || (size_t)(dot - p) > PX_CKPT_HOST_MAX) return false;
   size_t nd = strlen(dot + 1);
@@ -94,12 +98,30 @@ bool px_ckpt_pid_alive(long pid) {
 }
 
 bool px_ckpt_name_ok(const char *name, const char **why) {
-  if (!name || !*name) { *why = "is empty"; return false; }
-  if (strlen(name) > PX_CKPT_NAME_MAX) { *why = "is longer than 255 bytes"; return false; }
-  if (strcmp(name, PX_CKPT_SUMS) == 0) { *why = "is the name of the checksum file itself"; return false; }
-  if (strstr(name, "..")) { *why = "contains \"..\""; return false; }
-  if (strchr(name, '/')) { *why = "contains '/' (a checkpoint holds files, not folders)"; return false; }
-  if (name[0] == '.') { *why = "starts with '.' (hidden and temporary names are not checkpoint files)"; return false; }
+  if (!name || !*name) {
+    *why = "is empty";
+    return false;
+  }
+  if (strlen(name) > PX_CKPT_NAME_MAX) {
+    *why = "is longer than 255 bytes";
+    return false;
+  }
+  if (strcmp(name, PX_CKPT_SUMS) == 0) {
+    *why = "is the name of the checksum file itself";
+    return false;
+  }
+  if (strstr(name, "..")) {
+    *why = "contains \"..\"";
+    return false;
+  }
+  if (strchr(name, '/')) {
+    *why = "contains '/' (a checkpoint holds files, not folders)";
+    return false;
+  }
+  if (name[0] == '.') {
+    *why = "starts with '.' (hidden and temporary names are not checkpoint files)";
+    return false;
+  }
   for (const unsigned char *c = (const unsigned char *)name; *c; c++)
     if (*c < 0x20 || *c == 0x7f || *c == '\\') {
       *why = "contains a control character or '\\' (sha256sum would escape it)";
@@ -112,8 +134,8 @@ bool px_ckpt_name_ok(const char *name, const char **why) {
 
 static int cmp_entry(const void *a, const void *b) {
   const px_ckpt_entry *x = a, *y = b;
-  if (x->is_temp != y->is_temp) return x->is_temp ? 1 : -1;       // steps first
-  if (x->step != y->step) return x->step > y->step ? -1 : 1;       // newest first
+  if (x->is_temp != y->is_temp) return x->is_temp ? 1 : -1;   // steps first
+  if (x->step != y->step) return x->step > y->step ? -1 : 1;  // newest first
   return strcmp(x->name, y->name);
 }
 
@@ -135,8 +157,10 @@ px_status px_ckpt_list(const char *dir, px_ckpt_listing *out) {
     memset(&cand, 0, sizeof cand);
     if (strlen(de->d_name) > PX_CKPT_NAME_MAX) continue;
     if (px_ckpt_parse_step_name(de->d_name, &cand.step)) cand.is_temp = false;
-    else if (px_ckpt_parse_temp_name(de->d_name, &cand.temp)) { cand.is_temp = true; cand.step = cand.temp.step; }
-    else continue;
+    else if (px_ckpt_parse_temp_name(de->d_name, &cand.temp)) {
+      cand.is_temp = true;
+      cand.step = cand.temp.step;
+    } else continue;
     struct stat sb;
     // A directory, not a link to one: a link is somebody else's.
     if (fstatat(dirfd(dp), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode)) continue;
@@ -144,13 +168,19 @@ px_status px_ckpt_list(const char *dir, px_ckpt_listing *out) {
     if (n == cap) {
       cap = cap ? 2 * cap : 16;
       px_ckpt_entry *grown = realloc(e, (size_t)cap * sizeof *e);
-      if (!grown) { st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory listing %s", dir); break; }
+      if (!grown) {
+        st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory listing %s", dir);
+        break;
+      }
       e = grown;
     }
     e[n++] = cand;
   }
   closedir(dp);
-  if (st != PX_OK) { free(e); return st; }
+  if (st != PX_OK) {
+    free(e);
+    return st;
+  }
   if (n) qsort(e, (size_t)n, sizeof *e, cmp_entry);
   out->entries = e;
   for (int i = 0; i < n; i++) {
@@ -229,8 +259,8 @@ static bool looks_complete(const char *path) {
 // The first failure is the message; later ones are only counted.
 typedef struct failures {
   px_status status;
-  int       count;
-  char      first[512];
+  int count;
+  char first[512];
 } failures;
 
 static void failed(failures *f, px_status st) {
@@ -266,7 +296,10 @@ px_status px_ckpt_rotate(const char *dir, int64_t written, int keep_last) {
       px_ckpt_step_name(e->step, step_name);
       snprintf(to, plen, "%s/%s", dir, step_name);
       struct stat sb;
-      if (lstat(to, &sb) != 0 && errno == ENOENT && rename(path, to) == 0) { relist = true; continue; }
+      if (lstat(to, &sb) != 0 && errno == ENOENT && rename(path, to) == 0) {
+        relist = true;
+        continue;
+      }
     }
     px_status s = px_ckpt_remove_tree(path);
     if (s != PX_OK) failed(&fl, px_error_wrap(s, "removing the leftovers of a dead writer"));

@@ -87,17 +87,24 @@ static px_status add_piece(cJSON *pieces, const char *tensor, const px_ckpt_box 
   uint64_t begin, end;
   if (!t || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_u64(offs->child, &begin) ||
       !json_u64(offs->child->next, &end))
-    return px_error(PX_ERR_INVALID, "checkpoint index: %s: piece \"%s\" is listed in the \"pieces\" metadata but is "
-                    "not a tensor of the file", file, tensor);
+    return px_error(PX_ERR_INVALID,
+                    "checkpoint index: %s: piece \"%s\" is listed in the \"pieces\" metadata but is "
+                    "not a tensor of the file",
+                    file, tensor);
   const uint64_t nbytes = px_tensor_nbytes(&t->tensor);
   if (end - begin != nbytes)
-    return px_error(PX_ERR_INVALID, "checkpoint index: %s: piece \"%s\" is %" PRIu64 " bytes in the file, %" PRIu64
-                    " in the metadata", file, tensor, end - begin, nbytes);
+    return px_error(PX_ERR_INVALID,
+                    "checkpoint index: %s: piece \"%s\" is %" PRIu64 " bytes in the file, %" PRIu64 " in the metadata",
+                    file, tensor, end - begin, nbytes);
   cJSON *e = cJSON_CreateObject();
-  if (!e || !cJSON_AddItemToArray(pieces, e)) { cJSON_Delete(e); return px_error(PX_ERR_NOMEM, "checkpoint index: out of memory"); }
+  if (!e || !cJSON_AddItemToArray(pieces, e)) {
+    cJSON_Delete(e);
+    return px_error(PX_ERR_NOMEM, "checkpoint index: out of memory");
+  }
   char crc[9];
   uint32_t c;
-  if (!known_crc(crcs, n_crcs, t->tensor.data, (size_t)nbytes, &c)) c = px_ckpt_crc32c(0, t->tensor.data, (size_t)nbytes);
+  if (!known_crc(crcs, n_crcs, t->tensor.data, (size_t)nbytes, &c))
+    c = px_ckpt_crc32c(0, t->tensor.data, (size_t)nbytes);
   crc_hex(c, crc);
   cJSON_AddStringToObject(e, "tensor", tensor);
   cJSON_AddStringToObject(e, "key", b->key);
@@ -187,9 +194,9 @@ px_status px_ckpt_index_part_crc(const px_ckpt_item *items, int n_items, int ran
   cJSON_AddNumberToObject(root, "rank", rank);
   px_status st = PX_OK;
   for (int i = 0; i < n_items && st == PX_OK; i++)
-    if (items[i].tensors)
-      st = part_of_item(&items[i], files, crcs ? crcs[i] : NULL, crcs && n_crcs ? n_crcs[i] : 0);
-  if (st == PX_OK && !(*json = cJSON_PrintUnformatted(root))) st = px_error(PX_ERR_NOMEM, "checkpoint index: out of memory");
+    if (items[i].tensors) st = part_of_item(&items[i], files, crcs ? crcs[i] : NULL, crcs && n_crcs ? n_crcs[i] : 0);
+  if (st == PX_OK && !(*json = cJSON_PrintUnformatted(root)))
+    st = px_error(PX_ERR_NOMEM, "checkpoint index: out of memory");
   cJSON_Delete(root);
   return st;
 }
@@ -223,7 +230,10 @@ px_status px_ckpt_index_write(const char *tmp, const char *final, char *const *p
     for (const cJSON *f = pf ? pf->child : NULL; f && st == PX_OK; f = f->next) {
       const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "name"));
       cJSON *fe = cJSON_AddObjectToObject(F, name);
-      if (!fe) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory for the index", final); break; }
+      if (!fe) {
+        st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory for the index", final);
+        break;
+      }
       cJSON_AddNumberToObject(fe, "rank", r);
       static const char *const copy[] = {"bytes", "header_bytes", "header_crc32c"};
       for (int k = 0; k < 3; k++)
@@ -231,7 +241,8 @@ px_status px_ckpt_index_write(const char *tmp, const char *final, char *const *p
       const cJSON *ps = cJSON_GetObjectItemCaseSensitive(f, "pieces");
       for (const cJSON *p = ps ? ps->child : NULL; p && st == PX_OK; p = p->next) {
         const char *key = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "key"));
-        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(p, "dtype"), *shape = cJSON_GetObjectItemCaseSensitive(p, "shape");
+        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(p, "dtype"),
+                    *shape = cJSON_GetObjectItemCaseSensitive(p, "shape");
         cJSON *te = cJSON_GetObjectItemCaseSensitive(T, key);
         if (!te) {
           te = cJSON_AddObjectToObject(T, key);
@@ -240,9 +251,11 @@ px_status px_ckpt_index_write(const char *tmp, const char *final, char *const *p
             cJSON_AddItemToObject(te, "shape", cJSON_Duplicate(shape, 1));
             cJSON_AddArrayToObject(te, "pieces");
           }
-        } else if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(te, "dtype")), dtype->valuestring) != 0 ||
+        } else if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(te, "dtype")), dtype->valuestring) !=
+                     0 ||
                    !same_ints(cJSON_GetObjectItemCaseSensitive(te, "shape"), shape)) {
-          char *a = cJSON_PrintUnformatted(shape), *b = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(te, "shape"));
+          char *a = cJSON_PrintUnformatted(shape),
+               *b = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(te, "shape"));
           st = px_error(PX_ERR_INVALID, "checkpoint %s: tensor \"%s\" is %s %s in %s but %s %s in an earlier file",
                         final, key, dtype->valuestring, a ? a : "?", name,
                         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(te, "dtype")), b ? b : "?");
@@ -251,9 +264,14 @@ px_status px_ckpt_index_write(const char *tmp, const char *final, char *const *p
           break;
         }
         cJSON *pe = cJSON_CreateObject();
-        if (!te || !pe) { cJSON_Delete(pe); st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final); break; }
+        if (!te || !pe) {
+          cJSON_Delete(pe);
+          st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
+          break;
+        }
         cJSON_AddStringToObject(pe, "file", name);
-        static const char *const keep[] = {"tensor", "box_offset", "box_size", "offset", "count", "data_offsets", "crc32c"};
+        static const char *const keep[] = {"tensor", "box_offset",   "box_size", "offset",
+                                           "count",  "data_offsets", "crc32c"};
         for (int k = 0; k < 7; k++)
           cJSON_AddItemToObject(pe, keep[k], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(p, keep[k]), 1));
         cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(te, "pieces"), pe);
@@ -279,11 +297,11 @@ px_status px_ckpt_index_write(const char *tmp, const char *final, char *const *p
 // A piece the loader needs: its entry in the index.
 typedef struct need {
   const cJSON *entry;
-  px_ckpt_box  box;
-  uint64_t     begin, end;
-  uint32_t     crc;
-  float       *direct;  // where in staging its bytes go straight (px_ckpt_loader_direct), or NULL
-  int          w;       // then: the wanted piece
+  px_ckpt_box box;
+  uint64_t begin, end;
+  uint32_t crc;
+  float *direct;  // where in staging its bytes go straight (px_ckpt_loader_direct), or NULL
+  int w;          // then: the wanted piece
 } need;
 
 static bool has_suffix(const char *s, const char *suf) {
@@ -307,16 +325,18 @@ static px_status read_need(const char *ckpt, const char *key, const cJSON *te, c
   memset(out, 0, sizeof *out);
   out->entry = pe;
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(te, "shape");
-  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(pe, "box_offset"), *bs = cJSON_GetObjectItemCaseSensitive(pe, "box_size");
+  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(pe, "box_offset"),
+              *bs = cJSON_GetObjectItemCaseSensitive(pe, "box_size");
   const cJSON *offs = cJSON_GetObjectItemCaseSensitive(pe, "data_offsets");
   uint64_t off, cnt;
-  bool ok = cJSON_IsArray(shape) && cJSON_GetArraySize(shape) <= PX_MAX_DIMS && cJSON_IsArray(bo) && cJSON_IsArray(bs) &&
-            cJSON_GetArraySize(bo) == cJSON_GetArraySize(shape) && cJSON_GetArraySize(bs) == cJSON_GetArraySize(shape) &&
-            json_u64(cJSON_GetObjectItemCaseSensitive(pe, "offset"), &off) &&
-            json_u64(cJSON_GetObjectItemCaseSensitive(pe, "count"), &cnt) && cJSON_IsArray(offs) &&
-            cJSON_GetArraySize(offs) == 2 && json_u64(offs->child, &out->begin) &&
-            json_u64(offs->child->next, &out->end) && out->end >= out->begin &&
-            crc_of(cJSON_GetObjectItemCaseSensitive(pe, "crc32c"), &out->crc) && strlen(key) < sizeof p.key;
+  bool ok = cJSON_IsArray(shape) && cJSON_GetArraySize(shape) <= PX_MAX_DIMS && cJSON_IsArray(bo) &&
+    cJSON_IsArray(bs) && cJSON_GetArraySize(bo) == cJSON_GetArraySize(shape) &&
+    cJSON_GetArraySize(bs) == cJSON_GetArraySize(shape) &&
+    json_u64(cJSON_GetObjectItemCaseSensitive(pe, "offset"), &off) &&
+    json_u64(cJSON_GetObjectItemCaseSensitive(pe, "count"), &cnt) && cJSON_IsArray(offs) &&
+    cJSON_GetArraySize(offs) == 2 && json_u64(offs->child, &out->begin) && json_u64(offs->child->next, &out->end) &&
+    out->end >= out->begin && crc_of(cJSON_GetObjectItemCaseSensitive(pe, "crc32c"), &out->crc) &&
+    strlen(key) < sizeof p.key;
   p.ndim = ok ? cJSON_GetArraySize(shape) : 0;
   int d = 0;
   for (const cJSON *a = ok ? shape->child : NULL, *b = ok ? bo->child : NULL, *c = ok ? bs->child : NULL; a && b && c;
@@ -359,8 +379,10 @@ static px_status pread_all(int fd, void *buf, size_t n, uint64_t at) {
 
 // The index disagrees with file `name` about piece pe: the message.
 static px_status disagree(const char *ckpt, const char *name, const char *key, const char *what) {
-  return px_error(PX_ERR_FORMAT, "checkpoint %s: file \"%s\", tensor \"%s\": %s disagrees with the file (%s); the "
-                  "checkpoint was altered after it was written", ckpt, name, key, PX_CKPT_INDEX, what);
+  return px_error(PX_ERR_FORMAT,
+                  "checkpoint %s: file \"%s\", tensor \"%s\": %s disagrees with the file (%s); the "
+                  "checkpoint was altered after it was written",
+                  ckpt, name, key, PX_CKPT_INDEX, what);
 }
 
 // The file's header agrees with the index about piece q (where its F32
@@ -423,8 +445,10 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    return px_error(err == ENOENT ? PX_ERR_FORMAT : PX_ERR_IO, "checkpoint %s: cannot read file \"%s\" (it holds tensor "
-                    "\"%s\"): %s", L->ckpt, name, first, px_io_strerror(err, why, sizeof why));
+    return px_error(err == ENOENT ? PX_ERR_FORMAT : PX_ERR_IO,
+                    "checkpoint %s: cannot read file \"%s\" (it holds tensor "
+                    "\"%s\"): %s",
+                    L->ckpt, name, first, px_io_strerror(err, why, sizeof why));
   }
   px_status st = PX_OK;
   unsigned char *hdr = NULL, *data = NULL;
@@ -437,7 +461,10 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
     st = disagree(L->ckpt, name, first, what);
     goto done;
   }
-  if (!(hdr = malloc(hbytes + 1))) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", L->ckpt); goto done; }
+  if (!(hdr = malloc(hbytes + 1))) {
+    st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", L->ckpt);
+    goto done;
+  }
   if ((st = pread_all(fd, hdr, hbytes, 0)) != PX_OK) {
     st = px_error(st, "checkpoint %s: reading the header of \"%s\" failed", L->ckpt, name);
     goto done;
@@ -458,7 +485,8 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
   const bool of_pieces = fmt && strcmp(fmt, PX_PIECES_FORMAT) == 0;
   const char *ver = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "version"));
   if (of_pieces &&
-      (st = px_ckpt_pieces_table_json(path, fmt, ver, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "pieces")),
+      (st = px_ckpt_pieces_table_json(path, fmt, ver,
+                                      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "pieces")),
                                       &table)) != PX_OK)
     goto done;
   // Pieces in file order, adjacent ones read together: one pread per run of
@@ -522,7 +550,10 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
 #ifdef POSIX_FADV_WILLNEED
     // Asked for so far: up to needs[ahead] at ahead_at; keep that READ_AHEAD
     // bytes (of needed pieces) past this run's end.
-    if (ahead < j) { ahead = j; ahead_at = ahead < n_needs ? needs[ahead].begin : 0; }
+    if (ahead < j) {
+      ahead = j;
+      ahead_at = ahead < n_needs ? needs[ahead].begin : 0;
+    }
     for (uint64_t budget = READ_AHEAD; ahead < n_needs && budget > 0;) {
       uint64_t len = needs[ahead].end - ahead_at;
       if (len > budget) len = budget;
@@ -538,13 +569,16 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
       if (run > cap || !data) {
         free(data);
         cap = (size_t)run;
-        if (!(data = malloc(cap ? cap : 1))) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory reading \"%s\"", L->ckpt, name); break; }
+        if (!(data = malloc(cap ? cap : 1))) {
+          st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory reading \"%s\"", L->ckpt, name);
+          break;
+        }
       }
       into = data;
     }
     if (!map && (st = pread_all(fd, into, (size_t)run, hbytes + needs[i].begin)) != PX_OK) {
-      st = px_error(st, "checkpoint %s: reading tensor \"%s\" from \"%s\" failed (truncated?)", L->ckpt, needs[i].box.key,
-                    name);
+      st = px_error(st, "checkpoint %s: reading tensor \"%s\" from \"%s\" failed (truncated?)", L->ckpt,
+                    needs[i].box.key, name);
       break;
     }
     for (int k = i; k < j && st == PX_OK; k++) {
@@ -554,9 +588,10 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
       const uint32_t got = px_ckpt_crc32c(0, at, len);
       if (got != q->crc) {
         const char *tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->entry, "tensor"));
-        st = px_error(PX_ERR_FORMAT, "checkpoint %s: file \"%s\", tensor \"%s\" (piece \"%s\"): CRC-32C %08" PRIx32
-                      " but %s says %08" PRIx32 "; the file is corrupted", L->ckpt, name, q->box.key, tensor, got,
-                      PX_CKPT_INDEX, q->crc);
+        st = px_error(PX_ERR_FORMAT,
+                      "checkpoint %s: file \"%s\", tensor \"%s\" (piece \"%s\"): CRC-32C %08" PRIx32
+                      " but %s says %08" PRIx32 "; the file is corrupted",
+                      L->ckpt, name, q->box.key, tensor, got, PX_CKPT_INDEX, q->crc);
         break;
       }
       if (!q->direct) st = px_ckpt_loader_add(L, path, name, &q->box, at);
@@ -588,12 +623,15 @@ px_status px_ckpt_index_load(px_ckpt_loader *L, const px_ckpt_sums *sums, bool *
   free(bytes);
   const cJSON *ver = cJSON_GetObjectItemCaseSensitive(ix, "version");
   const cJSON *F = cJSON_GetObjectItemCaseSensitive(ix, "files"), *T = cJSON_GetObjectItemCaseSensitive(ix, "tensors");
-  if (!cJSON_IsObject(ix) || strcmp(str_or(cJSON_GetObjectItemCaseSensitive(ix, "format")), PX_CKPT_INDEX_FORMAT) != 0 || !cJSON_IsNumber(ver))
+  if (!cJSON_IsObject(ix) ||
+      strcmp(str_or(cJSON_GetObjectItemCaseSensitive(ix, "format")), PX_CKPT_INDEX_FORMAT) != 0 || !cJSON_IsNumber(ver))
     st = px_error(PX_ERR_FORMAT, "checkpoint %s: %s is not a plexus checkpoint index (\"format\": \"%s\")", L->ckpt,
                   PX_CKPT_INDEX, PX_CKPT_INDEX_FORMAT);
   else if (ver->valuedouble != PX_CKPT_INDEX_VERSION)
-    st = px_error(PX_ERR_FORMAT, "checkpoint %s: %s has version %g; this plexus reads version %d (a newer plexus wrote "
-                  "it?)", L->ckpt, PX_CKPT_INDEX, ver->valuedouble, PX_CKPT_INDEX_VERSION);
+    st = px_error(PX_ERR_FORMAT,
+                  "checkpoint %s: %s has version %g; this plexus reads version %d (a newer plexus wrote "
+                  "it?)",
+                  L->ckpt, PX_CKPT_INDEX, ver->valuedouble, PX_CKPT_INDEX_VERSION);
   else if (!cJSON_IsObject(F) || !cJSON_IsObject(T))
     st = px_error(PX_ERR_FORMAT, "checkpoint %s: %s lacks \"files\" or \"tensors\"", L->ckpt, PX_CKPT_INDEX);
   // The index and SHA256SUMS list the same files of the prefix.
@@ -602,7 +640,8 @@ px_status px_ckpt_index_load(px_ckpt_loader *L, const px_ckpt_sums *sums, bool *
     if (strncmp(name, L->prefix, strlen(L->prefix)) != 0 || !has_suffix(name, ".safetensors")) continue;
     (*files)++;
     if (!cJSON_GetObjectItemCaseSensitive(F, name))
-      st = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS lists \"%s\" but %s does not", L->ckpt, name, PX_CKPT_INDEX);
+      st = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS lists \"%s\" but %s does not", L->ckpt, name,
+                    PX_CKPT_INDEX);
   }
   for (const cJSON *f = F ? F->child : NULL; f && st == PX_OK; f = f->next) {
     bool in_sums = false;
@@ -614,7 +653,8 @@ px_status px_ckpt_index_load(px_ckpt_loader *L, const px_ckpt_sums *sums, bool *
   // Per file of the prefix, the pieces the loader needs.
   const int n_files = st == PX_OK ? cJSON_GetArraySize(F) : 0;
   need **by_file = calloc(n_files > 0 ? (size_t)n_files : 1, sizeof *by_file);
-  int *count = calloc(n_files > 0 ? (size_t)n_files : 1, sizeof *count), *cap = calloc(n_files > 0 ? (size_t)n_files : 1, sizeof *cap);
+  int *count = calloc(n_files > 0 ? (size_t)n_files : 1, sizeof *count),
+      *cap = calloc(n_files > 0 ? (size_t)n_files : 1, sizeof *cap);
   if (st == PX_OK && (!by_file || !count || !cap)) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", L->ckpt);
   for (const cJSON *te = T ? T->child : NULL; te && st == PX_OK; te = te->next) {
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(te, "pieces");
@@ -634,8 +674,10 @@ px_status px_ckpt_index_load(px_ckpt_loader *L, const px_ckpt_sums *sums, bool *
       bool known;
       if (!px_ckpt_loader_needs(L, &q.box, &known)) {
         if (!known && L->strict)
-          st = px_error(PX_ERR_INVALID, "checkpoint %s: file \"%s\" holds a piece of tensor \"%s\", which this model "
-                        "does not have (another model?)", L->ckpt, file, te->string);
+          st = px_error(PX_ERR_INVALID,
+                        "checkpoint %s: file \"%s\" holds a piece of tensor \"%s\", which this model "
+                        "does not have (another model?)",
+                        L->ckpt, file, te->string);
         continue;
       }
       if (!dt || strcmp(dt, "F32") != 0) {
@@ -646,7 +688,10 @@ px_status px_ckpt_index_load(px_ckpt_loader *L, const px_ckpt_sums *sums, bool *
       if (count[fi] == cap[fi]) {
         cap[fi] = cap[fi] ? 2 * cap[fi] : 16;
         need *g = realloc(by_file[fi], (size_t)cap[fi] * sizeof *g);
-        if (!g) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", L->ckpt); break; }
+        if (!g) {
+          st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", L->ckpt);
+          break;
+        }
         by_file[fi] = g;
       }
       by_file[fi][count[fi]++] = q;

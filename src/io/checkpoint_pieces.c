@@ -74,7 +74,10 @@ px_status px_pieces_state_dict(const px_tensor_piece *pieces, int n, px_state_di
     it->tensor = px_tensor_view(p->data, PX_F32, 1, &len1);
     sd->count++;
     cJSON *e = cJSON_AddObjectToObject(root, it->name);
-    if (!e) { st = px_error(PX_ERR_NOMEM, "pieces: out of memory"); break; }
+    if (!e) {
+      st = px_error(PX_ERR_NOMEM, "pieces: out of memory");
+      break;
+    }
     cJSON_AddStringToObject(e, "key", p->key);
     cJSON_AddStringToObject(e, "dtype", "F32");
     cJSON_AddItemToObject(e, "shape", ints_json(p->ndim, p->shape));
@@ -85,7 +88,8 @@ px_status px_pieces_state_dict(const px_tensor_piece *pieces, int n, px_state_di
     cJSON_AddNumberToObject(e, "offset", (double)p->offset);
     cJSON_AddNumberToObject(e, "count", (double)p->count);
   }
-  if (st == PX_OK && !(*pieces_json = cJSON_PrintUnformatted(root))) st = px_error(PX_ERR_NOMEM, "pieces: out of memory");
+  if (st == PX_OK && !(*pieces_json = cJSON_PrintUnformatted(root)))
+    st = px_error(PX_ERR_NOMEM, "pieces: out of memory");
   cJSON_Delete(root);
   if (st != PX_OK) px_state_dict_free(sd);
   return st;
@@ -117,14 +121,17 @@ px_status px_ckpt_piece_entry_read(const cJSON *e, const char *file, int version
   out->name = e->string;
   const cJSON *key = cJSON_GetObjectItemCaseSensitive(e, "key"), *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(e, "box_offset"), *bs = cJSON_GetObjectItemCaseSensitive(e, "box_size");
+  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(e, "box_offset"),
+              *bs = cJSON_GetObjectItemCaseSensitive(e, "box_size");
   px_tensor_piece p;
   memset(&p, 0, sizeof p);
   if (!cJSON_IsObject(e) || !cJSON_IsString(key) || !cJSON_IsString(dt) || !cJSON_IsArray(shape) ||
       !json_count(cJSON_GetObjectItemCaseSensitive(e, "offset"), &p.offset) ||
       !json_count(cJSON_GetObjectItemCaseSensitive(e, "count"), &p.count))
-    return px_error(PX_ERR_FORMAT, "%s: piece \"%s\" in the \"pieces\" metadata lacks key, dtype, shape, offset or "
-                    "count", file, e->string);
+    return px_error(PX_ERR_FORMAT,
+                    "%s: piece \"%s\" in the \"pieces\" metadata lacks key, dtype, shape, offset or "
+                    "count",
+                    file, e->string);
   if (strcmp(dt->valuestring, "F32") != 0)
     return px_error(PX_ERR_FORMAT, "%s: piece \"%s\" has dtype %s; this plexus reads F32 pieces", file, e->string,
                     dt->valuestring);
@@ -132,13 +139,15 @@ px_status px_ckpt_piece_entry_read(const cJSON *e, const char *file, int version
     return px_error(PX_ERR_FORMAT, "%s: piece \"%s\" has a bad shape (at most %d non-negative integers)", file,
                     e->string, PX_MAX_DIMS);
   if ((bo || bs) && version < 2)
-    return px_error(PX_ERR_FORMAT, "%s: piece \"%s\" has a box in a version-%d file (boxes came with version 2)",
-                    file, e->string, version);
+    return px_error(PX_ERR_FORMAT, "%s: piece \"%s\" has a box in a version-%d file (boxes came with version 2)", file,
+                    e->string, version);
   if (bo || bs) {
     int n1 = -1, n2 = -1;
     if (!json_ints(bo, p.box_offset, &n1) || !json_ints(bs, p.box_size, &n2) || n1 != p.ndim || n2 != p.ndim)
-      return px_error(PX_ERR_FORMAT, "%s: piece \"%s\": box_offset and box_size must both be given, %d non-negative "
-                      "integers each", file, e->string, p.ndim);
+      return px_error(PX_ERR_FORMAT,
+                      "%s: piece \"%s\": box_offset and box_size must both be given, %d non-negative "
+                      "integers each",
+                      file, e->string, p.ndim);
     // An explicit box of all-zero sizes would read as "the whole tensor".
     bool zero = p.ndim > 0;
     for (int d = 0; d < p.ndim; d++) zero = zero && p.box_size[d] == 0;
@@ -157,11 +166,15 @@ px_status px_ckpt_piece_entry_read(const cJSON *e, const char *file, int version
 px_status px_ckpt_pieces_table_json(const char *path, const char *fmt, const char *ver, const char *js, cJSON **out) {
   *out = NULL;
   if (!fmt || strcmp(fmt, PX_PIECES_FORMAT) != 0 || !js)
-    return px_error(PX_ERR_FORMAT, "%s: not a file of tensor pieces (its metadata lacks \"format\": \"%s\" or "
-                    "\"pieces\")", path, PX_PIECES_FORMAT);
+    return px_error(PX_ERR_FORMAT,
+                    "%s: not a file of tensor pieces (its metadata lacks \"format\": \"%s\" or "
+                    "\"pieces\")",
+                    path, PX_PIECES_FORMAT);
   if (!ver || (strcmp(ver, "1") != 0 && strcmp(ver, "2") != 0))
-    return px_error(PX_ERR_FORMAT, "%s: pieces version %s; this plexus reads versions 1 and %s (a newer plexus wrote "
-                    "it?)", path, ver ? ver : "(none)", PX_PIECES_VERSION);
+    return px_error(PX_ERR_FORMAT,
+                    "%s: pieces version %s; this plexus reads versions 1 and %s (a newer plexus wrote "
+                    "it?)",
+                    path, ver ? ver : "(none)", PX_PIECES_VERSION);
   cJSON *j = cJSON_Parse(js);
   if (!cJSON_IsObject(j)) {
     cJSON_Delete(j);
@@ -217,8 +230,8 @@ px_status px_checkpoint_load_pieces(const char *ckpt_path, const char *name, con
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(table, sd.items[i].name);
     px_ckpt_piece_entry pe;
     if (!e) {
-      st = px_error(PX_ERR_INVALID, "%s has no piece \"%s\" (%s [%zu, %zu)): saved with another layout or model?",
-                    path, sd.items[i].name, p->key, p->offset, p->offset + p->count);
+      st = px_error(PX_ERR_INVALID, "%s has no piece \"%s\" (%s [%zu, %zu)): saved with another layout or model?", path,
+                    sd.items[i].name, p->key, p->offset, p->offset + p->count);
       goto done;
     }
     if ((st = px_ckpt_piece_entry_read(e, path, version, &pe)) != PX_OK) goto done;
@@ -311,8 +324,10 @@ static px_status load_whole_files(px_ckpt_loader *L, const px_ckpt_sums *sums, b
         if ((st = px_ckpt_piece_entry_read(e, path, version, &pe)) != PX_OK) break;
         const px_named_tensor *t = px_safetensors_find(f, pe.name);
         if (!t || t->tensor.dtype != PX_F32 || t->tensor.ndim != 1 || (size_t)t->tensor.shape[0] != pe.box.count) {
-          st = px_error(PX_ERR_FORMAT, "%s: piece \"%s\" is listed in the metadata but the file holds no F32 tensor "
-                        "of %zu elements by that name", path, pe.name, pe.box.count);
+          st = px_error(PX_ERR_FORMAT,
+                        "%s: piece \"%s\" is listed in the metadata but the file holds no F32 tensor "
+                        "of %zu elements by that name",
+                        path, pe.name, pe.box.count);
           break;
         }
         st = px_ckpt_loader_add(L, path, name, &pe.box, t->tensor.data);

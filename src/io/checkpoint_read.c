@@ -34,8 +34,10 @@ static px_status mismatch(const char *ckpt, const px_ckpt_sum *want, const unsig
   char want_hex[PX_SHA256_HEX], got_hex[PX_SHA256_HEX];
   px_sha256_hex(want->digest, want_hex);
   px_sha256_hex(got, got_hex);
-  return px_error(PX_ERR_FORMAT, "checkpoint %s: file \"%s\" has SHA-256 %s but SHA256SUMS expects %s (%" PRIu64
-                  " bytes read); the file is corrupted or truncated", ckpt, want->name, got_hex, want_hex, size);
+  return px_error(PX_ERR_FORMAT,
+                  "checkpoint %s: file \"%s\" has SHA-256 %s but SHA256SUMS expects %s (%" PRIu64
+                  " bytes read); the file is corrupted or truncated",
+                  ckpt, want->name, got_hex, want_hex, size);
 }
 
 px_status px_checkpoint_verify(const char *ckpt_path) {
@@ -53,9 +55,11 @@ px_status px_checkpoint_verify(const char *ckpt_path) {
     uint64_t size = 0;
     snprintf(path, plen, "%s/%s", ckpt_path, sums.items[i].name);
     st = px_sha256_file(path, got, &size);
-    if (st != PX_OK) st = px_error_wrap(st == PX_ERR_NOMEM ? st : PX_ERR_FORMAT, "checkpoint %s: file \"%s\"", ckpt_path,
-                                        sums.items[i].name);
-    else if (memcmp(got, sums.items[i].digest, PX_SHA256_BYTES) != 0) st = mismatch(ckpt_path, &sums.items[i], got, size);
+    if (st != PX_OK)
+      st = px_error_wrap(st == PX_ERR_NOMEM ? st : PX_ERR_FORMAT, "checkpoint %s: file \"%s\"", ckpt_path,
+                         sums.items[i].name);
+    else if (memcmp(got, sums.items[i].digest, PX_SHA256_BYTES) != 0)
+      st = mismatch(ckpt_path, &sums.items[i], got, size);
   }
   free(path);
   px_ckpt_sums_free(&sums);
@@ -89,7 +93,8 @@ px_status px_checkpoint_read_file(const char *ckpt_path, const char *name, void 
     listed[k] = '\0';
 
     px_ckpt_sums_free(&sums);
-    return px_error(PX_ERR_NOT_FOUND, "checkpoint %s has no file \"%s\" (SHA256SUMS lists: %s)", ckpt_path, name, listed);
+    return px_error(PX_ERR_NOT_FOUND, "checkpoint %s has no file \"%s\" (SHA256SUMS lists: %s)", ckpt_path, name,
+                    listed);
   }
 
   char why_io[128];
@@ -97,7 +102,10 @@ px_status px_checkpoint_read_file(const char *ckpt_path, const char *name, void 
   char *path = malloc(plen);
   unsigned char *buf = NULL;
   int fd = -1;
-  if (!path) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", ckpt_path); goto done; }
+  if (!path) {
+    st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", ckpt_path);
+    goto done;
+  }
   snprintf(path, plen, "%s/%s", ckpt_path, name);
   fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat sb;
@@ -108,8 +116,8 @@ px_status px_checkpoint_read_file(const char *ckpt_path, const char *name, void 
     goto done;
   }
   if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size >= SIZE_MAX) {
-    st = px_error(PX_ERR_FORMAT, "checkpoint %s: \"%s\" is not a regular file of a size this machine can hold", ckpt_path,
-                  name);
+    st = px_error(PX_ERR_FORMAT, "checkpoint %s: \"%s\" is not a regular file of a size this machine can hold",
+                  ckpt_path, name);
     goto done;
   }
   size_t size = (size_t)sb.st_size, got = 0;
@@ -131,7 +139,10 @@ px_status px_checkpoint_read_file(const char *ckpt_path, const char *name, void 
   }
   unsigned char digest[PX_SHA256_BYTES];
   px_sha256_bytes(buf, got, digest);
-  if (memcmp(digest, want->digest, PX_SHA256_BYTES) != 0) { st = mismatch(ckpt_path, want, digest, got); goto done; }
+  if (memcmp(digest, want->digest, PX_SHA256_BYTES) != 0) {
+    st = mismatch(ckpt_path, want, digest, got);
+    goto done;
+  }
   *bytes = buf;
   *n = got;
   buf = NULL;
@@ -145,14 +156,18 @@ done:
 }
 
 px_status px_checkpoint_load_tensors(const char *ckpt_path, const char *name, const px_state_dict *sd, bool strict) {
-  if (!sd) return px_error(PX_ERR_INVALID, "checkpoint %s: load_tensors: no state dict given", ckpt_path ? ckpt_path : "");
+  if (!sd)
+    return px_error(PX_ERR_INVALID, "checkpoint %s: load_tensors: no state dict given", ckpt_path ? ckpt_path : "");
   void *bytes;
   size_t n;
   px_status st = px_checkpoint_read_file(ckpt_path, name, &bytes, &n);
   if (st != PX_OK) return st;
   size_t plen = strlen(ckpt_path) + strlen(name) + 2;
   char *path = malloc(plen);
-  if (!path) { free(bytes); return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", ckpt_path); }
+  if (!path) {
+    free(bytes);
+    return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", ckpt_path);
+  }
   snprintf(path, plen, "%s/%s", ckpt_path, name);
   px_safetensors *f;
   st = px_st_open_buffer(path, bytes, n, &f);  // owns bytes from here on
@@ -168,9 +183,9 @@ px_status px_checkpoint_load_tensors(const char *ckpt_path, const char *name, co
 
 static void note_add(char *note, size_t cap, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+  __attribute__((format(printf, 3, 4)))
 #endif
-    ;
+  ;
 
 static void note_add(char *note, size_t cap, const char *fmt, ...) {
   if (!note || cap == 0) return;
@@ -181,7 +196,10 @@ static void note_add(char *note, size_t cap, const char *fmt, ...) {
   vsnprintf(note + k, cap - k, fmt, ap);
   va_end(ap);
   k = strnlen(note, cap - 1);
-  if (k + 1 < cap) { note[k] = '\n'; note[k + 1] = '\0'; }
+  if (k + 1 < cap) {
+    note[k] = '\n';
+    note[k + 1] = '\0';
+  }
 }
 
 px_status px_checkpoint_latest(const char *dir, char *path_out, size_t cap, char *note, size_t note_cap) {
@@ -191,14 +209,20 @@ px_status px_checkpoint_latest(const char *dir, char *path_out, size_t cap, char
   path_out[0] = '\0';
   px_ckpt_listing l;
   px_status st = px_ckpt_list(dir, &l);
-  if (st == PX_ERR_NOT_FOUND) return px_error(PX_ERR_NOT_FOUND, "checkpoint: no checkpoint in %s: the directory does "
-                                              "not exist", dir);
+  if (st == PX_ERR_NOT_FOUND)
+    return px_error(PX_ERR_NOT_FOUND,
+                    "checkpoint: no checkpoint in %s: the directory does "
+                    "not exist",
+                    dir);
   if (st != PX_OK) return st;
   char host[PX_CKPT_HOST_MAX + 1];
   px_ckpt_host(host);
   size_t plen = strlen(dir) + PX_CKPT_NAME_MAX + 2;
   char *path = malloc(plen);
-  if (!path) { px_ckpt_listing_free(&l); return px_error(PX_ERR_NOMEM, "checkpoint: out of memory in %s", dir); }
+  if (!path) {
+    px_ckpt_listing_free(&l);
+    return px_error(PX_ERR_NOMEM, "checkpoint: out of memory in %s", dir);
+  }
 
   for (int i = l.n_steps; i < l.n_steps + l.n_temps; i++) {
     const px_ckpt_temp *t = &l.entries[i].temp;
@@ -207,7 +231,8 @@ px_status px_checkpoint_latest(const char *dir, char *path_out, size_t cap, char
       note_add(note, note_cap, "skipped %s/%s: %s: a writer on host %s was interrupted or is still writing", dir,
                l.entries[i].name, what, t->host);
     else if (px_ckpt_pid_alive(t->pid))
-      note_add(note, note_cap, "skipped %s/%s: %s: process %ld is still writing it", dir, l.entries[i].name, what, t->pid);
+      note_add(note, note_cap, "skipped %s/%s: %s: process %ld is still writing it", dir, l.entries[i].name, what,
+               t->pid);
     else
       note_add(note, note_cap, "skipped %s/%s: %s: a writer was interrupted (the next checkpoint write removes it)",
                dir, l.entries[i].name, what);
@@ -229,7 +254,10 @@ px_status px_checkpoint_latest(const char *dir, char *path_out, size_t cap, char
     }
     // A checkpoint that does not verify (or cannot be read) is skipped; only
     // running out of memory is an error of this call.
-    if (v == PX_ERR_NOMEM) { st = v; break; }
+    if (v == PX_ERR_NOMEM) {
+      st = v;
+      break;
+    }
     note_add(note, note_cap, "skipped %s", px_last_error());
     skipped++;
   }

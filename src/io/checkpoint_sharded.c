@@ -34,7 +34,7 @@
 typedef struct root_news {
   int32_t status;
   int32_t complete;
-  char    text[4096];
+  char text[4096];
 } root_news;
 
 // What each rank reports after writing: its status, and its SHA256SUMS
@@ -43,7 +43,7 @@ typedef struct root_news {
 typedef struct rank_report {
   int32_t status;
   int32_t n_files;
-  char    text[REPORT_TEXT];
+  char text[REPORT_TEXT];
 } rank_report;
 
 // Rank 0: the temporary directory (into news->text) and the final path.
@@ -78,10 +78,10 @@ done:
 // This rank's files into tmp; their SHA256SUMS lines into r->text.
 // Each item's chunk CRCs into crcs[i], n_crcs[i] (for the index, without a
 // second pass over the bytes).
-static px_status write_mine(const char *tmp, const char *final, const px_ckpt_item *items, int n_items,
-                            rank_report *r, px_ckpt_chunk_crc **crcs, int *n_crcs) {
+static px_status write_mine(const char *tmp, const char *final, const px_ckpt_item *items, int n_items, rank_report *r,
+                            px_ckpt_chunk_crc **crcs, int *n_crcs) {
   size_t used = 0;
-  char (*hex)[PX_SHA256_HEX] = malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *hex);
+  char(*hex)[PX_SHA256_HEX] = malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *hex);
   if (!hex) return px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
   px_status st = px_ckpt_write_items(tmp, final, items, n_items, hex, crcs, n_crcs);
   for (int i = 0; i < n_items && st == PX_OK; i++) {
@@ -108,8 +108,8 @@ static px_status names_distinct(const rank_report *all, int world, const char *f
         for (const char *q = all[b].text; *q && q < p; q = strchr(q, '\n') + 1) {
           const char *other = q + PX_SHA256_HEX - 1 + 2;
           if ((size_t)(strchr(q, '\n') - other) == len && memcmp(name, other, len) == 0)
-            return px_error(PX_ERR_INVALID, "checkpoint %s: ranks %d and %d both wrote a file named \"%.*s\"", final,
-                            b, a, (int)len, name);
+            return px_error(PX_ERR_INVALID, "checkpoint %s: ranks %d and %d both wrote a file named \"%.*s\"", final, b,
+                            a, (int)len, name);
         }
     }
   return PX_OK;
@@ -214,8 +214,8 @@ static px_status gather_parts(px_comm *comm, const char *part, const px_ckpt_ite
   return st;
 }
 
-px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items,
-                                  int n_items, int keep_last, char *path_out, size_t cap) {
+px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, const px_ckpt_item *items, int n_items,
+                                  int keep_last, char *path_out, size_t cap) {
   if (path_out && cap) path_out[0] = '\0';
   if (!comm) {
     // A world of one writes the same checkpoint, index included.
@@ -231,7 +231,8 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
   if (!dir || !*dir) return px_error(PX_ERR_INVALID, "checkpoint: empty directory name");
   if (step < 0 || step > PX_CKPT_STEP_MAX)
     return px_error(PX_ERR_INVALID, "checkpoint: step %" PRId64 " is out of range (0 to 10^18 - 1)", step);
-  if (keep_last < 0) return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
+  if (keep_last < 0)
+    return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
 
   char *part = NULL, **parts = NULL;
   px_ckpt_chunk_crc **crcs = NULL;
@@ -241,7 +242,10 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
   rank_report *all = calloc((size_t)world, sizeof *all);
   char *final = malloc(4096);
   if (!news || !mine || !all || !final) {
-    free(news); free(mine); free(all); free(final);
+    free(news);
+    free(mine);
+    free(all);
+    free(final);
     // Every rank allocates the same sizes but one may fail alone: abort the
     // job rather than leave the others waiting in the broadcast below.
     px_comm_abort(comm, "checkpoint: out of memory");
@@ -267,7 +271,8 @@ px_status px_checkpoint_write_all(px_comm *comm, const char *dir, int64_t step, 
   px_status mst = n_items > 0 ? px_ckpt_check_items(items, n_items) : PX_OK;
   for (int i = 0; i < n_items && mst == PX_OK; i++)
     if (strcmp(items[i].name, PX_CKPT_INDEX) == 0)
-      mst = px_error(PX_ERR_INVALID, "checkpoint: \"%s\" is the index's name; a file cannot be called so", PX_CKPT_INDEX);
+      mst = px_error(PX_ERR_INVALID, "checkpoint: \"%s\" is the index's name; a file cannot be called so",
+                     PX_CKPT_INDEX);
   crcs = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *crcs);
   n_crcs = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *n_crcs);
   if (mst == PX_OK && (!crcs || !n_crcs)) mst = px_error(PX_ERR_NOMEM, "checkpoint: out of memory");

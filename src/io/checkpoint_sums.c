@@ -40,7 +40,10 @@ static void show_line(const char *s, size_t n, char *out, size_t cap) {
     if (c >= 0x20 && c < 0x7f && c != '"') out[k++] = (char)c;
     else k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
   }
-  if (n > 60 && k + 4 < cap) { memcpy(out + k, "...", 3); k += 3; }
+  if (n > 60 && k + 4 < cap) {
+    memcpy(out + k, "...", 3);
+    k += 3;
+  }
   out[k] = '\0';
 }
 
@@ -75,7 +78,10 @@ static px_status read_small_file(const char *path, char **text, size_t *len) {
     *len = got;
   }
   close(fd);
-  if (st != PX_OK) { free(*text); *text = NULL; }
+  if (st != PX_OK) {
+    free(*text);
+    *text = NULL;
+  }
   return st;
 }
 
@@ -97,7 +103,8 @@ px_status px_ckpt_sums_read(const char *ckpt, px_ckpt_sums *out) {
   free(path);
   if (st == PX_ERR_NOT_FOUND)
     return px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS is missing, so this is not a complete checkpoint", ckpt);
-  if (st != PX_OK) return px_error_wrap(st == PX_ERR_NOMEM ? st : PX_ERR_FORMAT, "checkpoint %s: cannot read SHA256SUMS", ckpt);
+  if (st != PX_OK)
+    return px_error_wrap(st == PX_ERR_NOMEM ? st : PX_ERR_FORMAT, "checkpoint %s: cannot read SHA256SUMS", ckpt);
 
   px_status bad = PX_OK;
   if (len == 0) bad = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS is empty; expected one line per file", ckpt);
@@ -125,28 +132,34 @@ px_status px_ckpt_sums_read(const char *ckpt, px_ckpt_sums *out) {
     const char *why = NULL;
     if (!ok) {
       show_line(line, n, shown, sizeof shown);
-      bad = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS line %d is malformed: expected \"<64 hex digits>  "
-                     "<file name>\", found \"%s\"", ckpt, ln, shown);
+      bad = px_error(PX_ERR_FORMAT,
+                     "checkpoint %s: SHA256SUMS line %d is malformed: expected \"<64 hex digits>  "
+                     "<file name>\", found \"%s\"",
+                     ckpt, ln, shown);
       break;
     }
     size_t name_len = n - 66;
     if (name_len > PX_CKPT_NAME_MAX) {
-      bad = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS line %d names a file of %zu bytes, longer than a file "
-                     "name can be", ckpt, ln, name_len);
+      bad = px_error(PX_ERR_FORMAT,
+                     "checkpoint %s: SHA256SUMS line %d names a file of %zu bytes, longer than a file "
+                     "name can be",
+                     ckpt, ln, name_len);
       break;
     }
     memcpy(item->name, line + 66, name_len);
     item->name[name_len] = '\0';
     if (!px_ckpt_name_ok(item->name, &why)) {
       show_line(item->name, name_len, shown, sizeof shown);
-      bad = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS line %d lists \"%s\", which %s; a checkpoint lists only "
-                     "plain file names beside SHA256SUMS", ckpt, ln, shown, why);
+      bad = px_error(PX_ERR_FORMAT,
+                     "checkpoint %s: SHA256SUMS line %d lists \"%s\", which %s; a checkpoint lists only "
+                     "plain file names beside SHA256SUMS",
+                     ckpt, ln, shown, why);
       break;
     }
     for (int k = 0; k < out->n; k++)
       if (strcmp(out->items[k].name, item->name) == 0) {
-        bad = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS lists \"%s\" twice (lines %d and %d)", ckpt, item->name,
-                       k + 1, ln);
+        bad = px_error(PX_ERR_FORMAT, "checkpoint %s: SHA256SUMS lists \"%s\" twice (lines %d and %d)", ckpt,
+                       item->name, k + 1, ln);
         break;
       }
     out->n++;
@@ -177,8 +190,10 @@ px_status px_ckpt_check_files(const char *ckpt, const px_ckpt_sums *sums) {
     px_sha256_hex(sums->items[i].digest, hex);
     if (fstatat(dirfd(dp), sums->items[i].name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
       int err = errno;
-      st = err == ENOENT ? px_error(PX_ERR_FORMAT, "checkpoint %s: file \"%s\" is listed in SHA256SUMS (SHA-256 %s) but "
-                                    "missing", ckpt, sums->items[i].name, hex)
+      st = err == ENOENT ? px_error(PX_ERR_FORMAT,
+                                    "checkpoint %s: file \"%s\" is listed in SHA256SUMS (SHA-256 %s) but "
+                                    "missing",
+                                    ckpt, sums->items[i].name, hex)
                          : px_error(PX_ERR_IO, "checkpoint %s: cannot stat file \"%s\": %s", ckpt, sums->items[i].name,
                                     px_io_strerror(err, why, sizeof why));
     } else if (!S_ISREG(sb.st_mode)) {
@@ -192,8 +207,10 @@ px_status px_ckpt_check_files(const char *ckpt, const px_ckpt_sums *sums) {
   while (st == PX_OK && (de = readdir(dp))) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, PX_CKPT_SUMS)) continue;
     if (!px_ckpt_sum_find(sums, de->d_name))
-      st = px_error(PX_ERR_FORMAT, "checkpoint %s: it holds \"%s\", which SHA256SUMS does not list (was SHA256SUMS "
-                    "truncated, or the file added after the checkpoint was written?)", ckpt, de->d_name);
+      st = px_error(PX_ERR_FORMAT,
+                    "checkpoint %s: it holds \"%s\", which SHA256SUMS does not list (was SHA256SUMS "
+                    "truncated, or the file added after the checkpoint was written?)",
+                    ckpt, de->d_name);
   }
   closedir(dp);
   return st;

@@ -78,12 +78,12 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
 // memory for both checksums.
 typedef struct hash_job {
   const px_io_chunk *chunks;
-  int                n;
-  uint32_t          *crcs;  // n entries, or NULL
-  unsigned char      digest[PX_SHA256_BYTES];
+  int n;
+  uint32_t *crcs;  // n entries, or NULL
+  unsigned char digest[PX_SHA256_BYTES];
 } hash_job;
 
-#define HASH_BLOCK ((size_t)256 << 10)  // fits L2 alongside the SHA state
+#define HASH_BLOCK ((size_t)256 << 10)     // fits L2 alongside the SHA state
 #define WRITEBACK_SLICE ((size_t)8 << 20)  // writeback is started every 8 MiB written
 
 static void *hash_chunks(void *arg) {
@@ -108,7 +108,7 @@ static void *hash_chunks(void *arg) {
 }
 
 px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
-                            unsigned char digest[PX_SHA256_BYTES]) {
+                             unsigned char digest[PX_SHA256_BYTES]) {
   return px_ckpt_write_file_crc(path, ckpt, name, chunks, n, digest, NULL);
 }
 
@@ -153,14 +153,16 @@ static px_status write_sync(const char *path, const char *ckpt, const char *name
 fail:
   err = errno;
   if (fd >= 0) close(fd);
-  return px_error(PX_ERR_IO, "checkpoint %s: %s of file \"%s\" failed: %s; the checkpoints already in the directory "
-                  "are untouched", ckpt, step, name, px_io_strerror(err, why, sizeof why));
+  return px_error(PX_ERR_IO,
+                  "checkpoint %s: %s of file \"%s\" failed: %s; the checkpoints already in the directory "
+                  "are untouched",
+                  ckpt, step, name, px_io_strerror(err, why, sizeof why));
 }
 
 // Writes the concatenation of chunks to path (a new file), fsynced, its
 // SHA-256 into digest and, when crcs is not NULL, each chunk's CRC-32C.
-px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks,
-                                 int n, unsigned char digest[PX_SHA256_BYTES], uint32_t *crcs) {
+px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
+                                 unsigned char digest[PX_SHA256_BYTES], uint32_t *crcs) {
   size_t total = 0;
   for (int i = 0; i < n; i++) total += chunks[i].size;
   hash_job job = {chunks, n, crcs, {0}};
@@ -174,8 +176,7 @@ px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char 
   return st;
 }
 
-px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it,
-                             char hex[PX_SHA256_HEX]) {
+px_status px_ckpt_write_item(const char *tmp, const char *final, const px_ckpt_item *it, char hex[PX_SHA256_HEX]) {
   return px_ckpt_write_item_crc(tmp, final, it, hex, NULL, NULL);
 }
 
@@ -203,7 +204,8 @@ px_status px_ckpt_write_item_crc(const char *tmp, const char *final, const px_ck
       if (crcs && (!c || !out)) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", label);
       else st = px_ckpt_write_file_crc(file, final, it->name, img.chunks, img.n_chunks, digest, c);
       if (st == PX_OK && crcs) {
-        for (int i = 0; i < img.n_chunks; i++) out[i] = (px_ckpt_chunk_crc){img.chunks[i].data, img.chunks[i].size, c[i]};
+        for (int i = 0; i < img.n_chunks; i++)
+          out[i] = (px_ckpt_chunk_crc){img.chunks[i].data, img.chunks[i].size, c[i]};
         *crcs = out;
         *n_crcs = img.n_chunks;
         out = NULL;
@@ -237,19 +239,19 @@ static size_t item_bytes(const px_ckpt_item *it) {
 // A large item: its bytes as chunks, written by a thread of its own while
 // the caller's thread hashes it (paired with another one: px_sha256_update2).
 typedef struct big_item {
-  const char         *final, *name;
-  char               *file, *label;
-  px_st_image         img;
-  bool                has_img;
-  px_io_chunk         one;
-  const px_io_chunk  *chunks;
-  int                 n_chunks;
-  uint32_t           *crc;          // per chunk, when wanted
-  px_sha256           sha;
-  int                 at;           // hashing: the chunk, and the bytes of it done
-  size_t              off;
-  px_status           st;
-  char                msg[1024];    // the writer thread's error message
+  const char *final, *name;
+  char *file, *label;
+  px_st_image img;
+  bool has_img;
+  px_io_chunk one;
+  const px_io_chunk *chunks;
+  int n_chunks;
+  uint32_t *crc;  // per chunk, when wanted
+  px_sha256 sha;
+  int at;  // hashing: the chunk, and the bytes of it done
+  size_t off;
+  px_status st;
+  char msg[1024];  // the writer thread's error message
 } big_item;
 
 static void *write_big(void *arg) {
@@ -261,7 +263,10 @@ static void *write_big(void *arg) {
 
 // The next at most HASH_BLOCK bytes of b still to hash (within one chunk).
 static size_t next_span(big_item *b, const unsigned char **p) {
-  while (b->at < b->n_chunks && b->off == b->chunks[b->at].size) { b->at++; b->off = 0; }
+  while (b->at < b->n_chunks && b->off == b->chunks[b->at].size) {
+    b->at++;
+    b->off = 0;
+  }
   if (b->at == b->n_chunks) return 0;
   size_t k = b->chunks[b->at].size - b->off;
   *p = (const unsigned char *)b->chunks[b->at].data + b->off;
@@ -328,7 +333,10 @@ px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_
     b->name = it->name;
     b->file = malloc(plen);
     b->label = malloc(plen);
-    if (!b->file || !b->label) { st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory for a path", final); break; }
+    if (!b->file || !b->label) {
+      st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory for a path", final);
+      break;
+    }
     snprintf(b->file, plen, "%s/%s", tmp, it->name);
     snprintf(b->label, plen, "%s/%s", final, it->name);
     if (it->tensors) {
@@ -370,7 +378,8 @@ px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_
           if (st == PX_OK) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
           continue;
         }
-        for (int c = 0; c < b->n_chunks; c++) out[c] = (px_ckpt_chunk_crc){b->chunks[c].data, b->chunks[c].size, b->crc[c]};
+        for (int c = 0; c < b->n_chunks; c++)
+          out[c] = (px_ckpt_chunk_crc){b->chunks[c].data, b->chunks[c].size, b->crc[c]};
         crcs[i] = out;
         n_crcs[i] = b->n_chunks;
       }
@@ -395,13 +404,15 @@ px_status px_ckpt_check_items(const px_ckpt_item *items, int n_items) {
   for (int i = 0; i < n_items; i++) {
     const char *why;
     if (!px_ckpt_name_ok(items[i].name, &why))
-      return px_error(PX_ERR_INVALID, "checkpoint: item %d's name \"%s\" %s", i, items[i].name ? items[i].name : "", why);
+      return px_error(PX_ERR_INVALID, "checkpoint: item %d's name \"%s\" %s", i, items[i].name ? items[i].name : "",
+                      why);
     if (!items[i].tensors && items[i].n_bytes > 0 && !items[i].bytes)
       return px_error(PX_ERR_INVALID, "checkpoint: item \"%s\" has %zu bytes but no data", items[i].name,
                       items[i].n_bytes);
     for (int k = 0; k < i; k++)
       if (strcmp(items[k].name, items[i].name) == 0)
-        return px_error(PX_ERR_INVALID, "checkpoint: two items are named \"%s\" (items %d and %d)", items[i].name, k, i);
+        return px_error(PX_ERR_INVALID, "checkpoint: two items are named \"%s\" (items %d and %d)", items[i].name, k,
+                        i);
   }
   return PX_OK;
 }
@@ -411,7 +422,10 @@ char *px_ckpt_clean_dir(const char *dir) {
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--;
   char *d = malloc(n + 1);
-  if (d) { memcpy(d, dir, n); d[n] = '\0'; }
+  if (d) {
+    memcpy(d, dir, n);
+    d[n] = '\0';
+  }
   return d;
 }
 
@@ -436,8 +450,10 @@ px_status px_ckpt_install(const char *dir, const char *tmp, const char *final, i
                     px_io_strerror(err, why, sizeof why));
   struct stat sb;
   if (lstat(final, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return px_error(PX_ERR_IO, "checkpoint %s: the name is taken by something that is not a checkpoint directory; "
-                    "left alone", final);
+    return px_error(PX_ERR_IO,
+                    "checkpoint %s: the name is taken by something that is not a checkpoint directory; "
+                    "left alone",
+                    final);
 #ifdef RENAME_EXCHANGE
   // One atomic swap: step_<step> is the old checkpoint, then the new one.
   if (swap && renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
@@ -455,7 +471,10 @@ px_status px_ckpt_install(const char *dir, const char *tmp, const char *final, i
   px_ckpt_temp_name(step, PX_CKPT_OLD, host, (long)getpid(), name, sizeof name);
   snprintf(old_left, cap, "%s/%s", dir, name);
   px_status st = px_ckpt_remove_tree(old_left);  // our own leftover, if any
-  if (st != PX_OK) { old_left[0] = '\0'; return st; }
+  if (st != PX_OK) {
+    old_left[0] = '\0';
+    return st;
+  }
   if (rename(final, old_left) != 0) {
     err = errno;
     old_left[0] = '\0';
@@ -483,7 +502,8 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
   if (!dir_in || !*dir_in) return px_error(PX_ERR_INVALID, "checkpoint: empty directory name");
   if (step < 0 || step > PX_CKPT_STEP_MAX)
     return px_error(PX_ERR_INVALID, "checkpoint: step %" PRId64 " is out of range (0 to 10^18 - 1)", step);
-  if (keep_last < 0) return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
+  if (keep_last < 0)
+    return px_error(PX_ERR_INVALID, "checkpoint: keep_last is %d; expected 0 (keep all) or more", keep_last);
   px_status st = px_ckpt_check_items(items, n_items);
   if (st != PX_OK) return st;
 
@@ -519,7 +539,7 @@ static px_status write_checkpoint(const char *dir_in, int64_t step, const px_ckp
 
   size_t sums_len = 0;
   {
-    char (*hex)[PX_SHA256_HEX] = malloc((size_t)n_items * sizeof *hex);
+    char(*hex)[PX_SHA256_HEX] = malloc((size_t)n_items * sizeof *hex);
     if (!hex) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
     else st = px_ckpt_write_items(tmp, final, items, n_items, hex, NULL, NULL);
     for (int i = 0; i < n_items && st == PX_OK; i++)
@@ -577,7 +597,7 @@ px_status px_checkpoint_write0(px_comm *comm, const char *dir, int64_t step, con
   struct {
     int32_t status;
     int32_t complete;
-    char    message[1024];
+    char message[1024];
   } r;
   memset(&r, 0, sizeof r);
   if (!comm) return px_checkpoint_write(dir, step, items, n_items, keep_last, path_out, cap);  // a world of one
@@ -600,7 +620,9 @@ px_status px_checkpoint_write0(px_comm *comm, const char *dir, int64_t step, con
     free(d);
   }
   if (r.status != PX_OK) return px_error((px_status)r.status, "%s", r.message);
-  if (!fits) return px_error(PX_ERR_INVALID, "checkpoint: rank %d's path_out (%zu bytes) cannot hold the path of step %"
-                             PRId64 " in %s", px_comm_rank(comm), cap, step, dir);
+  if (!fits)
+    return px_error(PX_ERR_INVALID,
+                    "checkpoint: rank %d's path_out (%zu bytes) cannot hold the path of step %" PRId64 " in %s",
+                    px_comm_rank(comm), cap, step, dir);
   return PX_OK;
 }

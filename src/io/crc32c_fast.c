@@ -30,7 +30,7 @@ static uint32_t crc_table8(uint32_t crc, const unsigned char *p, size_t n) {
     memcpy(&hi, p + 4, 4);
     lo ^= crc;  // little-endian hosts (the safetensors code assumes one too)
     crc = table[7][lo & 0xFF] ^ table[6][(lo >> 8) & 0xFF] ^ table[5][(lo >> 16) & 0xFF] ^ table[4][lo >> 24] ^
-          table[3][hi & 0xFF] ^ table[2][(hi >> 8) & 0xFF] ^ table[1][(hi >> 16) & 0xFF] ^ table[0][hi >> 24];
+      table[3][hi & 0xFF] ^ table[2][(hi >> 8) & 0xFF] ^ table[1][(hi >> 16) & 0xFF] ^ table[0][hi >> 24];
     p += 8;
     n -= 8;
   }
@@ -60,8 +60,8 @@ static uint32_t multmodp(uint32_t a, uint32_t b) {  // a·b mod P, reflected
   return p;
 }
 
-static uint32_t xpow8n(size_t n) {  // x^(8n) mod P
-  uint32_t sq = 1u << 30, p = 1u << 31;  // x^1, x^0
+static uint32_t xpow8n(size_t n) {                    // x^(8n) mod P
+  uint32_t sq = 1u << 30, p = 1u << 31;               // x^1, x^0
   for (int k = 0; k < 3; k++) sq = multmodp(sq, sq);  // x^8
   for (; n; n >>= 1, sq = multmodp(sq, sq))
     if (n & 1) p = multmodp(sq, p);
@@ -129,6 +129,4 @@ uint32_t px_ckpt_crc32c(uint32_t crc, const void *data, size_t n) {
   return ~crc_table8(crc, p, n);
 }
 
-uint32_t px_ckpt_crc32c_portable(uint32_t crc, const void *data, size_t n) {
-  return ~crc_table8(~crc, data, n);
-}
+uint32_t px_ckpt_crc32c_portable(uint32_t crc, const void *data, size_t n) { return ~crc_table8(~crc, data, n); }

@@ -25,18 +25,18 @@ typedef struct px_st_meta {
 } px_st_meta;
 
 struct px_safetensors {
-  char            *path;
-  unsigned char   *bytes;      // the whole file
-  size_t           size;
-  unsigned char   *body;       // bytes + 8 + N
-  size_t           body_size;
-  px_named_tensor *tensors;    // in header order; views into body
-  px_st_span      *spans;      // tensors[i] holds body[spans[i].begin, spans[i].end)
-  int              count, cap;
-  int             *by_name;    // tensor indices sorted by name
-  px_st_meta      *meta;       // sorted by key once the header is parsed
-  int              n_meta, meta_cap;
-  bool             has_meta;
+  char *path;
+  unsigned char *bytes;  // the whole file
+  size_t size;
+  unsigned char *body;  // bytes + 8 + N
+  size_t body_size;
+  px_named_tensor *tensors;  // in header order; views into body
+  px_st_span *spans;         // tensors[i] holds body[spans[i].begin, spans[i].end)
+  int count, cap;
+  int *by_name;      // tensor indices sorted by name
+  px_st_meta *meta;  // sorted by key once the header is parsed
+  int n_meta, meta_cap;
+  bool has_meta;
 };
 
 // Parses the n-byte JSON header of f (whose body and body_size are set),
@@ -56,10 +56,10 @@ bool px_st_utf8_valid(const char *s);
 // of the state dict, no copies).  A checkpoint writes and hashes them in one
 // pass.  Do not move img while chunks[0] points into it.
 typedef struct px_st_image {
-  px_io_chunk  *chunks;
-  int           n_chunks;
+  px_io_chunk *chunks;
+  int n_chunks;
   unsigned char len_le[8];
-  char         *header;
+  char *header;
 } px_st_image;
 
 // Validates sd and metadata as px_safetensors_save does (errors name path).

@@ -40,7 +40,8 @@ static px_status check_tensors(px_safetensors *f) {
     qsort(f->meta, (size_t)f->n_meta, sizeof *f->meta, cmp_meta_key);
     for (int i = 1; i < f->n_meta; i++)
       if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0)
-        return px_error(PX_ERR_FORMAT, "safetensors: %s: \"__metadata__\" key \"%s\" appears twice", f->path, f->meta[i].key);
+        return px_error(PX_ERR_FORMAT, "safetensors: %s: \"__metadata__\" key \"%s\" appears twice", f->path,
+                        f->meta[i].key);
   }
   if (n == 0) return PX_OK;
   const px_named_tensor **names = malloc((size_t)n * sizeof *names);
@@ -57,7 +58,8 @@ static px_status check_tensors(px_safetensors *f) {
   for (int i = 0; i < n; i++) {
     f->by_name[i] = (int)(names[i] - f->tensors);
     if (i > 0 && strcmp(names[i - 1]->name, names[i]->name) == 0 && st == PX_OK)
-      st = px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" appears twice in the header of %s", names[i]->name, f->path);
+      st = px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" appears twice in the header of %s", names[i]->name,
+                    f->path);
   }
   if (st != PX_OK) goto done;
 
@@ -71,8 +73,9 @@ static px_status check_tensors(px_safetensors *f) {
     const px_st_span *s = spans[i];
     if (s->begin == s->end) continue;
     if (far >= 0 && s->begin < f->spans[far].end)
-      st = px_error(PX_ERR_FORMAT, "safetensors: tensors \"%s\" and \"%s\" in %s overlap: \"%s\" holds bytes [%" PRIu64
-                    ", %" PRIu64 ") of the data and \"%s\" holds [%" PRIu64 ", %" PRIu64 "); expected disjoint ranges",
+      st = px_error(PX_ERR_FORMAT,
+                    "safetensors: tensors \"%s\" and \"%s\" in %s overlap: \"%s\" holds bytes [%" PRIu64 ", %" PRIu64
+                    ") of the data and \"%s\" holds [%" PRIu64 ", %" PRIu64 "); expected disjoint ranges",
                     f->tensors[far].name, f->tensors[k].name, f->path, f->tensors[far].name, f->spans[far].begin,
                     f->spans[far].end, f->tensors[k].name, s->begin, s->end);
     if (far < 0 || s->end > f->spans[far].end) far = k;
@@ -105,8 +108,9 @@ static px_status read_whole_file(px_safetensors *f) {
     if (!f->bytes) st = px_error(PX_ERR_NOMEM, "safetensors: cannot allocate %zu bytes to read %s", f->size, f->path);
     else if (fread(f->bytes, 1, f->size, fp) != f->size) {
       int err = errno;
-      st = ferror(fp) ? px_error(PX_ERR_IO, "safetensors: reading %s failed: %s", f->path, px_io_strerror(err, why, sizeof why))
-                      : px_error(PX_ERR_IO, "safetensors: %s became shorter while being read", f->path);
+      st = ferror(fp)
+        ? px_error(PX_ERR_IO, "safetensors: reading %s failed: %s", f->path, px_io_strerror(err, why, sizeof why))
+        : px_error(PX_ERR_IO, "safetensors: %s became shorter while being read", f->path);
     }
   }
   fclose(fp);
@@ -117,16 +121,22 @@ static px_status read_whole_file(px_safetensors *f) {
 static px_status parse_bytes(px_safetensors *f) {
   const char *path = f->path;
   if (f->size < 8)
-    return px_error(PX_ERR_FORMAT, "safetensors: %s is %zu bytes, too short for a safetensors file (8-byte header length, "
-                    "then the JSON header); is it truncated?", path, f->size);
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: %s is %zu bytes, too short for a safetensors file (8-byte header length, "
+                    "then the JSON header); is it truncated?",
+                    path, f->size);
   uint64_t n = 0;  // little-endian, whatever the host
   for (int i = 7; i >= 0; i--) n = n << 8 | f->bytes[i];
   if (n > PX_ST_MAX_HEADER)
-    return px_error(PX_ERR_FORMAT, "safetensors: %s declares a header of %" PRIu64 " bytes, over the 100 MB limit; "
-                    "is this a safetensors file?", path, n);
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: %s declares a header of %" PRIu64 " bytes, over the 100 MB limit; "
+                    "is this a safetensors file?",
+                    path, n);
   if (n > f->size - 8)
-    return px_error(PX_ERR_FORMAT, "safetensors: %s declares a header of %" PRIu64 " bytes but only %zu bytes follow; "
-                    "is the file truncated?", path, n, f->size - 8);
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: %s declares a header of %" PRIu64 " bytes but only %zu bytes follow; "
+                    "is the file truncated?",
+                    path, n, f->size - 8);
   f->body = f->bytes + 8 + n;
   f->body_size = f->size - 8 - (size_t)n;
   px_status st = px_st_parse_header(f, f->bytes + 8, (size_t)n);
@@ -137,7 +147,10 @@ static px_status parse_bytes(px_safetensors *f) {
 static px_safetensors *new_file(const char *path) {
   px_safetensors *f = calloc(1, sizeof *f);
   if (f) f->path = strdup(path);
-  if (f && !f->path) { free(f); f = NULL; }
+  if (f && !f->path) {
+    free(f);
+    f = NULL;
+  }
   return f;
 }
 
@@ -149,7 +162,10 @@ px_status px_safetensors_open(const char *path, px_safetensors **out) {
   if (!f) return px_error(PX_ERR_NOMEM, "safetensors: out of memory opening %s", path);
   px_status st = read_whole_file(f);
   if (st == PX_OK) st = parse_bytes(f);
-  if (st != PX_OK) { px_safetensors_close(f); return st; }
+  if (st != PX_OK) {
+    px_safetensors_close(f);
+    return st;
+  }
   *out = f;
   return PX_OK;
 }
@@ -157,18 +173,27 @@ px_status px_safetensors_open(const char *path, px_safetensors **out) {
 px_status px_st_open_buffer(const char *path, unsigned char *bytes, size_t size, px_safetensors **out) {
   *out = NULL;
   px_safetensors *f = new_file(path);
-  if (!f) { free(bytes); return px_error(PX_ERR_NOMEM, "safetensors: out of memory opening %s", path); }
+  if (!f) {
+    free(bytes);
+    return px_error(PX_ERR_NOMEM, "safetensors: out of memory opening %s", path);
+  }
   f->bytes = bytes;
   f->size = size;
   px_status st = parse_bytes(f);
-  if (st != PX_OK) { px_safetensors_close(f); return st; }
+  if (st != PX_OK) {
+    px_safetensors_close(f);
+    return st;
+  }
   *out = f;
   return PX_OK;
 }
 
 void px_safetensors_close(px_safetensors *f) {
   if (!f) return;
-  for (int i = 0; i < f->n_meta; i++) { free(f->meta[i].key); free(f->meta[i].value); }
+  for (int i = 0; i < f->n_meta; i++) {
+    free(f->meta[i].key);
+    free(f->meta[i].value);
+  }
   free(f->meta);
   free(f->by_name);
   free(f->spans);
@@ -226,12 +251,11 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && memcmp(s + n - k, suffix, k) == 0;
 }
 
-
 // The first problem is the message; the others are counted.
 typedef struct problems {
   px_status status;
-  int       count;
-  char      first[1024];
+  int count;
+  char first[1024];
 } problems;
 
 static void note(problems *pr, px_status st) {
@@ -248,10 +272,13 @@ static px_status check_state_dict(const px_state_dict *sd, const char *path, con
     const px_named_tensor *nt = &sd->items[i];
     const px_tensor *t = &nt->tensor;
     if (strnlen(nt->name, PX_NAME_MAX) == PX_NAME_MAX)
-      return px_error(PX_ERR_INVALID, "safetensors: %s %s: state dict entry %d has an unterminated name", verb, path, i);
+      return px_error(PX_ERR_INVALID, "safetensors: %s %s: state dict entry %d has an unterminated name", verb, path,
+                      i);
     if (t->ndim < 0 || t->ndim > PX_MAX_DIMS || px_dtype_size(t->dtype) == 0)
-      return px_error(PX_ERR_INVALID, "safetensors: %s %s: tensor \"%s\" has %d dimensions and dtype %d; expected 0-%d "
-                      "dimensions and a valid dtype", verb, path, nt->name, t->ndim, (int)t->dtype, PX_MAX_DIMS);
+      return px_error(PX_ERR_INVALID,
+                      "safetensors: %s %s: tensor \"%s\" has %d dimensions and dtype %d; expected 0-%d "
+                      "dimensions and a valid dtype",
+                      verb, path, nt->name, t->ndim, (int)t->dtype, PX_MAX_DIMS);
     for (int d = 0; d < t->ndim; d++)
       if (t->shape[d] < 0)
         return px_error(PX_ERR_INVALID, "safetensors: %s %s: tensor \"%s\" has negative dimension %" PRId64, verb, path,
@@ -260,8 +287,9 @@ static px_status check_state_dict(const px_state_dict *sd, const char *path, con
     if (!px_st_nbytes(t->shape, t->ndim, px_dtype_size(t->dtype), &nbytes) || nbytes > SIZE_MAX)
       return px_error(PX_ERR_INVALID, "safetensors: %s %s: tensor \"%s\" is too large", verb, path, nt->name);
     if (t->device != PX_CPU)
-      return px_error(PX_ERR_UNSUPPORTED, "safetensors: %s %s: tensor \"%s\" is not in CPU memory; copy it to the CPU first",
-                      verb, path, nt->name);
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "safetensors: %s %s: tensor \"%s\" is not in CPU memory; copy it to the CPU first", verb, path,
+                      nt->name);
     if (nbytes > 0 && !t->data)
       return px_error(PX_ERR_INVALID, "safetensors: %s %s: tensor \"%s\" has no data", verb, path, nt->name);
   }
@@ -289,16 +317,22 @@ px_status px_st_load_open(const px_safetensors *f, const px_state_dict *sd, bool
     const px_named_tensor *m = &sd->items[i];
     const px_named_tensor *t = px_safetensors_find(f, m->name);
     if (!t) {
-      note(&pr, px_error(PX_ERR_NOT_FOUND, "safetensors: tensor \"%s\" is missing from %s (the file has %d tensors); "
-                         "was it saved from another model?", m->name, path, f->count));
+      note(&pr,
+           px_error(PX_ERR_NOT_FOUND,
+                    "safetensors: tensor \"%s\" is missing from %s (the file has %d tensors); "
+                    "was it saved from another model?",
+                    m->name, path, f->count));
     } else if (t->tensor.dtype != m->tensor.dtype) {
-      note(&pr, px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has dtype %s but the model expects %s",
-                         m->name, path, px_dtype_name(t->tensor.dtype), px_dtype_name(m->tensor.dtype)));
+      note(&pr,
+           px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has dtype %s but the model expects %s", m->name,
+                    path, px_dtype_name(t->tensor.dtype), px_dtype_name(m->tensor.dtype)));
     } else if (!px_tensor_same_shape(&t->tensor, &m->tensor)) {
-      note(&pr, px_error(PX_ERR_SHAPE, "safetensors: tensor \"%s\" in %s has shape %s but the model expects %s; "
-                         "was it saved from another model?", m->name, path,
-                         px_shape_str(t->tensor.ndim, t->tensor.shape, got, sizeof got),
-                         px_shape_str(m->tensor.ndim, m->tensor.shape, want, sizeof want)));
+      note(&pr,
+           px_error(PX_ERR_SHAPE,
+                    "safetensors: tensor \"%s\" in %s has shape %s but the model expects %s; "
+                    "was it saved from another model?",
+                    m->name, path, px_shape_str(t->tensor.ndim, t->tensor.shape, got, sizeof got),
+                    px_shape_str(m->tensor.ndim, m->tensor.shape, want, sizeof want)));
     }
   }
   if (strict && f->count > 0) {
@@ -310,8 +344,11 @@ px_status px_st_load_open(const px_safetensors *f, const px_state_dict *sd, bool
       const char *name = f->tensors[i].name;
       // PyTorch's BatchNorm step counter: plexus keeps no such buffer.
       if (has_suffix(name, ".num_batches_tracked") || sorted_has(sorted, sd->count, name)) continue;
-      note(&pr, px_error(PX_ERR_FORMAT, "safetensors: unexpected tensor \"%s\" in %s (not in the model); "
-                         "load non-strictly to ignore it", name, path));
+      note(&pr,
+           px_error(PX_ERR_FORMAT,
+                    "safetensors: unexpected tensor \"%s\" in %s (not in the model); "
+                    "load non-strictly to ignore it",
+                    name, path));
     }
     free(sorted);
   }
@@ -331,9 +368,9 @@ px_status px_st_load_open(const px_safetensors *f, const px_state_dict *sd, bool
 /* ---- saving ------------------------------------------------------------------ */
 
 typedef struct sbuf {
-  char  *buf;
+  char *buf;
   size_t len, cap;
-  bool   oom;
+  bool oom;
 } sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n) {
@@ -342,7 +379,10 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + n + 1) cap *= 2;
     char *p = realloc(b->buf, cap);
-    if (!p) { b->oom = true; return; }
+    if (!p) {
+      b->oom = true;
+      return;
+    }
     b->buf = p;
     b->cap = cap;
   }
@@ -360,11 +400,19 @@ static void sb_json_string(sbuf *b, const char *s) {
   for (const char *c = s; *c; c++) {
     unsigned char u = (unsigned char)*c;
     char esc[8];
-    const char *short_esc = u == '"' ? "\\\"" : u == '\\' ? "\\\\" : u == '\b' ? "\\b" : u == '\f' ? "\\f"
-                          : u == '\n' ? "\\n" : u == '\r' ? "\\r" : u == '\t' ? "\\t" : NULL;
+    const char *short_esc = u == '"' ? "\\\""
+      : u == '\\'                    ? "\\\\"
+      : u == '\b'                    ? "\\b"
+      : u == '\f'                    ? "\\f"
+      : u == '\n'                    ? "\\n"
+      : u == '\r'                    ? "\\r"
+      : u == '\t'                    ? "\\t"
+                                     : NULL;
     if (short_esc) sb_str(b, short_esc);
-    else if (u < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", u); sb_str(b, esc); }
-    else sb_put(b, c, 1);
+    else if (u < 0x20) {
+      snprintf(esc, sizeof esc, "\\u%04x", u);
+      sb_str(b, esc);
+    } else sb_put(b, c, 1);
   }
   sb_put(b, "\"", 1);
 }
@@ -423,29 +471,43 @@ px_status px_st_image_build(const char *path, const px_state_dict *sd, const px_
   const px_kv **meta = malloc((size_t)(n_metadata ? n_metadata : 1) * sizeof *meta);
   px_io_chunk *chunks = malloc((size_t)(n + 2) * sizeof *chunks);
   sbuf h = {0};
-  if (!order || !meta || !chunks) { st = px_error(PX_ERR_NOMEM, "safetensors: save %s: out of memory", path); goto done; }
+  if (!order || !meta || !chunks) {
+    st = px_error(PX_ERR_NOMEM, "safetensors: save %s: out of memory", path);
+    goto done;
+  }
   for (int i = 0; i < n_metadata; i++) {
     meta[i] = &metadata[i];
-    if (!metadata[i].key || !metadata[i].value)
-      { st = px_error(PX_ERR_INVALID, "safetensors: save %s: metadata pair %d has a NULL key or value", path, i); goto done; }
-    if (!px_st_utf8_valid(metadata[i].key) || !px_st_utf8_valid(metadata[i].value))
-      { st = px_error(PX_ERR_INVALID, "safetensors: save %s: metadata \"%s\" is not valid UTF-8", path, metadata[i].key); goto done; }
+    if (!metadata[i].key || !metadata[i].value) {
+      st = px_error(PX_ERR_INVALID, "safetensors: save %s: metadata pair %d has a NULL key or value", path, i);
+      goto done;
+    }
+    if (!px_st_utf8_valid(metadata[i].key) || !px_st_utf8_valid(metadata[i].value)) {
+      st = px_error(PX_ERR_INVALID, "safetensors: save %s: metadata \"%s\" is not valid UTF-8", path, metadata[i].key);
+      goto done;
+    }
   }
   qsort(meta, (size_t)n_metadata, sizeof *meta, cmp_kv_ptr);
   for (int i = 1; i < n_metadata; i++)
-    if (strcmp(meta[i - 1]->key, meta[i]->key) == 0)
-      { st = px_error(PX_ERR_INVALID, "safetensors: save %s: metadata key \"%s\" given twice", path, meta[i]->key); goto done; }
+    if (strcmp(meta[i - 1]->key, meta[i]->key) == 0) {
+      st = px_error(PX_ERR_INVALID, "safetensors: save %s: metadata key \"%s\" given twice", path, meta[i]->key);
+      goto done;
+    }
 
   for (int i = 0; i < n; i++) {
     order[i] = &sd->items[i];
     const char *name = order[i]->name;
-    if (strcmp(name, "__metadata__") == 0 || !px_st_utf8_valid(name))
-      { st = px_error(PX_ERR_INVALID, "safetensors: save %s: \"%s\" cannot be a tensor name", path, name); goto done; }
+    if (strcmp(name, "__metadata__") == 0 || !px_st_utf8_valid(name)) {
+      st = px_error(PX_ERR_INVALID, "safetensors: save %s: \"%s\" cannot be a tensor name", path, name);
+      goto done;
+    }
   }
   qsort(order, (size_t)n, sizeof *order, cmp_named_ptr);
   for (int i = 1; i < n; i++)
-    if (strcmp(order[i - 1]->name, order[i]->name) == 0)
-      { st = px_error(PX_ERR_INVALID, "safetensors: save %s: tensor \"%s\" appears twice in the state dict", path, order[i]->name); goto done; }
+    if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
+      st = px_error(PX_ERR_INVALID, "safetensors: save %s: tensor \"%s\" appears twice in the state dict", path,
+                    order[i]->name);
+      goto done;
+    }
   qsort(order, (size_t)n, sizeof *order, cmp_layout);
 
   // {"__metadata__":{"k":"v"},"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},...}
@@ -484,9 +546,15 @@ px_status px_st_image_build(const char *path, const px_state_dict *sd, const px_
   sb_put(&h, "}", 1);
   // Pad with spaces to a multiple of 8 so the body starts 8-aligned.
   while (!h.oom && h.len % 8) sb_put(&h, " ", 1);
-  if (h.oom) { st = px_error(PX_ERR_NOMEM, "safetensors: save %s: out of memory building the header", path); goto done; }
-  if (h.len > PX_ST_MAX_HEADER)
-    { st = px_error(PX_ERR_INVALID, "safetensors: save %s: header of %zu bytes is over the 100 MB limit readers accept", path, h.len); goto done; }
+  if (h.oom) {
+    st = px_error(PX_ERR_NOMEM, "safetensors: save %s: out of memory building the header", path);
+    goto done;
+  }
+  if (h.len > PX_ST_MAX_HEADER) {
+    st = px_error(PX_ERR_INVALID, "safetensors: save %s: header of %zu bytes is over the 100 MB limit readers accept",
+                  path, h.len);
+    goto done;
+  }
 
   for (int i = 0; i < 8; i++) img->len_le[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
   chunks[0] = (px_io_chunk){img->len_le, 8};

@@ -37,7 +37,10 @@ bool px_st_nbytes(const int64_t *shape, int ndim, size_t elem, uint64_t *out) {
   bool overflow = false;
   for (int i = 0; i < ndim; i++) {
     uint64_t d = (uint64_t)shape[i];
-    if (d == 0) { *out = 0; return true; }
+    if (d == 0) {
+      *out = 0;
+      return true;
+    }
     if (n > UINT64_MAX / d) overflow = true;
     else n *= d;
   }
@@ -77,16 +80,16 @@ bool px_st_utf8_valid(const char *s) {
 
 typedef struct jp {
   const unsigned char *s;
-  size_t               n, pos;
-  px_safetensors      *f;
-  const char          *tensor;  // name of the entry being parsed, for messages
+  size_t n, pos;
+  px_safetensors *f;
+  const char *tensor;  // name of the entry being parsed, for messages
 } jp;
 
 static px_status jp_fail(jp *p, px_status st, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+  __attribute__((format(printf, 3, 4)))
 #endif
-    ;
+  ;
 
 static px_status jp_fail(jp *p, px_status st, const char *fmt, ...) {
   char msg[512];
@@ -96,8 +99,7 @@ static px_status jp_fail(jp *p, px_status st, const char *fmt, ...) {
   va_end(ap);
   if (p->tensor)
     px_error(st, "safetensors: tensor \"%s\" in %s: bad header at byte %zu: %s", p->tensor, p->f->path, p->pos, msg);
-  else
-    px_error(st, "safetensors: %s: bad header at byte %zu: %s", p->f->path, p->pos, msg);
+  else px_error(st, "safetensors: %s: bad header at byte %zu: %s", p->f->path, p->pos, msg);
   return st;
 }
 
@@ -124,7 +126,10 @@ static bool jp_peek(jp *p, unsigned char c) {
 }
 
 static px_status jp_expect(jp *p, unsigned char c, const char *what) {
-  if (jp_peek(p, c)) { p->pos++; return PX_OK; }
+  if (jp_peek(p, c)) {
+    p->pos++;
+    return PX_OK;
+  }
   char buf[16];
   return jp_fail(p, PX_ERR_FORMAT, "expected %s, found %s", what, jp_found(p, buf, sizeof buf));
 }
@@ -132,8 +137,16 @@ static px_status jp_expect(jp *p, unsigned char c, const char *what) {
 // After a member: ',' (returns true in *more) or the closing bracket.
 static px_status jp_next(jp *p, unsigned char close, bool *more) {
   jp_ws(p);
-  if (p->pos < p->n && p->s[p->pos] == ',') { p->pos++; *more = true; return PX_OK; }
-  if (p->pos < p->n && p->s[p->pos] == close) { p->pos++; *more = false; return PX_OK; }
+  if (p->pos < p->n && p->s[p->pos] == ',') {
+    p->pos++;
+    *more = true;
+    return PX_OK;
+  }
+  if (p->pos < p->n && p->s[p->pos] == close) {
+    p->pos++;
+    *more = false;
+    return PX_OK;
+  }
   char buf[16];
   return jp_fail(p, PX_ERR_FORMAT, "expected ',' or '%c', found %s", close, jp_found(p, buf, sizeof buf));
 }
@@ -159,14 +172,25 @@ static px_status jp_hex4(jp *p, size_t at, unsigned *cp) {
 }
 
 static size_t utf8_put(char *o, unsigned cp) {
-  if (cp < 0x80) { o[0] = (char)cp; return 1; }
-  if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    o[0] = (char)(0xC0 | cp >> 6);
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
   if (cp < 0x10000) {
-    o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
+    o[0] = (char)(0xE0 | cp >> 12);
+    o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+    o[2] = (char)(0x80 | (cp & 0x3F));
     return 3;
   }
-  o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-  o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
+  o[0] = (char)(0xF0 | cp >> 18);
+  o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+  o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+  o[3] = (char)(0x80 | (cp & 0x3F));
   return 4;
 }
 
@@ -175,8 +199,7 @@ static size_t utf8_put(char *o, unsigned cp) {
 static px_status jp_string(jp *p, char **out) {
   *out = NULL;
   char buf[16];
-  if (!jp_peek(p, '"'))
-    return jp_fail(p, PX_ERR_FORMAT, "expected a string, found %s", jp_found(p, buf, sizeof buf));
+  if (!jp_peek(p, '"')) return jp_fail(p, PX_ERR_FORMAT, "expected a string, found %s", jp_found(p, buf, sizeof buf));
   size_t start = ++p->pos, end = start;
   // The decoded string is never longer than its escaped form.
   while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
@@ -187,16 +210,26 @@ static px_status jp_string(jp *p, char **out) {
   px_status st = PX_OK;
   while (p->pos < end) {
     unsigned char c = p->s[p->pos];
-    if (c < 0x20) { st = jp_fail(p, PX_ERR_FORMAT, "control byte 0x%02x inside a string", c); break; }
+    if (c < 0x20) {
+      st = jp_fail(p, PX_ERR_FORMAT, "control byte 0x%02x inside a string", c);
+      break;
+    }
     if (c >= 0x80) {
       size_t len = utf8_seq_len(p->s + p->pos, end - p->pos);
-      if (!len) { st = jp_fail(p, PX_ERR_FORMAT, "string is not valid UTF-8"); break; }
+      if (!len) {
+        st = jp_fail(p, PX_ERR_FORMAT, "string is not valid UTF-8");
+        break;
+      }
       memcpy(o + k, p->s + p->pos, len);
       k += len;
       p->pos += len;
       continue;
     }
-    if (c != '\\') { o[k++] = (char)c; p->pos++; continue; }
+    if (c != '\\') {
+      o[k++] = (char)c;
+      p->pos++;
+      continue;
+    }
     unsigned char e = p->s[p->pos + 1];  // exists: end > pos + 1 after a backslash
     const char *simple = strchr("\"\\/bfnrt", e);
     if (e && simple) {
@@ -205,7 +238,10 @@ static px_status jp_string(jp *p, char **out) {
       p->pos += 2;
       continue;
     }
-    if (e != 'u') { st = jp_fail(p, PX_ERR_FORMAT, "unknown escape \\%c in a string", e >= 0x20 && e < 0x7f ? e : '?'); break; }
+    if (e != 'u') {
+      st = jp_fail(p, PX_ERR_FORMAT, "unknown escape \\%c in a string", e >= 0x20 && e < 0x7f ? e : '?');
+      break;
+    }
     unsigned cp = 0;
     if ((st = jp_hex4(p, p->pos + 2, &cp)) != PX_OK) break;
     size_t used = 6;
@@ -228,7 +264,10 @@ static px_status jp_string(jp *p, char **out) {
     k += utf8_put(o + k, cp);
     p->pos += used;
   }
-  if (st != PX_OK) { free(o); return st; }
+  if (st != PX_OK) {
+    free(o);
+    return st;
+  }
   o[k] = '\0';
   p->pos = end + 1;
   *out = o;
@@ -243,7 +282,8 @@ static px_status jp_uint(jp *p, uint64_t *out, const char *what) {
   if (neg) at++;
   char buf[16];
   if (at >= p->n || p->s[at] < '0' || p->s[at] > '9')
-    return jp_fail(p, PX_ERR_FORMAT, "%s: expected a non-negative integer, found %s", what, jp_found(p, buf, sizeof buf));
+    return jp_fail(p, PX_ERR_FORMAT, "%s: expected a non-negative integer, found %s", what,
+                   jp_found(p, buf, sizeof buf));
   if (p->s[at] == '0' && at + 1 < p->n && p->s[at + 1] >= '0' && p->s[at + 1] <= '9')
     return jp_fail(p, PX_ERR_FORMAT, "%s: a number with a leading zero is not JSON", what);
   uint64_t v = 0;
@@ -256,8 +296,7 @@ static px_status jp_uint(jp *p, uint64_t *out, const char *what) {
   if (at < p->n && (p->s[at] == '.' || p->s[at] == 'e' || p->s[at] == 'E'))
     return jp_fail(p, PX_ERR_FORMAT, "%s: expected an integer, found a number with a fraction or exponent", what);
   if (neg && (v || big))
-    return jp_fail(p, PX_ERR_FORMAT, "%s: expected a non-negative integer, found -%s%" PRIu64, what,
-                   big ? ">" : "", v);
+    return jp_fail(p, PX_ERR_FORMAT, "%s: expected a non-negative integer, found -%s%" PRIu64, what, big ? ">" : "", v);
   if (big) return jp_fail(p, PX_ERR_FORMAT, "%s: number does not fit in 64 bits", what);
   p->pos = at;
   *out = v;
@@ -270,7 +309,10 @@ static px_status jp_uint_array(jp *p, uint64_t *vals, int cap, int *count, const
   *count = 0;
   px_status st = jp_expect(p, '[', "'[' (an array of integers)");
   if (st != PX_OK) return st;
-  if (jp_peek(p, ']')) { p->pos++; return PX_OK; }
+  if (jp_peek(p, ']')) {
+    p->pos++;
+    return PX_OK;
+  }
   for (bool more = true; more;) {
     char label[48];
     snprintf(label, sizeof label, "%s[%d]", what, *count);
@@ -309,7 +351,10 @@ static px_status jp_skip(jp *p, int depth) {
   if (c == '{' || c == '[') {
     unsigned char close = c == '{' ? '}' : ']';
     p->pos++;
-    if (jp_peek(p, close)) { p->pos++; return PX_OK; }
+    if (jp_peek(p, close)) {
+      p->pos++;
+      return PX_OK;
+    }
     for (bool more = true; more;) {
       if (c == '{') {
         char *key;
@@ -327,7 +372,8 @@ static px_status jp_skip(jp *p, int depth) {
   if (c == '-') p->pos++;
   if (!is_digit(p)) return jp_fail(p, PX_ERR_FORMAT, "expected a value, found %s", jp_found(p, buf, sizeof buf));
   if (p->s[p->pos] == '0') p->pos++;
-  else while (is_digit(p)) p->pos++;
+  else
+    while (is_digit(p)) p->pos++;
   if (p->pos < p->n && p->s[p->pos] == '.') {
     p->pos++;
     if (!is_digit(p)) return jp_fail(p, PX_ERR_FORMAT, "expected a digit after '.'");
@@ -351,7 +397,10 @@ static px_status jp_metadata(jp *p) {
   if (jp_literal(p, "null")) return PX_OK;
   px_status st = jp_expect(p, '{', "'{' (\"__metadata__\" maps strings to strings)");
   if (st != PX_OK) return st;
-  if (jp_peek(p, '}')) { p->pos++; return PX_OK; }
+  if (jp_peek(p, '}')) {
+    p->pos++;
+    return PX_OK;
+  }
   for (bool more = true; more;) {
     if (f->n_meta == f->meta_cap) {
       int cap = f->meta_cap ? 2 * f->meta_cap : 8;
@@ -370,7 +419,10 @@ static px_status jp_metadata(jp *p) {
       free(m->key);
       return st;
     }
-    if ((st = jp_string(p, &m->value)) != PX_OK) { free(m->key); return st; }
+    if ((st = jp_string(p, &m->value)) != PX_OK) {
+      free(m->key);
+      return st;
+    }
     f->n_meta++;
     if ((st = jp_next(p, '}', &more)) != PX_OK) return st;
   }
@@ -378,26 +430,30 @@ static px_status jp_metadata(jp *p) {
 }
 
 // Checks one entry against the body and appends it.
-static px_status add_tensor(px_safetensors *f, const char *name, const char *dtype_name,
-                            const uint64_t *dims, int ndim, const uint64_t *offs, int n_offs) {
+static px_status add_tensor(px_safetensors *f, const char *name, const char *dtype_name, const uint64_t *dims, int ndim,
+                            const uint64_t *offs, int n_offs) {
   const char *path = f->path;
   px_dtype dtype;
   if (px_dtype_parse(dtype_name, &dtype) != PX_OK) {
     if (dtype_known_unsupported(dtype_name))
       return px_error(PX_ERR_UNSUPPORTED,
-                      "safetensors: tensor \"%s\" in %s has dtype %s, which plexus does not support; it reads " ST_DTYPES_READ,
+                      "safetensors: tensor \"%s\" in %s has dtype %s, which plexus does not support; it "
+                      "reads " ST_DTYPES_READ,
                       name, path, dtype_name);
-    return px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has unknown dtype \"%.32s\"; expected one of " ST_DTYPES_READ,
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: tensor \"%s\" in %s has unknown dtype \"%.32s\"; expected one of " ST_DTYPES_READ,
                     name, path, dtype_name);
   }
   if (ndim > PX_MAX_DIMS)
-    return px_error(PX_ERR_UNSUPPORTED, "safetensors: tensor \"%s\" in %s has %d dimensions; plexus tensors have at most %d",
-                    name, path, ndim, PX_MAX_DIMS);
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "safetensors: tensor \"%s\" in %s has %d dimensions; plexus tensors have at most %d", name, path,
+                    ndim, PX_MAX_DIMS);
   int64_t shape[PX_MAX_DIMS] = {0};
   for (int i = 0; i < ndim; i++) {
     if (dims[i] > (uint64_t)INT64_MAX)
-      return px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has shape[%d] = %" PRIu64 ", larger than 2^63 - 1",
-                      name, path, i, dims[i]);
+      return px_error(PX_ERR_FORMAT,
+                      "safetensors: tensor \"%s\" in %s has shape[%d] = %" PRIu64 ", larger than 2^63 - 1", name, path,
+                      i, dims[i]);
     shape[i] = (int64_t)dims[i];
   }
   if (n_offs != 2)
@@ -405,20 +461,27 @@ static px_status add_tensor(px_safetensors *f, const char *name, const char *dty
                     name, path, n_offs);
   uint64_t begin = offs[0], end = offs[1];
   if (begin > end)
-    return px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has data_offsets [%" PRIu64 ", %" PRIu64
-                    "]: expected begin <= end", name, path, begin, end);
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: tensor \"%s\" in %s has data_offsets [%" PRIu64 ", %" PRIu64
+                    "]: expected begin <= end",
+                    name, path, begin, end);
   if (end > f->body_size)
-    return px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has data_offsets [%" PRIu64 ", %" PRIu64
-                    "] but the data section is only %zu bytes; is the file truncated?", name, path, begin, end, f->body_size);
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: tensor \"%s\" in %s has data_offsets [%" PRIu64 ", %" PRIu64
+                    "] but the data section is only %zu bytes; is the file truncated?",
+                    name, path, begin, end, f->body_size);
   char sbuf[PX_SHAPE_STR_MAX];
   uint64_t nbytes;
   if (!px_st_nbytes(shape, ndim, px_dtype_size(dtype), &nbytes))
-    return px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has shape %s, whose size in bytes overflows 64 bits",
-                    name, path, px_shape_str(ndim, shape, sbuf, sizeof sbuf));
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: tensor \"%s\" in %s has shape %s, whose size in bytes overflows 64 bits", name, path,
+                    px_shape_str(ndim, shape, sbuf, sizeof sbuf));
   if (end - begin != nbytes)
-    return px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has data_offsets [%" PRIu64 ", %" PRIu64 "] (%" PRIu64
-                    " bytes) but dtype %s and shape %s need %" PRIu64 " bytes", name, path, begin, end, end - begin,
-                    px_dtype_name(dtype), px_shape_str(ndim, shape, sbuf, sizeof sbuf), nbytes);
+    return px_error(PX_ERR_FORMAT,
+                    "safetensors: tensor \"%s\" in %s has data_offsets [%" PRIu64 ", %" PRIu64 "] (%" PRIu64
+                    " bytes) but dtype %s and shape %s need %" PRIu64 " bytes",
+                    name, path, begin, end, end - begin, px_dtype_name(dtype),
+                    px_shape_str(ndim, shape, sbuf, sizeof sbuf), nbytes);
 
   if (f->count == f->cap) {
     if (f->cap > (1 << 28)) return px_error(PX_ERR_FORMAT, "safetensors: %s has too many tensors", path);
@@ -459,7 +522,8 @@ static px_status jp_tensor(jp *p, const char *name) {
         if (!(dup = dtype != NULL)) {
           jp_ws(p);
           char buf[16];
-          if (!jp_peek(p, '"')) st = jp_fail(p, PX_ERR_FORMAT, "dtype: expected a string, found %s", jp_found(p, buf, sizeof buf));
+          if (!jp_peek(p, '"'))
+            st = jp_fail(p, PX_ERR_FORMAT, "dtype: expected a string, found %s", jp_found(p, buf, sizeof buf));
           else st = jp_string(p, &dtype);
         }
       } else if (strcmp(key, "shape") == 0) {
@@ -469,7 +533,10 @@ static px_status jp_tensor(jp *p, const char *name) {
       } else {
         st = jp_skip(p, 2);
       }
-      if (dup) { p->pos = key_pos; st = jp_fail(p, PX_ERR_FORMAT, "field \"%s\" appears twice", key); }
+      if (dup) {
+        p->pos = key_pos;
+        st = jp_fail(p, PX_ERR_FORMAT, "field \"%s\" appears twice", key);
+      }
     }
     free(key);
     if (st == PX_OK) st = jp_next(p, '}', &more);
@@ -477,9 +544,9 @@ static px_status jp_tensor(jp *p, const char *name) {
   if (st == PX_OK) {
     const char *missing = !dtype ? "dtype" : ndim < 0 ? "shape" : n_offs < 0 ? "data_offsets" : NULL;
     if (missing)
-      st = px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has no \"%s\" in the header", name, p->f->path, missing);
-    else
-      st = add_tensor(p->f, name, dtype, dims, ndim, offs, n_offs);
+      st = px_error(PX_ERR_FORMAT, "safetensors: tensor \"%s\" in %s has no \"%s\" in the header", name, p->f->path,
+                    missing);
+    else st = add_tensor(p->f, name, dtype, dims, ndim, offs, n_offs);
   }
   free(dtype);
   return st;
@@ -489,7 +556,8 @@ static px_status jp_header(jp *p) {
   char buf[16];
   jp_ws(p);
   if (p->pos >= p->n || p->s[p->pos] != '{')
-    return jp_fail(p, PX_ERR_FORMAT, "expected '{' (the header is a JSON object), found %s; is this a safetensors file?",
+    return jp_fail(p, PX_ERR_FORMAT,
+                   "expected '{' (the header is a JSON object), found %s; is this a safetensors file?",
                    jp_found(p, buf, sizeof buf));
   p->pos++;
   px_status st = PX_OK;
@@ -502,8 +570,9 @@ static px_status jp_header(jp *p) {
       if (strcmp(name, "__metadata__") == 0) {
         st = jp_metadata(p);
       } else if (strlen(name) >= PX_NAME_MAX) {
-        st = px_error(PX_ERR_UNSUPPORTED, "safetensors: tensor \"%.64s...\" in %s has a name of %zu bytes; plexus allows at most %d",
-                      name, p->f->path, strlen(name), PX_NAME_MAX - 1);
+        st = px_error(PX_ERR_UNSUPPORTED,
+                      "safetensors: tensor \"%.64s...\" in %s has a name of %zu bytes; plexus allows at most %d", name,
+                      p->f->path, strlen(name), PX_NAME_MAX - 1);
       } else {
         p->tensor = name;
         st = jp_tensor(p, name);
@@ -516,7 +585,8 @@ static px_status jp_header(jp *p) {
   if (st != PX_OK) return st;
   jp_ws(p);  // writers pad the header with spaces
   if (p->pos != p->n)
-    return jp_fail(p, PX_ERR_FORMAT, "expected only spaces after the header object, found %s", jp_found(p, buf, sizeof buf));
+    return jp_fail(p, PX_ERR_FORMAT, "expected only spaces after the header object, found %s",
+                   jp_found(p, buf, sizeof buf));
   return PX_OK;
 }
 

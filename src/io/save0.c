@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-px_status px_safetensors_save0(px_comm *comm, const char *path, const px_state_dict *sd,
-                               const px_kv *metadata, int n_metadata) {
+px_status px_safetensors_save0(px_comm *comm, const char *path, const px_state_dict *sd, const px_kv *metadata,
+                               int n_metadata) {
   int32_t st = PX_OK;
   char msg[512] = "";
   if (px_comm_rank(comm) == 0) {

@@ -31,14 +31,14 @@
 #endif
 
 static const uint32_t K[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 };
 
 static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
@@ -65,11 +65,23 @@ static void blocks_portable(uint32_t h[8], const unsigned char *p, size_t n_bloc
     for (int t = 0; t < 64; t++) {
       uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[t] + w[t];
       uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      hh = g; g = f; f = e; e = d + t1;
-      d = c; c = b; b = a; a = t1 + t2;
+      hh = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
     }
-    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
-    h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+    h[5] += f;
+    h[6] += g;
+    h[7] += hh;
   }
 }
 
@@ -83,8 +95,8 @@ static void blocks_portable(uint32_t h[8], const unsigned char *p, size_t n_bloc
  * X_{g+1} is finished during group g, and X_{g-1} (no longer needed raw)
  * is turned into msg1's part of X_{g+3}: four registers carry the schedule. */
 #ifdef PX_SHA256_X86
-__attribute__((target("sha,sse4.1,ssse3")))
-static void blocks_shani(uint32_t h[8], const unsigned char *p, size_t n_blocks) {
+__attribute__((target("sha,sse4.1,ssse3"))) static void blocks_shani(uint32_t h[8], const unsigned char *p,
+                                                                     size_t n_blocks) {
   const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
   __m128i abcd = _mm_loadu_si128((const __m128i *)&h[0]);
   __m128i efgh = _mm_loadu_si128((const __m128i *)&h[4]);
@@ -120,9 +132,8 @@ static void blocks_shani(uint32_t h[8], const unsigned char *p, size_t n_blocks)
 }
 // Two messages' blocks at once: the rounds of blocks_shani for each,
 // interleaved, so one's sha256rnds2 runs while the other's result is due.
-__attribute__((target("sha,sse4.1,ssse3")))
-static void blocks_shani2(uint32_t ha[8], uint32_t hb[8], const unsigned char *p, const unsigned char *q,
-                          size_t n_blocks) {
+__attribute__((target("sha,sse4.1,ssse3"))) static void
+blocks_shani2(uint32_t ha[8], uint32_t hb[8], const unsigned char *p, const unsigned char *q, size_t n_blocks) {
   const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
   __m128i s0, s1, t0, t1;
   {
@@ -184,7 +195,7 @@ bool px_sha256_have_shani(void) {
   if (cached < 0) {
     unsigned a, b, c, d;
     bool ok = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSSE3) && (c & bit_SSE4_1) &&
-              __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));  // CPUID.7.0:EBX.SHA
+      __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));  // CPUID.7.0:EBX.SHA
     cached = ok;
   }
   return cached == 1;

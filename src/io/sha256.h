@@ -15,23 +15,23 @@
 #include "plexus/base.h"
 
 #define PX_SHA256_BYTES 32
-#define PX_SHA256_HEX   65  // 64 lowercase hex digits + NUL
+#define PX_SHA256_HEX 65  // 64 lowercase hex digits + NUL
 
 // Compress n_blocks 64-byte blocks of p into the state h.
 typedef void (*px_sha256_blocks_fn)(uint32_t h[8], const unsigned char *p, size_t n_blocks);
 
 typedef struct px_sha256 {
-  uint32_t            h[8];
-  uint64_t            n_bytes;   // message length so far
-  unsigned char       buf[64];   // a partial block
-  size_t              buf_len;
+  uint32_t h[8];
+  uint64_t n_bytes;       // message length so far
+  unsigned char buf[64];  // a partial block
+  size_t buf_len;
   px_sha256_blocks_fn blocks;
 } px_sha256;
 
 typedef enum px_sha256_impl {
-  PX_SHA256_BEST = 0,   // SHA-NI when the CPU has it, else portable
+  PX_SHA256_BEST = 0,  // SHA-NI when the CPU has it, else portable
   PX_SHA256_PORTABLE,
-  PX_SHA256_SHANI,      // falls back to portable where unavailable
+  PX_SHA256_SHANI,  // falls back to portable where unavailable
 } px_sha256_impl;
 
 void px_sha256_init(px_sha256 *s);

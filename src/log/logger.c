@@ -22,11 +22,11 @@
 #include <cJSON.h>
 
 struct px_logger {
-  bool active;       /* rank 0 */
+  bool active; /* rank 0 */
   bool console;
-  bool bar;          /* redraw one line with \r */
-  bool bar_open;     /* a bar line is on screen without its newline */
-  double bar_drawn;  /* wall time of the last frame (px_log_progress: at most 10 a second) */
+  bool bar;              /* redraw one line with \r */
+  bool bar_open;         /* a bar line is on screen without its newline */
+  double bar_drawn;      /* wall time of the last frame (px_log_progress: at most 10 a second) */
   px_step_metrics shown; /* the last full metrics (px_log_step): loss, lr, gnorm between them */
   bool have_shown;
   FILE *con;
@@ -53,13 +53,21 @@ static char *dup_str(const char *s) {
 
 /* ---- protobuf encoding (only what Event needs) ------------------------- */
 
-typedef struct pbuf { unsigned char b[1024]; size_t n; bool overflow; } pbuf;
+typedef struct pbuf {
+  unsigned char b[1024];
+  size_t n;
+  bool overflow;
+} pbuf;
 
 static void pb_byte(pbuf *p, unsigned char c) {
-  if (p->n < sizeof p->b) p->b[p->n++] = c; else p->overflow = true;
+  if (p->n < sizeof p->b) p->b[p->n++] = c;
+  else p->overflow = true;
 }
 static void pb_varint(pbuf *p, uint64_t v) {
-  while (v >= 0x80) { pb_byte(p, (unsigned char)(v | 0x80)); v >>= 7; }
+  while (v >= 0x80) {
+    pb_byte(p, (unsigned char)(v | 0x80));
+    v >>= 7;
+  }
   pb_byte(p, (unsigned char)v);
 }
 static void pb_key(pbuf *p, unsigned field, unsigned wire) { pb_varint(p, ((uint64_t)field << 3) | wire); }
@@ -87,15 +95,20 @@ static px_status tb_write_bytes(px_logger *l, const unsigned char *data, size_t 
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (8 * i));
   uint32_t c1 = px_crc32c_masked(len, 8), c2 = px_crc32c_masked(data, n);
   unsigned char c1b[4], c2b[4];
-  for (int i = 0; i < 4; i++) { c1b[i] = (unsigned char)(c1 >> (8 * i)); c2b[i] = (unsigned char)(c2 >> (8 * i)); }
-  if (fwrite(len, 1, 8, l->tb) != 8 || fwrite(c1b, 1, 4, l->tb) != 4 ||
-      fwrite(data, 1, n, l->tb) != n || fwrite(c2b, 1, 4, l->tb) != 4 || fflush(l->tb) != 0)
+  for (int i = 0; i < 4; i++) {
+    c1b[i] = (unsigned char)(c1 >> (8 * i));
+    c2b[i] = (unsigned char)(c2 >> (8 * i));
+  }
+  if (fwrite(len, 1, 8, l->tb) != 8 || fwrite(c1b, 1, 4, l->tb) != 4 || fwrite(data, 1, n, l->tb) != n ||
+      fwrite(c2b, 1, 4, l->tb) != 4 || fflush(l->tb) != 0)
     return px_error(PX_ERR_IO, "tensorboard: %s: write failed: %s", l->tb_path, strerror(errno));
   return PX_OK;
 }
 
 static px_status tb_write_record(px_logger *l, const pbuf *ev) {
-  if (ev->overflow) return px_error(PX_ERR_INVALID, "tensorboard: %s: event larger than %zu bytes (tag too long?)", l->tb_path, sizeof ev->b);
+  if (ev->overflow)
+    return px_error(PX_ERR_INVALID, "tensorboard: %s: event larger than %zu bytes (tag too long?)", l->tb_path,
+                    sizeof ev->b);
   return tb_write_bytes(l, ev->b, ev->n);
 }
 
@@ -112,7 +125,11 @@ static px_status tb_write_record(px_logger *l, const pbuf *ev) {
  *   SessionStartInfo  { map<string, google.protobuf.Value> hparams = 1; group_name = 4; start_time_secs = 5 }
  *   map entry    { key = 1; value = 2 }
  *   google.protobuf.Value { number_value = 2 (double); string_value = 3; bool_value = 4 } */
-typedef struct dbuf { unsigned char *b; size_t n, cap; bool oom; } dbuf;
+typedef struct dbuf {
+  unsigned char *b;
+  size_t n, cap;
+  bool oom;
+} dbuf;
 
 static void db_put(dbuf *d, const void *src, size_t n) {
   if (d->oom) return;
@@ -120,7 +137,10 @@ static void db_put(dbuf *d, const void *src, size_t n) {
     size_t cap = d->cap ? d->cap : 256;
     while (cap < d->n + n) cap *= 2;
     unsigned char *nb = realloc(d->b, cap);
-    if (!nb) { d->oom = true; return; }
+    if (!nb) {
+      d->oom = true;
+      return;
+    }
     d->b = nb;
     d->cap = cap;
   }
@@ -130,7 +150,10 @@ static void db_put(dbuf *d, const void *src, size_t n) {
 static void db_varint(dbuf *d, uint64_t v) {
   unsigned char t[10];
   size_t k = 0;
-  while (v >= 0x80) { t[k++] = (unsigned char)(v | 0x80); v >>= 7; }
+  while (v >= 0x80) {
+    t[k++] = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
   t[k++] = (unsigned char)v;
   db_put(d, t, k);
 }
@@ -163,7 +186,10 @@ static void hparams_entries(dbuf *info, const cJSON *j, const char *prefix) {
     if (!it->string) continue;
     size_t kn = strlen(prefix) + strlen(it->string) + 2;
     char *key = malloc(kn);
-    if (!key) { info->oom = true; return; }
+    if (!key) {
+      info->oom = true;
+      return;
+    }
     snprintf(key, kn, "%s%s%s", prefix, *prefix ? "." : "", it->string);
     if (cJSON_IsObject(it)) {
       hparams_entries(info, it, key);
@@ -184,7 +210,7 @@ static void hparams_entries(dbuf *info, const cJSON *j, const char *prefix) {
       cJSON_free(text);
     } else {
       free(key);
-      continue;  /* null */
+      continue; /* null */
     }
     db_bytes(&entry, 1, key, strlen(key));
     db_msg(&entry, 2, &val);
@@ -262,7 +288,10 @@ static px_status json_end(px_logger *l) {
 /* ---- console --------------------------------------------------------------- */
 
 static void fmt_hms(char *buf, size_t n, double s) {
-  if (!isfinite(s) || s < 0) { snprintf(buf, n, "-:--:--"); return; }
+  if (!isfinite(s) || s < 0) {
+    snprintf(buf, n, "-:--:--");
+    return;
+  }
   long long t = (long long)(s + 0.5);
   snprintf(buf, n, "%lld:%02lld:%02lld", t / 3600, (t / 60) % 60, t % 60);
 }
@@ -308,7 +337,10 @@ static void bar_draw(px_logger *l, const px_step_metrics *m) {
 
 /* End a bar line so the next text starts on a fresh line. */
 static void bar_close(px_logger *l) {
-  if (l->bar_open) { fputc('\n', l->con); l->bar_open = false; }
+  if (l->bar_open) {
+    fputc('\n', l->con);
+    l->bar_open = false;
+  }
 }
 
 /* ---- public API ------------------------------------------------------------- */
@@ -318,7 +350,10 @@ px_status px_logger_create(px_logger **out, const px_logger_opts *opts) {
   *out = NULL;
   px_logger *l = calloc(1, sizeof *l);
   if (!l) return px_error(PX_ERR_NOMEM, "px_logger_create: out of memory");
-  if (opts->rank != 0) { *out = l; return PX_OK; }
+  if (opts->rank != 0) {
+    *out = l;
+    return PX_OK;
+  }
   l->active = true;
   l->console = opts->console;
   l->con = opts->console_stream ? opts->console_stream : stdout;
@@ -349,7 +384,10 @@ px_status px_logger_create(px_logger **out, const px_logger_opts *opts) {
   }
   if (opts->tensorboard_dir) {
     px_status s = tb_open(l, opts->tensorboard_dir);
-    if (s != PX_OK) { px_logger_free(l); return s; }
+    if (s != PX_OK) {
+      px_logger_free(l);
+      return s;
+    }
   }
   if (l->console && opts->run_name) {
     fprintf(l->con, "== run %s ==\n", opts->run_name);
@@ -379,15 +417,15 @@ px_status px_log_step(px_logger *l, const px_step_metrics *m) {
       bar_draw(l, m);
     } else {
       fprintf(l->con, "step %lld/%lld epoch %lld/%lld loss %.6f lr %.4g grad_norm %.4g samples/s %.1f eta %s\n",
-              (long long)m->step, (long long)m->total_steps, (long long)m->epoch, (long long)m->total_epochs,
-              m->loss, m->lr, m->grad_norm, m->samples_per_s, eta);
+              (long long)m->step, (long long)m->total_steps, (long long)m->epoch, (long long)m->total_epochs, m->loss,
+              m->lr, m->grad_norm, m->samples_per_s, eta);
     }
     fflush(l->con);
   }
   px_status s = PX_OK;
   if (l->jsonl) {
-    fprintf(l->jsonl, "{\"type\":\"step\",\"step\":%lld,\"total_steps\":%lld,\"epoch\":%lld",
-            (long long)m->step, (long long)m->total_steps, (long long)m->epoch);
+    fprintf(l->jsonl, "{\"type\":\"step\",\"step\":%lld,\"total_steps\":%lld,\"epoch\":%lld", (long long)m->step,
+            (long long)m->total_steps, (long long)m->epoch);
     json_num(l->jsonl, "loss", m->loss);
     json_num(l->jsonl, "lr", m->lr);
     json_num(l->jsonl, "grad_norm", m->grad_norm);
@@ -486,21 +524,20 @@ px_status px_log_hparams(px_logger *l, const char *json_object, const char *grou
                     json_object);
   }
   double now = wall_now();
-  dbuf info = {0}, plugin = {0}, pd = {0}, meta = {0}, tensor = {0}, shape = {0}, value = {0}, summary = {0},
-       ev = {0};
+  dbuf info = {0}, plugin = {0}, pd = {0}, meta = {0}, tensor = {0}, shape = {0}, value = {0}, summary = {0}, ev = {0};
   hparams_entries(&info, j, "");
   cJSON_Delete(j);
   if (group && *group) db_bytes(&info, 4, group, strlen(group));
   db_double(&info, 5, now);
-  db_msg(&plugin, 3, &info);                       /* HParamsPluginData.session_start_info */
-  db_bytes(&pd, 1, "hparams", 7);                  /* PluginData.plugin_name */
-  db_msg(&pd, 2, &plugin);                         /* PluginData.content */
-  db_msg(&meta, 1, &pd);                           /* SummaryMetadata.plugin_data */
-  db_key(&tensor, 1, 0);                           /* TensorProto.dtype = DT_FLOAT */
+  db_msg(&plugin, 3, &info);      /* HParamsPluginData.session_start_info */
+  db_bytes(&pd, 1, "hparams", 7); /* PluginData.plugin_name */
+  db_msg(&pd, 2, &plugin);        /* PluginData.content */
+  db_msg(&meta, 1, &pd);          /* SummaryMetadata.plugin_data */
+  db_key(&tensor, 1, 0);          /* TensorProto.dtype = DT_FLOAT */
   db_varint(&tensor, 1);
-  db_msg(&tensor, 2, &shape);                      /* a scalar */
+  db_msg(&tensor, 2, &shape); /* a scalar */
   static const unsigned char zero_f32[4] = {0, 0, 0, 0};
-  db_bytes(&tensor, 5, zero_f32, 4);               /* float_val: [0] */
+  db_bytes(&tensor, 5, zero_f32, 4); /* float_val: [0] */
   static const char tag[] = "_hparams_/session_start_info";
   db_bytes(&value, 1, tag, sizeof tag - 1);
   db_msg(&value, 8, &tensor);
@@ -533,14 +570,19 @@ px_status px_log_text(px_logger *l, const char *fmt, ...) {
 px_status px_logger_flush(px_logger *l) {
   if (!l) return px_error(PX_ERR_INVALID, "px_logger_flush: NULL logger");
   if (l->con && l->active) fflush(l->con);
-  if (l->jsonl && fflush(l->jsonl) != 0) return px_error(PX_ERR_IO, "jsonl: %s: flush failed: %s", l->jsonl_path, strerror(errno));
-  if (l->tb && fflush(l->tb) != 0) return px_error(PX_ERR_IO, "tensorboard: %s: flush failed: %s", l->tb_path, strerror(errno));
+  if (l->jsonl && fflush(l->jsonl) != 0)
+    return px_error(PX_ERR_IO, "jsonl: %s: flush failed: %s", l->jsonl_path, strerror(errno));
+  if (l->tb && fflush(l->tb) != 0)
+    return px_error(PX_ERR_IO, "tensorboard: %s: flush failed: %s", l->tb_path, strerror(errno));
   return PX_OK;
 }
 
 void px_logger_free(px_logger *l) {
   if (!l) return;
-  if (l->active && l->console && l->con) { bar_close(l); fflush(l->con); }
+  if (l->active && l->console && l->con) {
+    bar_close(l);
+    fflush(l->con);
+  }
   if (l->jsonl) fclose(l->jsonl);
   if (l->tb) fclose(l->tb);
   free(l->jsonl_path);

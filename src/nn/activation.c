@@ -18,8 +18,8 @@ typedef enum act_kind { ACT_RELU, ACT_TANH, ACT_SIGMOID, ACT_GELU, ACT_GELU_TANH
 
 typedef struct act {
   px_module base;
-  act_kind  kind;
-  px_tensor saved;  /* x (relu, gelu) or y (tanh, sigmoid) */
+  act_kind kind;
+  px_tensor saved; /* x (relu, gelu) or y (tanh, sigmoid) */
 } act;
 
 #define SQRT_2_OVER_PI 0.7978845608028654f
@@ -29,8 +29,9 @@ typedef struct act {
 #ifdef PX_HAVE_CUDA
 // act_kind and the kernels' kinds are one list.
 _Static_assert((int)ACT_RELU == (int)PX_K_RELU && (int)ACT_TANH == (int)PX_K_TANH &&
-               (int)ACT_SIGMOID == (int)PX_K_SIGMOID && (int)ACT_GELU == (int)PX_K_GELU &&
-               (int)ACT_GELU_TANH == (int)PX_K_GELU_TANH, "activation kinds");
+                 (int)ACT_SIGMOID == (int)PX_K_SIGMOID && (int)ACT_GELU == (int)PX_K_GELU &&
+                 (int)ACT_GELU_TANH == (int)PX_K_GELU_TANH,
+               "activation kinds");
 
 static px_status act_forward_cuda(act *a, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   px_status st = px_nn_cuda_ctx(ctx, &a->base);
@@ -45,8 +46,7 @@ static px_status act_backward_cuda(act *a, px_ctx *ctx, const px_tensor *dy, px_
   px_status st = px_nn_cuda_ctx(ctx, &a->base);
   if (st == PX_OK) st = px_ctx_tensor_like(ctx, dx, dy);
   if (st != PX_OK) return st;
-  return px_k_activation_backward((int)a->kind, px_f32(&a->saved), px_f32(dy), px_f32(dx),
-                                  (size_t)px_tensor_numel(dy));
+  return px_k_activation_backward((int)a->kind, px_f32(&a->saved), px_f32(dy), px_f32(dx), (size_t)px_tensor_numel(dy));
 }
 #endif
 
@@ -62,27 +62,27 @@ PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tenso
   float *restrict Y = px_f32(y);
   switch (a->kind) {
   case ACT_RELU:
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) Y[i] = X[i] > 0.0f ? X[i] : 0.0f;
     a->saved = *x;
     break;
   case ACT_TANH:
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) Y[i] = px_tanhf(X[i]);
     a->saved = *y;
     break;
   case ACT_SIGMOID:
-    #pragma omp parallel for if (PX_PAR(n))
+#pragma omp parallel for if (PX_PAR(n))
     for (size_t i = 0; i < n; i++) Y[i] = 1.0f / (1.0f + expf(-X[i]));
     a->saved = *y;
     break;
   case ACT_GELU:
-    #pragma omp parallel for if (PX_PAR(n))
+#pragma omp parallel for if (PX_PAR(n))
     for (size_t i = 0; i < n; i++) Y[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT_2));
     a->saved = *x;
     break;
   case ACT_GELU_TANH:
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float v = X[i];
       Y[i] = 0.5f * v * (1.0f + px_tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
@@ -106,19 +106,19 @@ PX_KERNEL static px_status act_backward(px_module *m, px_ctx *ctx, const px_tens
   float *restrict DX = px_f32(dx);
   switch (a->kind) {
   case ACT_RELU:
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) DX[i] = S[i] > 0.0f ? DY[i] : 0.0f;
     break;
   case ACT_TANH:
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) DX[i] = DY[i] * (1.0f - S[i] * S[i]);
     break;
   case ACT_SIGMOID:
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) DX[i] = DY[i] * S[i] * (1.0f - S[i]);
     break;
   case ACT_GELU:
-    #pragma omp parallel for if (PX_PAR(n))
+#pragma omp parallel for if (PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float v = S[i];
       float cdf = 0.5f * (1.0f + erff(v * INV_SQRT_2));
@@ -127,7 +127,7 @@ PX_KERNEL static px_status act_backward(px_module *m, px_ctx *ctx, const px_tens
     }
     break;
   case ACT_GELU_TANH:
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float v = S[i];
       float t = px_tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));

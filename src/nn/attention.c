@@ -53,35 +53,40 @@
 #define ATT_PAR_MIN (1 << 18)
 
 typedef struct attention {
-  px_module base;      /* children: c_attn, c_proj, resid_dropout */
-  int       dim, n_head;  /* this module's width and heads (C and H unless tensor parallel) */
-  int       in_dim;       /* width of the input x and of y */
-  int       head0, heads_total; /* tensor parallel: heads [head0, head0 + n_head) of heads_total */
-  float     attn_p;    /* dropout on the attention probabilities */
+  px_module base;         /* children: c_attn, c_proj, resid_dropout */
+  int dim, n_head;        /* this module's width and heads (C and H unless tensor parallel) */
+  int in_dim;             /* width of the input x and of y */
+  int head0, heads_total; /* tensor parallel: heads [head0, head0 + n_head) of heads_total */
+  float attn_p;           /* dropout on the attention probabilities */
   // Saved by forward for backward.
-  px_tensor qkv;       /* (N, T, 3C) */
-  px_tensor o;         /* (N, T, C) heads merged */
-  float    *lse;       /* (N, H, T) */
-  int64_t   n, t;
-  bool      drop;      /* attention dropout active in this pass */
-  bool      bf16;      /* CUDA: this pass ran the bf16 tensor-core kernels */
-  uint64_t  seed, step;
+  px_tensor qkv; /* (N, T, 3C) */
+  px_tensor o;   /* (N, T, C) heads merged */
+  float *lse;    /* (N, H, T) */
+  int64_t n, t;
+  bool drop; /* attention dropout active in this pass */
+  bool bf16; /* CUDA: this pass ran the bf16 tensor-core kernels */
+  uint64_t seed, step;
 } attention;
 
 typedef struct head_view {
-  const float *q, *k, *v;  /* row stride ld = 3C */
-  int          ld, T, d;
-  uint64_t     elem0;      /* flat index of (n, h, 0, 0) in (N, H, T, T) */
+  const float *q, *k, *v; /* row stride ld = 3C */
+  int ld, T, d;
+  uint64_t elem0; /* flat index of (n, h, 0, 0) in (N, H, T, T) */
 } head_view;
 
 static head_view head_of(const attention *a, const float *qkv, int64_t n, int h) {
   const int C = a->dim, T = (int)a->t, d = C / a->n_head;
   const float *q = qkv + (size_t)n * (size_t)T * 3 * (size_t)C + (size_t)h * (size_t)d;
-  return (head_view){.q = q, .k = q + C, .v = q + 2 * C, .ld = 3 * C, .T = T, .d = d,
+  return (head_view){.q = q,
+                     .k = q + C,
+                     .v = q + 2 * C,
+                     .ld = 3 * C,
+                     .T = T,
+                     .d = d,
                      // The global head's index: a tensor-parallel rank draws the
                      // masks the single-process model draws for that head.
                      .elem0 = ((uint64_t)n * (uint64_t)a->heads_total + (uint64_t)(a->head0 + h)) * (uint64_t)T *
-                              (uint64_t)T};
+                       (uint64_t)T};
 }
 
 // row[j] *= M_ij/(1-p) for j < n (in place, or into out), element (i, j) of
@@ -112,14 +117,14 @@ PX_KERNEL static void head_forward(const attention *a, head_view hv, float *o, i
       float mx = row[0];
       for (int j = 1; j < nv; j++) mx = row[j] > mx ? row[j] : mx;
       float sum = 0.0f;
-      #pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum)
       for (int j = 0; j < nv; j++) {
         const float e = px_expf(row[j] - mx);
         row[j] = e;
         sum += e;
       }
       const float inv = 1.0f / sum;
-      #pragma omp simd
+#pragma omp simd
       for (int j = 0; j < nv; j++) row[j] *= inv;
       for (int j = nv; j < i1; j++) row[j] = 0.0f;
       lse[i] = mx + logf(sum);
@@ -133,7 +138,7 @@ PX_KERNEL static void head_forward(const attention *a, head_view hv, float *o, i
 // Backward of one head.  dq, dk, dv: this head's columns of dqkv (stride
 // ld); scratch: 3·ATT_QB·T floats.
 PX_KERNEL static void head_backward(const attention *a, head_view hv, const float *o, const float *dout, int ldo,
-                          const float *lse, float *dq, float *dk, float *dv, float *scratch) {
+                                    const float *lse, float *dq, float *dk, float *dv, float *scratch) {
   const int T = hv.T, d = hv.d, ld = hv.ld;
   const float scale = 1.0f / sqrtf((float)d);
   float *P = scratch, *dP = scratch + (size_t)ATT_QB * T, *Pd = dP + (size_t)ATT_QB * T;
@@ -149,7 +154,7 @@ PX_KERNEL static void head_backward(const attention *a, head_view hv, const floa
       const int i = i0 + r, nv = i + 1;
       float *restrict row = P + (size_t)r * i1;
       const float l = lse[i];
-      #pragma omp simd
+#pragma omp simd
       for (int j = 0; j < nv; j++) row[j] = px_expf(row[j] - l);
       for (int j = nv; j < i1; j++) row[j] = 0.0f;
     }
@@ -172,11 +177,11 @@ PX_KERNEL static void head_backward(const attention *a, head_view hv, const floa
       const int i = i0 + r, nv = i + 1;
       const float *restrict orow = o + (size_t)i * ldo, *restrict grow = dout + (size_t)i * ldo;
       float D = 0.0f;
-      #pragma omp simd reduction(+ : D)
+#pragma omp simd reduction(+ : D)
       for (int c = 0; c < d; c++) D += grow[c] * orow[c];
       const float *restrict prow = P + (size_t)r * i1;
       float *restrict srow = dP + (size_t)r * i1;
-      #pragma omp simd
+#pragma omp simd
       for (int j = 0; j < nv; j++) srow[j] = prow[j] * (srow[j] - D);
       for (int j = nv; j < i1; j++) srow[j] = 0.0f;
     }
@@ -192,8 +197,11 @@ PX_KERNEL static void head_backward(const attention *a, head_view hv, const floa
 // saved state (qkv, o, lse, now device memory from the ctx's device arena)
 // and the same dropout mask bits (rng.cuh's Philox).
 static px_cuda_att_drop cuda_drop_of(const attention *a) {
-  return (px_cuda_att_drop){.drop = a->drop, .p = a->attn_p, .seed = a->seed,
-                            .hi = ((uint64_t)a->base.stream << 40) ^ a->step, .head0 = a->head0,
+  return (px_cuda_att_drop){.drop = a->drop,
+                            .p = a->attn_p,
+                            .seed = a->seed,
+                            .hi = ((uint64_t)a->base.stream << 40) ^ a->step,
+                            .head0 = a->head0,
                             .heads_total = a->heads_total};
 }
 
@@ -219,8 +227,8 @@ static px_status attn_forward_cuda(attention *a, px_ctx *ctx, const px_tensor *x
   a->step = ctx->step;
   a->bf16 = ctx->compute_dtype == PX_BF16;
   const px_cuda_att_drop drop = cuda_drop_of(a);
-  if ((st = px_cuda_attention_forward(px_f32(&a->qkv), px_f32(&a->o), a->lse, (int)N, (int)T, C, H, &drop,
-                                      a->bf16)) != PX_OK)
+  if ((st = px_cuda_attention_forward(px_f32(&a->qkv), px_f32(&a->o), a->lse, (int)N, (int)T, C, H, &drop, a->bf16)) !=
+      PX_OK)
     return st;
   px_tensor proj;
   if ((st = px_module_forward(m->children[1], ctx, &a->o, &proj)) != PX_OK) return st;  // c_proj
@@ -263,7 +271,7 @@ static px_status attn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   const float *qkv = px_f32(&a->qkv);
   float *O = px_f32(&a->o);
   const bool par = (double)(N * H) * (double)T * (double)T * (double)(C / H) >= ATT_PAR_MIN;
-  #pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par)
   for (int64_t w = 0; w < N * H; w++) {
     const int64_t n = w / H;
     const int h = (int)(w % H);
@@ -291,8 +299,8 @@ static px_status attn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
     float *Dterm = px_arena_alloc(ctx->arena, (size_t)(N * H * T + 1) * sizeof(float));
     if (!Dterm) return PX_ERR_NOMEM;
     const px_cuda_att_drop drop = cuda_drop_of(a);
-    if ((st = px_cuda_attention_backward(px_f32(&a->qkv), px_f32(&a->o), a->lse, px_f32(&dout), px_f32(&dqkv),
-                                         Dterm, (int)N, (int)T, C, H, &drop, a->bf16)) != PX_OK)
+    if ((st = px_cuda_attention_backward(px_f32(&a->qkv), px_f32(&a->o), a->lse, px_f32(&dout), px_f32(&dqkv), Dterm,
+                                         (int)N, (int)T, C, H, &drop, a->bf16)) != PX_OK)
       return st;
     return px_module_backward(m->children[0], ctx, &dqkv, dx);  // c_attn
   }
@@ -303,7 +311,7 @@ static px_status attn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   const float *qkv = px_f32(&a->qkv), *O = px_f32(&a->o), *dO = px_f32(&dout);
   float *dQKV = px_f32(&dqkv);
   const bool par = (double)(N * H) * (double)T * (double)T * (double)d >= ATT_PAR_MIN;
-  #pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par)
   for (int64_t w = 0; w < N * H; w++) {
     const int64_t n = w / H;
     const int h = (int)(w % H);
@@ -317,7 +325,9 @@ static px_status attn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 }
 
 static const px_module_ops attention_ops = {
-  .type = "CausalSelfAttention", .forward = attn_forward, .backward = attn_backward,
+  .type = "CausalSelfAttention",
+  .forward = attn_forward,
+  .backward = attn_backward,
 };
 
 px_module *px_attention_with(int in_dim, int dim, int n_head, int head0, int heads_total, float attn_dropout,
@@ -325,9 +335,10 @@ px_module *px_attention_with(int in_dim, int dim, int n_head, int head0, int hea
   px_module *kids[3] = {c_attn, c_proj, resid_dropout};
   attention *a = NULL;
   if (in_dim <= 0 || dim <= 0 || n_head <= 0 || dim % n_head != 0 || head0 < 0 || head0 + n_head > heads_total) {
-    px_error(PX_ERR_INVALID, "CausalSelfAttention(%d -> %d, heads %d..%d of %d): the width must be a positive "
-             "multiple of the number of heads, and the heads within the model's", in_dim, dim, head0,
-             head0 + n_head - 1, heads_total);
+    px_error(PX_ERR_INVALID,
+             "CausalSelfAttention(%d -> %d, heads %d..%d of %d): the width must be a positive "
+             "multiple of the number of heads, and the heads within the model's",
+             in_dim, dim, head0, head0 + n_head - 1, heads_total);
   } else if (!(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
     px_error(PX_ERR_INVALID, "CausalSelfAttention: attention dropout %g outside [0, 1)", (double)attn_dropout);
   } else if (c_attn && c_proj && resid_dropout) {
@@ -361,8 +372,10 @@ px_module *px_attention_with(int in_dim, int dim, int n_head, int head0, int hea
 
 px_module *px_causal_self_attention(int dim, int n_head, float attn_dropout, float resid_dropout) {
   if (dim <= 0 || n_head <= 0 || dim % n_head != 0) {
-    px_error(PX_ERR_INVALID, "CausalSelfAttention(%d, heads=%d): the width must be a positive multiple of the "
-             "number of heads", dim, n_head);
+    px_error(PX_ERR_INVALID,
+             "CausalSelfAttention(%d, heads=%d): the width must be a positive multiple of the "
+             "number of heads",
+             dim, n_head);
     return NULL;
   }
   return px_attention_with(dim, dim, n_head, 0, n_head, attn_dropout, px_conv1d(dim, 3 * dim, true),

@@ -25,7 +25,7 @@
 // batch (the loss of each rank being the mean over its B).  Every rank
 // must run the same training forwards and backwards (DDP's contract).
 #include "plexus/nn.h"
-#include "plexus/parallel.h"  /* px_sync_batchnorm_convert, px_comm */
+#include "plexus/parallel.h" /* px_sync_batchnorm_convert, px_comm */
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -37,14 +37,14 @@
 
 typedef struct batchnorm {
   px_module base;
-  int       channels;
-  float     eps, momentum;
+  int channels;
+  float eps, momentum;
   // Saved by forward for backward.
-  px_tensor x;           /* input, (N, C, S) */
-  float    *mean, *istd; /* (C,) the statistics used */
-  bool      batch_stats; /* forward normalised with batch statistics */
-  px_comm  *sync;        /* synchronized: statistics over this comm's ranks (NULL: this rank's batch) */
-  double    n_total;     /* values per channel the statistics saw (all ranks) */
+  px_tensor x;        /* input, (N, C, S) */
+  float *mean, *istd; /* (C,) the statistics used */
+  bool batch_stats;   /* forward normalised with batch statistics */
+  px_comm *sync;      /* synchronized: statistics over this comm's ranks (NULL: this rank's batch) */
+  double n_total;     /* values per channel the statistics saw (all ranks) */
 } batchnorm;
 
 enum { BN_WEIGHT, BN_BIAS, BN_RUNNING_MEAN, BN_RUNNING_VAR };
@@ -52,9 +52,8 @@ enum { BN_WEIGHT, BN_BIAS, BN_RUNNING_MEAN, BN_RUNNING_VAR };
 static px_status bn_shape_error(const px_module *m, const px_tensor *x, const char *why) {
   const batchnorm *b = (const batchnorm *)m;
   char s[PX_SHAPE_STR_MAX];
-  return px_error(PX_ERR_SHAPE, "BatchNorm(%d, eps=%g, momentum=%g) \"%s\": input %s %s", b->channels,
-                  (double)b->eps, (double)b->momentum, m->params[BN_WEIGHT].name,
-                  px_shape_str(x->ndim, x->shape, s, sizeof s), why);
+  return px_error(PX_ERR_SHAPE, "BatchNorm(%d, eps=%g, momentum=%g) \"%s\": input %s %s", b->channels, (double)b->eps,
+                  (double)b->momentum, m->params[BN_WEIGHT].name, px_shape_str(x->ndim, x->shape, s, sizeof s), why);
 }
 
 // N, S of x seen as (N, C, S).
@@ -78,12 +77,17 @@ static double channel_sum(const float *base, int64_t N, int64_t S, size_t stride
   int64_t i = 0;
   for (; i + 4 <= N; i += 4) {
     const float *r0 = base + (size_t)i * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
-    #pragma omp simd reduction(+ : s0, s1, s2, s3)
-    for (int64_t q = 0; q < S; q++) { s0 += r0[q]; s1 += r1[q]; s2 += r2[q]; s3 += r3[q]; }
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int64_t q = 0; q < S; q++) {
+      s0 += r0[q];
+      s1 += r1[q];
+      s2 += r2[q];
+      s3 += r3[q];
+    }
   }
   for (; i < N; i++) {
     const float *r0 = base + (size_t)i * stride;
-    #pragma omp simd reduction(+ : s0)
+#pragma omp simd reduction(+ : s0)
     for (int64_t q = 0; q < S; q++) s0 += r0[q];
   }
   return (s0 + s1) + (s2 + s3);
@@ -94,16 +98,22 @@ static double channel_sum_dev2(const float *base, int64_t N, int64_t S, size_t s
   int64_t i = 0;
   for (; i + 4 <= N; i += 4) {
     const float *r0 = base + (size_t)i * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
-    #pragma omp simd reduction(+ : s0, s1, s2, s3)
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
     for (int64_t q = 0; q < S; q++) {
       const double d0 = r0[q] - mu, d1 = r1[q] - mu, d2 = r2[q] - mu, d3 = r3[q] - mu;
-      s0 += d0 * d0; s1 += d1 * d1; s2 += d2 * d2; s3 += d3 * d3;
+      s0 += d0 * d0;
+      s1 += d1 * d1;
+      s2 += d2 * d2;
+      s3 += d3 * d3;
     }
   }
   for (; i < N; i++) {
     const float *r0 = base + (size_t)i * stride;
-    #pragma omp simd reduction(+ : s0)
-    for (int64_t q = 0; q < S; q++) { const double d = r0[q] - mu; s0 += d * d; }
+#pragma omp simd reduction(+ : s0)
+    for (int64_t q = 0; q < S; q++) {
+      const double d = r0[q] - mu;
+      s0 += d * d;
+    }
   }
   return (s0 + s1) + (s2 + s3);
 }
@@ -116,9 +126,12 @@ static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t
     const size_t o = (size_t)i * stride;
     const float *x0 = xb + o, *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
     const float *y0 = gb + o, *y1 = y0 + stride, *y2 = y1 + stride, *y3 = y2 + stride;
-    #pragma omp simd reduction(+ : g0, g1, g2, g3, d0, d1, d2, d3)
+#pragma omp simd reduction(+ : g0, g1, g2, g3, d0, d1, d2, d3)
     for (int64_t q = 0; q < S; q++) {
-      g0 += y0[q]; g1 += y1[q]; g2 += y2[q]; g3 += y3[q];
+      g0 += y0[q];
+      g1 += y1[q];
+      g2 += y2[q];
+      g3 += y3[q];
       d0 += (double)y0[q] * (x0[q] - mu);
       d1 += (double)y1[q] * (x1[q] - mu);
       d2 += (double)y2[q] * (x2[q] - mu);
@@ -127,8 +140,11 @@ static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t
   }
   for (; i < N; i++) {
     const float *x0 = xb + (size_t)i * stride, *y0 = gb + (size_t)i * stride;
-    #pragma omp simd reduction(+ : g0, d0)
-    for (int64_t q = 0; q < S; q++) { g0 += y0[q]; d0 += (double)y0[q] * (x0[q] - mu); }
+#pragma omp simd reduction(+ : g0, d0)
+    for (int64_t q = 0; q < S; q++) {
+      g0 += y0[q];
+      d0 += (double)y0[q] * (x0[q] - mu);
+    }
   }
   *sum_dy = (g0 + g1) + (g2 + g3);
   *dot = (d0 + d1) + (d2 + d3);
@@ -142,13 +158,13 @@ static void bn_apply(batchnorm *b, const px_tensor *x, px_tensor *y) {
   const float *X = px_f32(x), *gamma = b->base.params[BN_WEIGHT].data, *beta = b->base.params[BN_BIAS].data;
   float *Y = px_f32(y);
   const size_t total = (size_t)(N * S) * (size_t)C;
-  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {
     const float alpha = gamma[c] * b->istd[c], shift = beta[c] - b->mean[c] * alpha;
     for (int64_t i = 0; i < N; i++) {
       const float *row = X + ((size_t)i * C + c) * S;
       float *out = Y + ((size_t)i * C + c) * S;
-      #pragma omp simd
+#pragma omp simd
       for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
     }
   }
@@ -165,7 +181,7 @@ static px_status sync_forward(batchnorm *b, px_ctx *ctx, const px_tensor *x, px_
   double *red = px_arena_alloc(ctx->arena, (size_t)(C + 1) * sizeof(double));
   if (!red) return PX_ERR_NOMEM;
   const size_t total = (size_t)(N * S) * (size_t)C;
-  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) red[c] = channel_sum(X + (size_t)c * S, N, S, (size_t)C * S);
   red[C] = (double)(N * S);
   px_status st = px_comm_allreduce(b->sync, red, (size_t)C + 1, PX_F64, PX_SUM);
@@ -182,7 +198,7 @@ static px_status sync_forward(batchnorm *b, px_ctx *ctx, const px_tensor *x, px_
   for (int c = 0; c < C; c++) mu[c] /= n;
   double *ss = px_arena_alloc(ctx->arena, (size_t)C * sizeof(double));
   if (!ss) return PX_ERR_NOMEM;
-  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) ss[c] = channel_sum_dev2(X + (size_t)c * S, N, S, (size_t)C * S, mu[c]);
   st = px_comm_allreduce(b->sync, ss, (size_t)C, PX_F64, PX_SUM);
   if (st != PX_OK)
@@ -256,7 +272,7 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   float *Y = px_f32(y);
   const size_t total = (size_t)n * (size_t)C;
   const float mom = b->momentum, eps = b->eps;
-  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {
     float mu, istd;
     if (batch_stats) {
@@ -281,7 +297,7 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
     for (int64_t i = 0; i < N; i++) {
       const float *row = X + ((size_t)i * C + c) * S;
       float *out = Y + ((size_t)i * C + c) * S;
-      #pragma omp simd
+#pragma omp simd
       for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
     }
   }
@@ -299,7 +315,7 @@ static void dx_channel(const float *X, const float *DY, float *DX, int c, int C,
     const size_t off = ((size_t)i * C + c) * S;
     const float *xr = X + off, *gr = DY + off;
     float *out = DX + off;
-    #pragma omp simd
+#pragma omp simd
     for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
   }
 }
@@ -316,7 +332,7 @@ static px_status sync_backward(batchnorm *b, px_ctx *ctx, const float *DY, float
   double *sums = px_arena_alloc(ctx->arena, (size_t)C * 2 * sizeof(double));  // [Σdy (C) | Σdy·(x-μ) (C)]
   if (!sums) return PX_ERR_NOMEM;
   const size_t total = (size_t)(N * S) * (size_t)C;
-  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++)
     channel_dy_sums(X + (size_t)c * S, DY + (size_t)c * S, N, S, (size_t)C * S, b->mean[c], &sums[c], &sums[C + c]);
   for (int c = 0; c < C; c++) {
@@ -328,7 +344,7 @@ static px_status sync_backward(batchnorm *b, px_ctx *ctx, const float *DY, float
     return px_error_wrap(st, "SyncBatchNorm \"%s\": all-reduce of the gradient sums", m->params[BN_WEIGHT].name);
   if (!DX) return PX_OK;
   const double n = b->n_total;
-  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {
     const float mu = b->mean[c], istd = b->istd[c];
     const float mean_dy = (float)(sums[c] / n);
@@ -361,7 +377,7 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
   }
 #endif
   if (b->sync && b->batch_stats) return sync_backward(b, ctx, DY, DX);
-  #pragma omp parallel for schedule(static) if (PX_PAR(total))
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {
     const float mu = b->mean[c], istd = b->istd[c];
     // Σ dy and Σ dy·(x - μ)
@@ -382,7 +398,7 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
         const size_t off = ((size_t)i * C + c) * S;
         const float *gr = DY + off;
         float *out = DX + off;
-        #pragma omp simd
+#pragma omp simd
         for (int64_t q = 0; q < S; q++) out[q] = gr[q] * scale;
       }
     }
@@ -391,14 +407,16 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
 }
 
 static const px_module_ops batchnorm_ops = {
-  .type = "BatchNorm", .forward = bn_forward, .backward = bn_backward,
+  .type = "BatchNorm",
+  .forward = bn_forward,
+  .backward = bn_backward,
 };
 
 px_module *px_batchnorm(int channels, float eps, float momentum) {
   if (channels <= 0 || !(eps >= 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f)) {
     px_error(PX_ERR_INVALID,
-             "BatchNorm(%d, eps=%g, momentum=%g): channels must be positive, eps >= 0, momentum in [0, 1]",
-             channels, (double)eps, (double)momentum);
+             "BatchNorm(%d, eps=%g, momentum=%g): channels must be positive, eps >= 0, momentum in [0, 1]", channels,
+             (double)eps, (double)momentum);
     return NULL;
   }
   batchnorm *b = (batchnorm *)px_module_alloc(sizeof *b, &batchnorm_ops);

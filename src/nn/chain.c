@@ -31,7 +31,9 @@ static px_status chain_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, 
 }
 
 static const px_module_ops chain_ops = {
-  .type = "Chain", .forward = chain_forward, .backward = chain_backward,
+  .type = "Chain",
+  .forward = chain_forward,
+  .backward = chain_backward,
 };
 
 px_module *px_chain(void) { return px_module_alloc(sizeof(px_module), &chain_ops); }
@@ -58,7 +60,11 @@ px_module *px_chain_of(int n, ...) {
   va_end(ap);
   px_module *c = ok ? px_chain() : NULL;
   for (int i = 0; c && i < n; i++)
-    if (px_chain_add(c, kids[i]) != PX_OK) { px_module_free(c); c = NULL; break; }
+    if (px_chain_add(c, kids[i]) != PX_OK) {
+      px_module_free(c);
+      c = NULL;
+      break;
+    }
   if (!c) {
     // Free every child not yet adopted; the failing constructor's message stays.
     for (int i = 0; i < n && i < 256; i++)

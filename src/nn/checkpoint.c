@@ -21,9 +21,9 @@
 #include <string.h>
 
 typedef struct checkpoint {
-  px_module base;      /* children: [0] inner (full); [0] cheap, [1] consumer (pair) */
-  px_tensor x;         /* the unit's input, kept (it lives before the unit's mark) */
-  uint64_t  seed, step;
+  px_module base; /* children: [0] inner (full); [0] cheap, [1] consumer (pair) */
+  px_tensor x;    /* the unit's input, kept (it lives before the unit's mark) */
+  uint64_t seed, step;
 } checkpoint;
 
 // Move *t's bytes down to m (if they were allocated since) and release the rest.
@@ -41,7 +41,7 @@ static px_status keep_only(px_ctx *ctx, px_arena_mark m, px_tensor *t) {
 static void enter_recompute(px_ctx *ctx, const checkpoint *c, uint64_t *seed, uint64_t *step) {
   *seed = ctx->seed;
   *step = ctx->step;
-  ctx->seed = c->seed;   // the same Philox counters as the original forward
+  ctx->seed = c->seed;  // the same Philox counters as the original forward
   ctx->step = c->step;
   ctx->recomputing++;
 }
@@ -79,7 +79,9 @@ static px_status ckpt_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 }
 
 static const px_module_ops checkpoint_ops = {
-  .type = "Checkpoint", .forward = ckpt_forward, .backward = ckpt_backward,
+  .type = "Checkpoint",
+  .forward = ckpt_forward,
+  .backward = ckpt_backward,
 };
 
 px_module *px_checkpoint(px_module *inner) {
@@ -126,20 +128,24 @@ static px_status pair_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 }
 
 static const px_module_ops pair_ops = {
-  .type = "CheckpointPair", .forward = pair_forward, .backward = pair_backward,
+  .type = "CheckpointPair",
+  .forward = pair_forward,
+  .backward = pair_backward,
 };
 
 px_module *px_checkpoint_pair(const char *cheap_name, px_module *cheap, const char *consumer_name,
                               px_module *consumer) {
   px_module *m = NULL;
   if (cheap && consumer && !consumer->ops->rebind)
-    px_error(PX_ERR_INVALID, "checkpoint pair: %s cannot take a recomputed input (no rebind); wrap both in "
-             "px_checkpoint instead", consumer->ops->type);
-  else if (cheap && consumer)
-    m = px_module_alloc(sizeof(checkpoint), &pair_ops);
+    px_error(PX_ERR_INVALID,
+             "checkpoint pair: %s cannot take a recomputed input (no rebind); wrap both in "
+             "px_checkpoint instead",
+             consumer->ops->type);
+  else if (cheap && consumer) m = px_module_alloc(sizeof(checkpoint), &pair_ops);
   if (m) m->rng_transparent = true;
-  if (m && (px_module_add_child(m, cheap_name, cheap) != PX_OK ||
-            px_module_add_child(m, consumer_name, consumer) != PX_OK)) {
+  if (m &&
+      (px_module_add_child(m, cheap_name, cheap) != PX_OK ||
+       px_module_add_child(m, consumer_name, consumer) != PX_OK)) {
     px_module_free(m);  // frees the adopted children
     m = NULL;
   }
@@ -156,26 +162,43 @@ px_status px_recompute_parse(const char *text, px_recompute *out) {
   *out = (px_recompute){.kind = PX_RECOMPUTE_NONE, .every = 0};
   const char *s = text ? text : "";
   if (strcmp(s, "none") == 0 || strcmp(s, "") == 0) return PX_OK;
-  if (strcmp(s, "full") == 0) { out->kind = PX_RECOMPUTE_FULL; out->every = 1; return PX_OK; }
-  if (strcmp(s, "selective") == 0) { out->kind = PX_RECOMPUTE_SELECTIVE; return PX_OK; }
+  if (strcmp(s, "full") == 0) {
+    out->kind = PX_RECOMPUTE_FULL;
+    out->every = 1;
+    return PX_OK;
+  }
+  if (strcmp(s, "selective") == 0) {
+    out->kind = PX_RECOMPUTE_SELECTIVE;
+    return PX_OK;
+  }
   if (strncmp(s, "every:", 6) == 0) {
     const char *d = s + 6;
     long k = 0;
     bool digits = *d != '\0';
     for (const char *p = d; *p; p++) {
-      if (*p < '0' || *p > '9') { digits = false; break; }
+      if (*p < '0' || *p > '9') {
+        digits = false;
+        break;
+      }
       k = k * 10 + (*p - '0');
-      if (k > 1000000) { digits = false; break; }
+      if (k > 1000000) {
+        digits = false;
+        break;
+      }
     }
     if (!digits || k < 1)
-      return px_error(PX_ERR_INVALID, "recompute policy \"%s\": K in every:K must be a whole number >= 1 "
-                      "(every:1 is full, every:2 every other block)", s);
+      return px_error(PX_ERR_INVALID,
+                      "recompute policy \"%s\": K in every:K must be a whole number >= 1 "
+                      "(every:1 is full, every:2 every other block)",
+                      s);
     out->kind = PX_RECOMPUTE_EVERY;
     out->every = (int)k;
     return PX_OK;
   }
-  return px_error(PX_ERR_INVALID, "recompute policy \"%s\" does not exist; expected none, full, selective or "
-                  "every:K (K >= 1)", s);
+  return px_error(PX_ERR_INVALID,
+                  "recompute policy \"%s\" does not exist; expected none, full, selective or "
+                  "every:K (K >= 1)",
+                  s);
 }
 
 const char *px_recompute_name(px_recompute r, char *buf, size_t cap) {
@@ -191,7 +214,8 @@ const char *px_recompute_name(px_recompute r, char *buf, size_t cap) {
 px_status px_checkpoint_blocks(px_module *blocks, px_recompute r, int first) {
   if (!blocks) return px_error(PX_ERR_INVALID, "checkpoint_blocks: no container of blocks");
   if (r.kind == PX_RECOMPUTE_SELECTIVE)
-    return px_error(PX_ERR_INVALID, "checkpoint_blocks: selective recomputation is chosen inside each block by "
+    return px_error(PX_ERR_INVALID,
+                    "checkpoint_blocks: selective recomputation is chosen inside each block by "
                     "the model that builds it (the zoo's GPT), not per block");
   if (r.kind == PX_RECOMPUTE_EVERY && r.every < 1)
     return px_error(PX_ERR_INVALID, "checkpoint_blocks: every:%d; K must be >= 1", r.every);

@@ -17,9 +17,9 @@
 
 typedef struct conv1d {
   px_module base;
-  int       in, out;
-  bool      has_bias;
-  px_tensor x;  /* saved input (R, in) */
+  int in, out;
+  bool has_bias;
+  px_tensor x; /* saved input (R, in) */
 } conv1d;
 
 #ifdef PX_HAVE_CUDA
@@ -67,9 +67,9 @@ static px_status conv1d_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   conv1d *l = (conv1d *)m;
   if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != l->in) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "Conv1D(%d -> %d) \"%s\": input %s %s must be f32 ending in %d features",
-                    l->in, l->out, m->params[0].name, px_dtype_name(x->dtype),
-                    px_shape_str(x->ndim, x->shape, s, sizeof s), l->in);
+    return px_error(PX_ERR_SHAPE, "Conv1D(%d -> %d) \"%s\": input %s %s must be f32 ending in %d features", l->in,
+                    l->out, m->params[0].name, px_dtype_name(x->dtype), px_shape_str(x->ndim, x->shape, s, sizeof s),
+                    l->in);
   }
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
@@ -85,10 +85,10 @@ static px_status conv1d_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   if (l->has_bias) {
     // Every row of y starts at b; the GEMM adds x · W on top (beta = 1).
     const float *b = m->params[1].data;
-    #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)out))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)out))
     for (int r = 0; r < R; r++) {
       float *restrict yr = Y + (size_t)r * out;
-      #pragma omp simd
+#pragma omp simd
       for (int j = 0; j < out; j++) yr[j] = b[j];
     }
     beta = 1.0f;
@@ -112,13 +112,13 @@ static px_status conv1d_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
     // db[j] += Σ_r dy[r, j]: a thread owns a block of columns, rows in order.
     float *db = m->params[1].grad;
     const int blocks = (out + 63) / 64;
-    #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)out))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)out))
     for (int blk = 0; blk < blocks; blk++) {
       const int j0 = blk * 64, j1 = j0 + 64 < out ? j0 + 64 : out;
       float acc[64] = {0};
       for (int r = 0; r < R; r++) {
         const float *restrict row = DY + (size_t)r * out;
-        #pragma omp simd
+#pragma omp simd
         for (int j = j0; j < j1; j++) acc[j - j0] += row[j];
       }
       for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
@@ -137,7 +137,9 @@ static px_status conv1d_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
 static void conv1d_rebind(px_module *m, const px_tensor *x) { ((conv1d *)m)->x = *x; }
 
 static const px_module_ops conv1d_ops = {
-  .type = "Conv1D", .forward = conv1d_forward, .backward = conv1d_backward,
+  .type = "Conv1D",
+  .forward = conv1d_forward,
+  .backward = conv1d_backward,
   .rebind = conv1d_rebind,
 };
 

@@ -68,19 +68,19 @@
 // summing partials (docs/PERFORMANCE.md, "Figures behind code comments");
 // 16 blocks still feed 16 threads.
 #define DW_BLOCKS 16
-#define PART_BUDGET ((size_t)1 << 22)  /* floats of dW partials (16 MiB) */
-#define ROW_CHUNK 64                   /* output rows per GEMM chunk on the wide path */
+#define PART_BUDGET ((size_t)1 << 22) /* floats of dW partials (16 MiB) */
+#define ROW_CHUNK 64                  /* output rows per GEMM chunk on the wide path */
 
 typedef struct conv2d {
   px_module base;
-  int       in_c, out_c, k, stride, pad;
-  bool      has_bias;
+  int in_c, out_c, k, stride, pad;
+  bool has_bias;
   // Saved by forward for backward.
-  px_tensor x;       /* (N, C, H, W) */
-  int       Ho, Wo;
-  float    *cols;    /* (n_cols, K, P): one col buffer per thread, reused by backward */
-  int       n_cols;
-  float    *xp;      /* direct path: x padded (N, C, PS) by forward for backward, or NULL */
+  px_tensor x; /* (N, C, H, W) */
+  int Ho, Wo;
+  float *cols; /* (n_cols, K, P): one col buffer per thread, reused by backward */
+  int n_cols;
+  float *xp; /* direct path: x padded (N, C, PS) by forward for backward, or NULL */
 } conv2d;
 
 // The direct 3×3 kernels apply.  By default only up to 64 channels in and
@@ -105,9 +105,9 @@ static bool use_direct(const conv2d *c) {
 // First and one-past-last output column ow whose input column
 // ow·s - p + j lies inside [0, W).
 static void valid_range(int W, int Wo, int s, int p, int j, int *lo, int *hi) {
-  int a = p - j;                       // ow·s >= p - j
+  int a = p - j;  // ow·s >= p - j
   *lo = a <= 0 ? 0 : (a + s - 1) / s;
-  int b = W - 1 + p - j;               // ow·s <= W - 1 + p - j
+  int b = W - 1 + p - j;  // ow·s <= W - 1 + p - j
   *hi = b < 0 ? 0 : b / s + 1;
   if (*hi > Wo) *hi = Wo;
   if (*lo > *hi) *lo = *hi;
@@ -151,7 +151,7 @@ static void im2col_tap_same(const float *plane, float *dst, int H, int W, int i,
   const ptrdiff_t t0 = dj < 0 ? -dj : 0, t1 = dj > 0 ? len - dj : len;
   for (ptrdiff_t t = 0; t < t0 && t < len; t++) d[t] = 0.0f;
   for (ptrdiff_t t = t1 > 0 ? t1 : 0; t < len; t++) d[t] = 0.0f;
-  #pragma omp simd
+#pragma omp simd
   for (ptrdiff_t t = t0; t < t1; t++) d[t] = src[t + dj];
   if (dj > 0) zero_cols(d, rows, W, W - dj, W);
   if (dj < 0) zero_cols(d, rows, W, 0, -dj);
@@ -170,7 +170,7 @@ static void col2im_tap_same(float *dcol, float *plane, int H, int W, int i, int 
   if (dj > 0) zero_cols(d, rows, W, W - dj, W);
   if (dj < 0) zero_cols(d, rows, W, 0, -dj);
   const ptrdiff_t t0 = dj < 0 ? -dj : 0, t1 = dj > 0 ? len - dj : len;
-  #pragma omp simd
+#pragma omp simd
   for (ptrdiff_t t = t0; t < t1; t++) dst[t + dj] += d[t];
 }
 
@@ -179,7 +179,7 @@ static void im2col(const conv2d *c, const float *x, int H, int W, float *col) {
   const int C = c->in_c, k = c->k, s = c->stride, p = c->pad, Ho = c->Ho, Wo = c->Wo;
   const size_t P = (size_t)Ho * Wo;
   const bool same = s == 1 && Wo == W;
-  #pragma omp parallel for schedule(static) if (par_here((size_t)C * k * k * P))
+#pragma omp parallel for schedule(static) if (par_here((size_t)C * k * k * P))
   for (int ci = 0; ci < C; ci++) {
     const float *plane = x + (size_t)ci * H * W;
     for (int i = 0; i < k; i++)
@@ -205,7 +205,7 @@ static void im2col(const conv2d *c, const float *x, int H, int W, float *col) {
           float *o = out + lo;
           const int n = hi - lo;
           if (s == 1) {
-            #pragma omp simd simdlen(8)  // rows are short (7..56): 16 lanes would leave them scalar
+#pragma omp simd simdlen(8)  // rows are short (7..56): 16 lanes would leave them scalar
             for (int t = 0; t < n; t++) o[t] = src[t];
           } else {
             for (int t = 0; t < n; t++) o[t] = src[(size_t)t * s];
@@ -221,7 +221,7 @@ static void col2im(const conv2d *c, float *dcol, int H, int W, float *dx) {
   const int C = c->in_c, k = c->k, s = c->stride, p = c->pad, Ho = c->Ho, Wo = c->Wo;
   const size_t P = (size_t)Ho * Wo;
   const bool same = s == 1 && Wo == W;
-  #pragma omp parallel for schedule(static) if (par_here((size_t)C * k * k * P))
+#pragma omp parallel for schedule(static) if (par_here((size_t)C * k * k * P))
   for (int ci = 0; ci < C; ci++) {
     float *plane = dx + (size_t)ci * H * W;
     memset(plane, 0, (size_t)H * W * sizeof *plane);
@@ -242,7 +242,7 @@ static void col2im(const conv2d *c, float *dcol, int H, int W, float *dx) {
           float *row = plane + (size_t)ih * W + (lo * s - p + j);
           const int n = hi - lo;
           if (s == 1) {
-            #pragma omp simd simdlen(8)
+#pragma omp simd simdlen(8)
             for (int t = 0; t < n; t++) row[t] += in[t];
           } else {
             for (int t = 0; t < n; t++) row[(size_t)t * s] += in[t];
@@ -255,9 +255,8 @@ static void col2im(const conv2d *c, float *dcol, int H, int W, float *dx) {
 static px_status conv_shape_error(const px_module *m, const px_tensor *x, const char *why) {
   const conv2d *c = (const conv2d *)m;
   char s[PX_SHAPE_STR_MAX];
-  return px_error(PX_ERR_SHAPE, "Conv2d(%d -> %d, k=%d, stride=%d, padding=%d) \"%s\": input %s %s",
-                  c->in_c, c->out_c, c->k, c->stride, c->pad, m->params[0].name,
-                  px_shape_str(x->ndim, x->shape, s, sizeof s), why);
+  return px_error(PX_ERR_SHAPE, "Conv2d(%d -> %d, k=%d, stride=%d, padding=%d) \"%s\": input %s %s", c->in_c, c->out_c,
+                  c->k, c->stride, c->pad, m->params[0].name, px_shape_str(x->ndim, x->shape, s, sizeof s), why);
 }
 
 // Threads that a parallel sample loop may use.
@@ -294,12 +293,12 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   px_c3_weights_fwd(m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x), *b = c->has_bias ? m->params[1].data : NULL;
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W, xps = (size_t)C * g.PS;
-  #pragma omp parallel if (par)
+#pragma omp parallel if (par)
   {
-    #pragma omp for schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
     float *tile = tiles + (size_t)omp_get_thread_num() * PX_C3_OB * g.Qr;
-    #pragma omp for schedule(static)
+#pragma omp for schedule(static)
     for (int64_t it = 0; it < items; it++) {
       const int64_t n = it / blocks;
       px_c3_conv(&g, xp + (size_t)n * xps, C, wr, O, (int)(it % blocks), b, Y + (size_t)n * out_sample, tile);
@@ -321,7 +320,7 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
 // fixed order.  nb: as many samples as CONV_CUDA_SCRATCH floats of
 // scratch hold (at least one; PX_CUDA_CONV_CHUNK lowers it).  compute_dtype PX_BF16: every GEMM operand
 // cast to bf16 (W once per call), f32 accumulation into f32 outputs.
-#define CONV_CUDA_SCRATCH ((size_t)1 << 25)  /* floats (128 MiB) of col, dcol and z per chunk */
+#define CONV_CUDA_SCRATCH ((size_t)1 << 25) /* floats (128 MiB) of col, dcol and z per chunk */
 #define CUDA_TRY(call)            \
   do {                            \
     px_status st_ = (call);       \
@@ -425,8 +424,8 @@ static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   }
   const int64_t N = x->shape[0], H = x->shape[2], W = x->shape[3];
   if (H + 2 * c->pad < c->k || W + 2 * c->pad < c->k) {
-    snprintf(why, sizeof why, "is smaller than the kernel: padded %lldx%lld < %dx%d",
-             (long long)(H + 2 * c->pad), (long long)(W + 2 * c->pad), c->k, c->k);
+    snprintf(why, sizeof why, "is smaller than the kernel: padded %lldx%lld < %dx%d", (long long)(H + 2 * c->pad),
+             (long long)(W + 2 * c->pad), c->k, c->k);
     return conv_shape_error(m, x, why);
   }
   if (N < 1 || H < 1 || W < 1) return conv_shape_error(m, x, "is empty");
@@ -454,7 +453,7 @@ static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   const float *b = c->has_bias ? m->params[1].data : NULL;
   float *Y = px_f32(y);
   const size_t in_sample = (size_t)c->in_c * H * W, out_sample = (size_t)O * P;
-  #pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par)
   for (int64_t n = 0; n < N; n++) {
     float *col = cols + (size_t)omp_get_thread_num() * K * P;
     float *yn = Y + (size_t)n * out_sample;
@@ -463,7 +462,7 @@ static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
     for (int o = 0; o < O; o++) {
       const float bo = b ? b[o] : 0.0f;
       float *row = yn + (size_t)o * P;
-      #pragma omp simd
+#pragma omp simd
       for (size_t q = 0; q < P; q++) row[q] = bo;
     }
     px_sgemm(false, false, O, (int)P, (int)K, 1.0f, Wt, (int)K, col, (int)P, 1.0f, yn, (int)P);
@@ -477,7 +476,7 @@ static void accumulate_db(const float *dyn, int O, size_t P, double *db_acc) {
   for (int o = 0; o < O; o++) {
     const float *row = dyn + (size_t)o * P;
     double sum = 0.0;
-    #pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum)
     for (size_t q = 0; q < P; q++) sum += row[q];
     db_acc[o] += sum;
   }
@@ -511,7 +510,7 @@ static void conv_backward_sample_wide(const conv2d *c, const float *xn, const fl
   if (db_acc) accumulate_db(dyn, O, P, db_acc);
   im2col(c, xn, H, W, col);
   const int o_chunks = (O + ROW_CHUNK - 1) / ROW_CHUNK;
-  #pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par)
   for (int ch = 0; ch < o_chunks; ch++) {
     const int o0 = ch * ROW_CHUNK, rows = O - o0 < ROW_CHUNK ? O - o0 : ROW_CHUNK;
     px_sgemm(false, true, rows, (int)K, (int)P, 1.0f, dyn + (size_t)o0 * P, (int)P, col, (int)P, 1.0f,
@@ -520,7 +519,7 @@ static void conv_backward_sample_wide(const conv2d *c, const float *xn, const fl
   if (!dxn) return;
   const float *Wt = c->base.params[0].data;
   const int k_chunks = (int)((K + ROW_CHUNK - 1) / ROW_CHUNK);
-  #pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par)
   for (int ch = 0; ch < k_chunks; ch++) {
     const size_t k0 = (size_t)ch * ROW_CHUNK;
     const int rows = K - k0 < ROW_CHUNK ? (int)(K - k0) : ROW_CHUNK;
@@ -532,7 +531,7 @@ static void conv_backward_sample_wide(const conv2d *c, const float *xn, const fl
 // dW += Σ_b part[b] (in block order), db likewise from double partials.
 static void add_partials(const float *dW_part, const double *db_part, int64_t B, size_t OK, int O, float *dW,
                          float *db) {
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)B * OK))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)B * OK))
   for (size_t e = 0; e < OK; e++) {
     float sum = 0.0f;
     for (int64_t bi = 0; bi < B; bi++) sum += dW_part[(size_t)bi * OK + e];
@@ -566,39 +565,38 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
   if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
   if (B < 1) B = 1;
-  float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));      /* (B, O, C, 9) */
-  double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double));    /* (B, O) */
+  float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));  /* (B, O, C, 9) */
+  double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
   if (!xp || !dyp || (DX && (!wr || !tiles)) || !dW_part || !db_part) return PX_ERR_NOMEM;
   if (DX) px_c3_weights_dx(m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x);
   const bool bias = c->has_bias;
   const int cblocks = (C + PX_C3_OB - 1) / PX_C3_OB, oblocks = (O + PX_C3_OB - 1) / PX_C3_OB;
   const int64_t dx_items = DX ? N * cblocks : 0, dw_items = B * oblocks;
-  #pragma omp parallel if (par)
+#pragma omp parallel if (par)
   {
-    #pragma omp for schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
       if (!have_xp) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
       px_c3_pad(&g, DY + (size_t)n * out_sample, O, dyp + (size_t)n * yps);
     }
     float *tile = DX ? tiles + (size_t)omp_get_thread_num() * PX_C3_OB * g.Qr : NULL;
-    #pragma omp for schedule(static) nowait
+#pragma omp for schedule(static) nowait
     for (int64_t it = 0; it < dx_items; it++) {
       const int64_t n = it / cblocks;
       px_c3_conv(&g, dyp + (size_t)n * yps, O, wr, C, (int)(it % cblocks), NULL, DX + (size_t)n * in_sample, tile);
     }
-    #pragma omp for schedule(static)
+#pragma omp for schedule(static)
     for (int64_t it = 0; it < dw_items; it++) {
       const int64_t bi = it / oblocks, n0 = bi * N / B, n1 = (bi + 1) * N / B;
       const int bl = (int)(it % oblocks);
-      px_c3_dw(&g, xp + (size_t)n0 * xps, C, dyp + (size_t)n0 * yps, O, bl, (int)(n1 - n0),
-               dW_part + (size_t)bi * OK);
+      px_c3_dw(&g, xp + (size_t)n0 * xps, C, dyp + (size_t)n0 * yps, O, bl, (int)(n1 - n0), dW_part + (size_t)bi * OK);
       if (bias)
         for (int64_t n = n0; n < n1; n++)
           for (int o = bl * PX_C3_OB; o < (bl + 1) * PX_C3_OB && o < O; o++) {
             const float *row = DY + (size_t)n * out_sample + (size_t)o * H * W;
             double sum = 0.0;
-            #pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum)
             for (int q = 0; q < H * W; q++) sum += row[q];
             db_part[(size_t)bi * O + o] += sum;
           }
@@ -645,10 +643,10 @@ static px_status conv_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   const int T = team_size();
   const bool par = T > 1 && B > 1 && PX_PAR((size_t)N * K * P);
   float *cols = conv_cols(c, ctx, K * P, par ? T : 1, false);
-  float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));      /* (B, O, K) */
-  double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double));    /* (B, O) */
+  float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));  /* (B, O, K) */
+  double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
   if (!cols || !dW_part || !db_part) return PX_ERR_NOMEM;
-  #pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par)
   for (int64_t bi = 0; bi < B; bi++) {
     float *col = cols + (size_t)omp_get_thread_num() * K * P;
     for (int64_t n = bi * N / B; n < (bi + 1) * N / B; n++)
@@ -673,7 +671,10 @@ static void conv_rebind(px_module *m, const px_tensor *x) {
 }
 
 static const px_module_ops conv2d_ops = {
-  .type = "Conv2d", .forward = conv_forward, .backward = conv_backward, .rebind = conv_rebind,
+  .type = "Conv2d",
+  .forward = conv_forward,
+  .backward = conv_backward,
+  .rebind = conv_rebind,
 };
 
 px_module *px_conv2d(int in_channels, int out_channels, int kernel_size, int stride, int padding, bool bias) {

@@ -65,9 +65,7 @@ void px_c3_pad(const px_c3 *g, const float *x, int C, float *xp) {
   }
 }
 
-size_t px_c3_wr_floats(int out_c, int in_c) {
-  return (size_t)((out_c + OB - 1) / OB) * in_c * 9 * OB;
-}
+size_t px_c3_wr_floats(int out_c, int in_c) { return (size_t)((out_c + OB - 1) / OB) * in_c * 9 * OB; }
 
 void px_c3_weights_fwd(const float *Wt, int O, int C, float *wr) {
   const int blocks = (O + OB - 1) / OB;
@@ -90,7 +88,6 @@ void px_c3_weights_dx(const float *Wt, int O, int C, float *wr) {
           wr[(((size_t)b * O + o) * 9 + t) * OB + r] = c < C ? Wt[((size_t)o * C + c) * 9 + (8 - t)] : 0.0f;
         }
 }
-
 
 // The kernels for this CPU, chosen once from cpuid: the -mavx2 -mfma copy
 // (conv2d_3x3_avx2.c) where the CPU has AVX2 and FMA, else the copy for the
@@ -118,7 +115,7 @@ bool px_c3_fast(void) {
 #elif defined(__x86_64__) && !defined(__AVX2__)
   return false;  // x86-64 without the AVX2 copy: only the baseline one
 #else
-  return true;   // PX_NATIVE, or the compiler's own target elsewhere
+  return true;  // PX_NATIVE, or the compiler's own target elsewhere
 #endif
 }
 
@@ -135,8 +132,8 @@ const char *px_conv_kernel_info(void) {
 #endif
 }
 
-void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
-                const float *bias, float *out, float *tile) {
+void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk, const float *bias,
+                float *out, float *tile) {
 #ifdef PX_C3_AVX2_VARIANT
   if (c3_avx2()) {
     px_c3_conv_avx2(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
@@ -146,8 +143,7 @@ void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, in
   px_c3_conv_base(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
 }
 
-void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
-              float *dW) {
+void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, float *dW) {
 #ifdef PX_C3_AVX2_VARIANT
   if (c3_avx2()) {
     px_c3_dw_avx2(g, x_p, C, dy_p, O, blk, n_samples, dW);

@@ -15,8 +15,8 @@
 // (i, j) of it reads the padded plane at q + i·Wp + j; positions with w ≥ W
 // or q ≥ Q = H·Wp are computed and thrown away (or, in dW, meet zeros).
 typedef struct px_c3 {
-  int    H, W, Wp, nv;  /* nv: vectors per chunk of the forward/dx kernel */
-  size_t Q, Qr, PS;  /* Qr: Q rounded up to the kernels' chunk; PS: plane stride */
+  int H, W, Wp, nv; /* nv: vectors per chunk of the forward/dx kernel */
+  size_t Q, Qr, PS; /* Qr: Q rounded up to the kernels' chunk; PS: plane stride */
 } px_c3;
 
 void px_c3_geom(int H, int W, px_c3 *g);
@@ -31,14 +31,13 @@ void px_c3_weights_fwd(const float *Wt, int O, int C, float *wr);
 void px_c3_weights_dx(const float *Wt, int O, int C, float *wr);
 // out[blk·OB .. +OB) (H, W) planes = bias + Σ_in Σ_tap wr · in_p, for block
 // blk of out_c channels; in_p (in_c, PS) padded; tile: PX_C3_OB·Qr floats.
-void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
-                const float *bias, float *out, float *tile);
+void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk, const float *bias,
+                float *out, float *tile);
 // dW[o][c][tap] += Σ_{n in [0, n_samples)} Σ_q dy_p[n][o][Wp + 1 + q] · x_p[n][c][q + off(tap)]
 // for o in block blk (PX_C3_OB rows) of O; x_p (n, C, PS), dy_p (n, O, PS)
 // padded; dW (O, C, 9).  Sums over q and the samples in registers, then
 // adds each (o, c, tap) once: the order is fixed by the arguments alone.
-void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples,
-              float *dW);
+void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, float *dW);
 
 // The copies of px_c3_conv and px_c3_dw for the compiler's default target
 // (conv2d_3x3.c) and for AVX2 + FMA (conv2d_3x3_avx2.c, in a portable x86-64

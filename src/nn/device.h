@@ -13,7 +13,8 @@
 // output and saved tensors come from it).
 static inline px_status px_nn_cuda_ctx(const px_ctx *ctx, const px_module *m) {
   if (ctx->device == PX_CUDA) return PX_OK;
-  return px_error(PX_ERR_INVALID, "%s \"%s\": its input is on the GPU but the step runs on the host "
+  return px_error(PX_ERR_INVALID,
+                  "%s \"%s\": its input is on the GPU but the step runs on the host "
                   "(ctx->device); move the model to the GPU with px_model_to_device",
                   m->ops->type, m->n_params ? m->params[0].name : m->name);
 }
@@ -21,7 +22,7 @@ static inline px_status px_nn_cuda_ctx(const px_ctx *ctx, const px_module *m) {
 // A GEMM operand: f32 as stored, or (ctx->compute_dtype PX_BF16) its bf16
 // copy from the arena, made once and usable by several GEMMs.
 typedef struct px_nn_operand {
-  const float    *f32;
+  const float *f32;
   const uint16_t *bf16;
 } px_nn_operand;
 

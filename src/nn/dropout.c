@@ -17,12 +17,12 @@
 
 typedef struct dropout {
   px_module base;
-  float     p;
-  int       part, parts; /* px_dropout_part: the input is part `part` of `parts` along axis 1; 0, 1 */
+  float p;
+  int part, parts; /* px_dropout_part: the input is part `part` of `parts` along axis 1; 0, 1 */
   // Saved by forward for backward.
-  bool      identity;  /* forward was y = x */
-  uint64_t  seed, step;
-  px_tensor x;         /* only the shape is used */
+  bool identity; /* forward was y = x */
+  uint64_t seed, step;
+  px_tensor x; /* only the shape is used */
 } dropout;
 
 // out = in ⊙ mask / (1 - p) for the mask of (seed, stream, step).
@@ -30,7 +30,7 @@ static void apply_mask(const dropout *d, const float *in, float *out, size_t n) 
   const float p = d->p, scale = 1.0f / (1.0f - p);  // PyTorch: x · (1 / (1 - p))
   const uint64_t hi = ((uint64_t)d->base.stream << 40) ^ d->step;
   const size_t blocks = (n + 3) / 4;
-  #pragma omp parallel for schedule(static) if (PX_PAR(n))
+#pragma omp parallel for schedule(static) if (PX_PAR(n))
   for (size_t blk = 0; blk < blocks; blk++) {
     uint32_t w[4];
     px_philox4x32(d->seed, hi, (uint64_t)blk, w);
@@ -46,7 +46,7 @@ static void apply_mask_part(const dropout *d, const float *in, float *out, int64
   const float p = d->p, scale = 1.0f / (1.0f - p);
   const uint64_t hi = ((uint64_t)d->base.stream << 40) ^ d->step;  // as apply_mask: the stream, not the uid
   const int64_t rows = N * Tl;
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)rows * inner))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)rows * inner))
   for (int64_t r = 0; r < rows; r++) {
     const int64_t n = r / Tl, t = r % Tl;
     const uint64_t g0 = (uint64_t)((n * d->parts + d->part) * Tl + t) * inner;
@@ -56,7 +56,10 @@ static void apply_mask_part(const dropout *d, const float *in, float *out, int64
     uint64_t blk = UINT64_MAX;
     for (size_t j = 0; j < inner; j++) {
       const uint64_t gi = g0 + j;
-      if (gi / 4 != blk) { blk = gi / 4; px_philox4x32(d->seed, hi, blk, w); }
+      if (gi / 4 != blk) {
+        blk = gi / 4;
+        px_philox4x32(d->seed, hi, blk, w);
+      }
       yr[j] = px_u32_to_unit(w[gi % 4]) >= p ? xr[j] * scale : 0.0f;
     }
   }
@@ -71,8 +74,8 @@ static px_status mask(const dropout *d, const float *in, float *out, const px_te
     const uint64_t hi = ((uint64_t)d->base.stream << 40) ^ d->step;
     if (d->parts == 1) return px_cuda_dropout(in, out, n, d->p, d->seed, hi);
     const int64_t N = shape_of->shape[0], Tl = shape_of->shape[1];
-    return px_cuda_dropout_part(in, out, N, Tl, N * Tl > 0 ? n / (size_t)(N * Tl) : 0, d->part, d->parts, d->p,
-                                d->seed, hi);
+    return px_cuda_dropout_part(in, out, N, Tl, N * Tl > 0 ? n / (size_t)(N * Tl) : 0, d->part, d->parts, d->p, d->seed,
+                                hi);
 #else
     return px_error(PX_ERR_UNSUPPORTED, "Dropout(p=%g): input on the GPU, but plexus was built without CUDA",
                     (double)d->p);
@@ -126,7 +129,9 @@ static px_status dropout_backward(px_module *m, px_ctx *ctx, const px_tensor *dy
 }
 
 static const px_module_ops dropout_ops = {
-  .type = "Dropout", .forward = dropout_forward, .backward = dropout_backward,
+  .type = "Dropout",
+  .forward = dropout_forward,
+  .backward = dropout_backward,
 };
 
 px_module *px_dropout(float p) {

@@ -37,12 +37,12 @@
 
 typedef struct embedding {
   px_module base;
-  int       vocab, dim;
-  px_tensor ids;               /* saved input (...) i32 */
-  bool      awaiting_backward; /* forward ran, its backward has not (px_embedding_pending) */
+  int vocab, dim;
+  px_tensor ids;          /* saved input (...) i32 */
+  bool awaiting_backward; /* forward ran, its backward has not (px_embedding_pending) */
 #ifdef PX_HAVE_CUDA
-  int32_t  *host;              /* backward on the GPU: host scratch for the sort */
-  size_t    host_cap;          /* its capacity, in int32 */
+  int32_t *host;   /* backward on the GPU: host scratch for the sort */
+  size_t host_cap; /* its capacity, in int32 */
 #endif
 } embedding;
 
@@ -65,10 +65,11 @@ static char *index_str(int64_t p, int ndim, const int64_t *shape, char *buf, siz
 // The error for id `id` at flat position p of the ids x.
 static px_status bad_id(const embedding *e, const px_tensor *x, int32_t id, int64_t p) {
   char s[PX_SHAPE_STR_MAX], at[PX_SHAPE_STR_MAX];
-  return px_error(PX_ERR_INVALID, "Embedding(%d, %d) \"%s\": token id %d at position %s of the ids %s "
-                  "is outside [0, %d)", e->vocab, e->dim, e->base.params[0].name, id,
-                  index_str(p, x->ndim, x->shape, at, sizeof at), px_shape_str(x->ndim, x->shape, s, sizeof s),
-                  e->vocab);
+  return px_error(PX_ERR_INVALID,
+                  "Embedding(%d, %d) \"%s\": token id %d at position %s of the ids %s "
+                  "is outside [0, %d)",
+                  e->vocab, e->dim, e->base.params[0].name, id, index_str(p, x->ndim, x->shape, at, sizeof at),
+                  px_shape_str(x->ndim, x->shape, s, sizeof s), e->vocab);
 }
 
 #ifdef PX_HAVE_CUDA
@@ -107,14 +108,15 @@ static px_status emb_backward_cuda(px_module *m, px_ctx *ctx, const px_tensor *d
   const int64_t R = px_tensor_numel(&e->ids);
   const int V = e->vocab;
   if (R > INT32_MAX - 1)
-    return px_error(PX_ERR_INVALID, "Embedding \"%s\": %lld positions in one backward, more than %d",
-                    m->params[0].name, (long long)R, INT32_MAX - 1);
+    return px_error(PX_ERR_INVALID, "Embedding \"%s\": %lld positions in one backward, more than %d", m->params[0].name,
+                    (long long)R, INT32_MAX - 1);
   // Host scratch: ids (R), counts (V + 1), then the upload (S + S + 1 + R <= 3R + 1).
   const size_t need = (size_t)R + (size_t)V + 1 + 3 * (size_t)R + 1;
   if (need > e->host_cap) {
     int32_t *h = realloc(e->host, need * sizeof(int32_t));
-    if (!h) return px_error(PX_ERR_NOMEM, "Embedding \"%s\": %zu bytes of host scratch", m->params[0].name,
-                            need * sizeof(int32_t));
+    if (!h)
+      return px_error(PX_ERR_NOMEM, "Embedding \"%s\": %zu bytes of host scratch", m->params[0].name,
+                      need * sizeof(int32_t));
     e->host = h;
     e->host_cap = need;
   }
@@ -159,15 +161,19 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   embedding *e = (embedding *)m;
   if (x->dtype != PX_I32 || x->ndim < 1 || x->ndim >= PX_MAX_DIMS) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "Embedding(%d, %d) \"%s\": input must be int32 token ids of 1 to %d dims, "
-                    "got %s %s", e->vocab, e->dim, m->params[0].name, PX_MAX_DIMS - 1, px_dtype_name(x->dtype),
+    return px_error(PX_ERR_SHAPE,
+                    "Embedding(%d, %d) \"%s\": input must be int32 token ids of 1 to %d dims, "
+                    "got %s %s",
+                    e->vocab, e->dim, m->params[0].name, PX_MAX_DIMS - 1, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
 #ifdef PX_HAVE_CUDA
   if (x->device == PX_CUDA) return emb_forward_cuda(m, ctx, x, y);
   if (ctx->device == PX_CUDA)
-    return px_error(PX_ERR_INVALID, "Embedding(%d, %d) \"%s\": the model is on the GPU but the token ids are on "
-                    "the host; copy them to the device first", e->vocab, e->dim, m->params[0].name);
+    return px_error(PX_ERR_INVALID,
+                    "Embedding(%d, %d) \"%s\": the model is on the GPU but the token ids are on "
+                    "the host; copy them to the device first",
+                    e->vocab, e->dim, m->params[0].name);
 #endif
   const int32_t *ids = (const int32_t *)x->data;
   const int64_t R = px_tensor_numel(x);
@@ -181,7 +187,7 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   const size_t C = (size_t)e->dim;
   const float *W = m->params[0].data;
   float *Y = px_f32(y);
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * C))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * C))
   for (int64_t p = 0; p < R; p++) memcpy(Y + (size_t)p * C, W + (size_t)ids[p] * C, C * sizeof(float));
   e->ids = *x;
   e->awaiting_backward = true;
@@ -191,8 +197,10 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
 static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   embedding *e = (embedding *)m;
   if (dx)
-    return px_error(PX_ERR_INVALID, "Embedding \"%s\": its input (token ids) has no gradient; "
-                    "call backward with dx = NULL", m->params[0].name);
+    return px_error(PX_ERR_INVALID,
+                    "Embedding \"%s\": its input (token ids) has no gradient; "
+                    "call backward with dx = NULL",
+                    m->params[0].name);
 #ifdef PX_HAVE_CUDA
   if (dy->device == PX_CUDA) {
     px_status st = emb_backward_cuda(m, ctx, dy);
@@ -207,13 +215,13 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
   float *dW = m->params[0].grad;
   // dW[ids[p], j] += dy[p, j], thread-owned column blocks, positions in order.
   const int blocks = (C + EMB_COL_BLOCK - 1) / EMB_COL_BLOCK;
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)C))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)R * (size_t)C))
   for (int blk = 0; blk < blocks; blk++) {
     const int j0 = blk * EMB_COL_BLOCK, j1 = j0 + EMB_COL_BLOCK < C ? j0 + EMB_COL_BLOCK : C;
     for (int64_t p = 0; p < R; p++) {
       float *restrict row = dW + (size_t)ids[p] * C;
       const float *restrict g = DY + (size_t)p * C;
-      #pragma omp simd
+#pragma omp simd
       for (int j = j0; j < j1; j++) row[j] += g[j];
     }
   }
@@ -223,7 +231,9 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
 }
 
 static const px_module_ops embedding_ops = {
-  .type = "Embedding", .forward = emb_forward, .backward = emb_backward,
+  .type = "Embedding",
+  .forward = emb_forward,
+  .backward = emb_backward,
 #ifdef PX_HAVE_CUDA
   .destroy = emb_destroy,
 #endif
@@ -254,28 +264,30 @@ bool px_is_embedding(const px_module *m) { return m && m->ops == &embedding_ops;
 
 typedef struct pos_embedding {
   px_module base;
-  int       context, dim;
-  int       part, parts; /* positions part·T .. of a sequence of parts·T (px_pos_embedding_part); 0, 1 */
-  int64_t   n, t;  /* saved input shape (N, T, C) */
-  int64_t   offset;      /* saved: the first position, part·T */
+  int context, dim;
+  int part, parts; /* positions part·T .. of a sequence of parts·T (px_pos_embedding_part); 0, 1 */
+  int64_t n, t;    /* saved input shape (N, T, C) */
+  int64_t offset;  /* saved: the first position, part·T */
 } pos_embedding;
 
 static px_status pos_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   pos_embedding *pe = (pos_embedding *)m;
   if (x->dtype != PX_F32 || x->ndim != 3 || x->shape[2] != pe->dim) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\": input must be f32 (N, T, %d), got %s %s",
-                    pe->context, pe->dim, m->params[0].name, pe->dim, px_dtype_name(x->dtype),
+    return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\": input must be f32 (N, T, %d), got %s %s", pe->context,
+                    pe->dim, m->params[0].name, pe->dim, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
   if (x->shape[1] * pe->parts > pe->context) {
     if (pe->parts == 1)
-      return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\": sequence length T = %lld exceeds the context "
-                      "of %d positions", pe->context, pe->dim, m->params[0].name, (long long)x->shape[1],
-                      pe->context);
-    return px_error(PX_ERR_SHAPE, "PosEmbedding(%d, %d) \"%s\" part %d of %d: %lld positions per part make a "
-                    "sequence of %lld, more than the context of %d positions", pe->context, pe->dim,
-                    m->params[0].name, pe->part, pe->parts, (long long)x->shape[1],
+      return px_error(PX_ERR_SHAPE,
+                      "PosEmbedding(%d, %d) \"%s\": sequence length T = %lld exceeds the context "
+                      "of %d positions",
+                      pe->context, pe->dim, m->params[0].name, (long long)x->shape[1], pe->context);
+    return px_error(PX_ERR_SHAPE,
+                    "PosEmbedding(%d, %d) \"%s\" part %d of %d: %lld positions per part make a "
+                    "sequence of %lld, more than the context of %d positions",
+                    pe->context, pe->dim, m->params[0].name, pe->part, pe->parts, (long long)x->shape[1],
                     (long long)x->shape[1] * pe->parts, pe->context);
   }
   px_status st = px_ctx_tensor_like(ctx, y, x);
@@ -296,11 +308,11 @@ static px_status pos_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
 #endif
   const float *X = px_f32(x), *W = m->params[0].data + (size_t)off * C;
   float *Y = px_f32(y);
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
   for (int64_t r = 0; r < N * T; r++) {
     const float *restrict xr = X + (size_t)r * C, *restrict w = W + (size_t)(r % T) * C;
     float *restrict yr = Y + (size_t)r * C;
-    #pragma omp simd
+#pragma omp simd
     for (size_t j = 0; j < C; j++) yr[j] = xr[j] + w[j];
   }
   pe->n = N;
@@ -327,13 +339,13 @@ static px_status pos_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
     return PX_OK;
   }
 #endif
-  // dW[offset + t, :] += Σ_n dy[n, t, :], n in order: one thread per position t.
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
+// dW[offset + t, :] += Σ_n dy[n, t, :], n in order: one thread per position t.
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)(N * T) * C))
   for (int64_t t = 0; t < T; t++) {
     float *restrict w = dW + (size_t)t * C;
     for (int64_t n = 0; n < N; n++) {
       const float *restrict g = DY + ((size_t)n * (size_t)T + (size_t)t) * C;
-      #pragma omp simd
+#pragma omp simd
       for (size_t j = 0; j < C; j++) w[j] += g[j];
     }
   }
@@ -346,7 +358,9 @@ static px_status pos_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
 }
 
 static const px_module_ops pos_embedding_ops = {
-  .type = "PosEmbedding", .forward = pos_forward, .backward = pos_backward,
+  .type = "PosEmbedding",
+  .forward = pos_forward,
+  .backward = pos_backward,
 };
 
 px_module *px_pos_embedding(int context, int dim) {
@@ -367,8 +381,7 @@ px_module *px_pos_embedding(int context, int dim) {
 
 px_module *px_pos_embedding_part(int context, int dim, int part, int parts) {
   if (parts <= 0 || part < 0 || part >= parts) {
-    px_error(PX_ERR_INVALID, "PosEmbedding(%d, %d): part %d of %d: need 0 <= part < parts", context, dim, part,
-             parts);
+    px_error(PX_ERR_INVALID, "PosEmbedding(%d, %d): part %d of %d: need 0 <= part < parts", context, dim, part, parts);
     return NULL;
   }
   px_module *m = px_pos_embedding(context, dim);

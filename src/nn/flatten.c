@@ -4,7 +4,7 @@
 
 typedef struct flatten {
   px_module base;
-  px_tensor x;  /* only the shape is used */
+  px_tensor x; /* only the shape is used */
 } flatten;
 
 static px_status flatten_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -32,7 +32,9 @@ static px_status flatten_backward(px_module *m, px_ctx *ctx, const px_tensor *dy
 }
 
 static const px_module_ops flatten_ops = {
-  .type = "Flatten", .forward = flatten_forward, .backward = flatten_backward,
+  .type = "Flatten",
+  .forward = flatten_forward,
+  .backward = flatten_backward,
 };
 
 px_module *px_flatten(void) { return px_module_alloc(sizeof(flatten), &flatten_ops); }

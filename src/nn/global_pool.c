@@ -16,7 +16,7 @@
 
 typedef struct global_pool {
   px_module base;
-  px_tensor x;  /* saved input: only its shape is used */
+  px_tensor x; /* saved input: only its shape is used */
 } global_pool;
 
 static px_status gap_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -39,11 +39,11 @@ static px_status gap_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
     return st;
   }
 #endif
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(planes * S)))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)(planes * S)))
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = X + pl * S;
     double sum = 0.0;
-    #pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum)
     for (int64_t q = 0; q < S; q++) sum += xp[q];
     Y[pl] = (float)(sum / (double)S);
   }
@@ -62,18 +62,20 @@ static px_status gap_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
 #ifdef PX_HAVE_CUDA
   if (g->x.device == PX_CUDA) return px_k_gap_bwd(DY, DX, planes, S);
 #endif
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)(planes * S)))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)(planes * S)))
   for (int64_t pl = 0; pl < planes; pl++) {
     const float v = DY[pl] / (float)S;  // divide, as PyTorch's mean backward does
     float *dxp = DX + pl * S;
-    #pragma omp simd
+#pragma omp simd
     for (int64_t q = 0; q < S; q++) dxp[q] = v;
   }
   return PX_OK;
 }
 
 static const px_module_ops global_pool_ops = {
-  .type = "GlobalAvgPool2d", .forward = gap_forward, .backward = gap_backward,
+  .type = "GlobalAvgPool2d",
+  .forward = gap_forward,
+  .backward = gap_backward,
 };
 
 px_module *px_global_avgpool2d(void) { return px_module_alloc(sizeof(global_pool), &global_pool_ops); }

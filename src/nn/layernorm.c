@@ -21,11 +21,11 @@
 
 typedef struct layernorm {
   px_module base;
-  int       dim;
-  float     eps;
+  int dim;
+  float eps;
   // Saved by forward for backward.
-  px_tensor x;            /* input, (R, D) */
-  float    *mean, *rstd;  /* (R,) */
+  px_tensor x;        /* input, (R, D) */
+  float *mean, *rstd; /* (R,) */
 } layernorm;
 
 // Columns of dγ, dβ that one thread owns while summing over rows.
@@ -35,9 +35,8 @@ PX_KERNEL static px_status ln_forward(px_module *m, px_ctx *ctx, const px_tensor
   layernorm *l = (layernorm *)m;
   if (x->ndim < 1 || x->shape[x->ndim - 1] != l->dim) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "LayerNorm(%d, eps=%g) \"%s\": input %s must end in %d features",
-                    l->dim, (double)l->eps, m->params[0].name, px_shape_str(x->ndim, x->shape, s, sizeof s),
-                    l->dim);
+    return px_error(PX_ERR_SHAPE, "LayerNorm(%d, eps=%g) \"%s\": input %s must end in %d features", l->dim,
+                    (double)l->eps, m->params[0].name, px_shape_str(x->ndim, x->shape, s, sizeof s), l->dim);
   }
   const int D = l->dim;
   const size_t R = (size_t)px_tensor_numel(x) / (size_t)D;
@@ -59,21 +58,24 @@ PX_KERNEL static px_status ln_forward(px_module *m, px_ctx *ctx, const px_tensor
   const float *X = px_f32(x), *gamma = m->params[0].data, *beta = m->params[1].data;
   float *Y = px_f32(y);
   const double eps = l->eps;
-  #pragma omp parallel for schedule(static) if (PX_PAR(R * (size_t)D))
+#pragma omp parallel for schedule(static) if (PX_PAR(R * (size_t)D))
   for (size_t r = 0; r < R; r++) {
     const float *xr = X + r * D;
     float *yr = Y + r * D;
     double sum = 0.0;
-    #pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j < D; j++) sum += xr[j];
     const double mu = sum / D;
     double ss = 0.0;
-    #pragma omp simd reduction(+ : ss)
-    for (int j = 0; j < D; j++) { const double d = xr[j] - mu; ss += d * d; }
+#pragma omp simd reduction(+ : ss)
+    for (int j = 0; j < D; j++) {
+      const double d = xr[j] - mu;
+      ss += d * d;
+    }
     const float fmu = (float)mu, rstd = (float)(1.0 / sqrt(ss / D + eps));
     l->mean[r] = fmu;
     l->rstd[r] = rstd;
-    #pragma omp simd
+#pragma omp simd
     for (int j = 0; j < D; j++) yr[j] = (xr[j] - fmu) * rstd * gamma[j] + beta[j];
   }
   l->x = *x;
@@ -100,47 +102,52 @@ PX_KERNEL static px_status ln_backward(px_module *m, px_ctx *ctx, const px_tenso
 #endif
   // dγ[j] += Σ_r dy[r, j]·x̂[r, j],  dβ[j] += Σ_r dy[r, j]: a thread owns a block of columns.
   const int blocks = (D + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
-  #pragma omp parallel for schedule(static) if (PX_PAR(R * (size_t)D))
+#pragma omp parallel for schedule(static) if (PX_PAR(R * (size_t)D))
   for (int blk = 0; blk < blocks; blk++) {
     const int j0 = blk * LN_COL_BLOCK, j1 = j0 + LN_COL_BLOCK < D ? j0 + LN_COL_BLOCK : D;
     double sg[LN_COL_BLOCK] = {0}, sb[LN_COL_BLOCK] = {0};
     for (size_t r = 0; r < R; r++) {
       const float *xr = X + r * D, *gr = DY + r * D;
       const float mu = mean[r], rs = rstd[r];
-      #pragma omp simd
+#pragma omp simd
       for (int j = j0; j < j1; j++) {
         sg[j - j0] += (double)gr[j] * ((xr[j] - mu) * rs);
         sb[j - j0] += gr[j];
       }
     }
-    for (int j = j0; j < j1; j++) { dgamma[j] += (float)sg[j - j0]; dbeta[j] += (float)sb[j - j0]; }
+    for (int j = j0; j < j1; j++) {
+      dgamma[j] += (float)sg[j - j0];
+      dbeta[j] += (float)sb[j - j0];
+    }
   }
   if (!dx) return PX_OK;
   px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
   if (st != PX_OK) return st;
   float *DX = px_f32(dx);
-  #pragma omp parallel for schedule(static) if (PX_PAR(R * (size_t)D))
+#pragma omp parallel for schedule(static) if (PX_PAR(R * (size_t)D))
   for (size_t r = 0; r < R; r++) {
     const float *xr = X + r * D, *gr = DY + r * D;
     float *out = DX + r * D;
     const float mu = mean[r], rs = rstd[r];
     // mean_j(dx̂) and mean_j(dx̂ ⊙ x̂)
     double s1 = 0.0, s2 = 0.0;
-    #pragma omp simd reduction(+ : s1, s2)
+#pragma omp simd reduction(+ : s1, s2)
     for (int j = 0; j < D; j++) {
       const double g = (double)gamma[j] * gr[j];
       s1 += g;
       s2 += g * ((xr[j] - mu) * rs);
     }
     const float m1 = (float)(s1 / D), m2 = (float)(s2 / D);
-    #pragma omp simd
+#pragma omp simd
     for (int j = 0; j < D; j++) out[j] = rs * (gamma[j] * gr[j] - m1 - (xr[j] - mu) * rs * m2);
   }
   return PX_OK;
 }
 
 static const px_module_ops layernorm_ops = {
-  .type = "LayerNorm", .forward = ln_forward, .backward = ln_backward,
+  .type = "LayerNorm",
+  .forward = ln_forward,
+  .backward = ln_backward,
 };
 
 px_module *px_layernorm(int dim, float eps) {

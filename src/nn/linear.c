@@ -12,9 +12,9 @@
 
 typedef struct linear {
   px_module base;
-  int       in, out;
-  bool      has_bias;
-  px_tensor x;  /* saved input (R, in) */
+  int in, out;
+  bool has_bias;
+  px_tensor x; /* saved input (R, in) */
 } linear;
 
 #ifdef PX_HAVE_CUDA
@@ -45,8 +45,8 @@ static px_status linear_backward_cuda(linear *l, px_ctx *ctx, const px_tensor *d
   if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(dy), (size_t)R * l->out, &DY);
   if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&l->x), (size_t)R * l->in, &X);
   // dW += dyᵀ · x
-  if (st == PX_OK) st = px_nn_cuda_gemm(true, false, l->out, l->in, R, &DY, l->out, &X, l->in, 1.0f,
-                                        m->params[0].grad, l->in);
+  if (st == PX_OK)
+    st = px_nn_cuda_gemm(true, false, l->out, l->in, R, &DY, l->out, &X, l->in, 1.0f, m->params[0].grad, l->in);
   if (st == PX_OK && l->has_bias) {
     void *partials = px_arena_alloc(ctx->arena, px_k_colsum_partials_bytes(R, l->out));
     st = partials ? px_k_colsum_add(m->params[1].grad, px_f32(dy), partials, R, l->out) : PX_ERR_NOMEM;
@@ -63,8 +63,8 @@ static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   linear *l = (linear *)m;
   if (x->ndim < 1 || x->shape[x->ndim - 1] != l->in) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "Linear(%d -> %d) \"%s\": input %s must end in %d features",
-                    l->in, l->out, m->params[0].name, px_shape_str(x->ndim, x->shape, s, sizeof s), l->in);
+    return px_error(PX_ERR_SHAPE, "Linear(%d -> %d) \"%s\": input %s must end in %d features", l->in, l->out,
+                    m->params[0].name, px_shape_str(x->ndim, x->shape, s, sizeof s), l->in);
   }
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
@@ -97,14 +97,13 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
   const int R = (int)(px_tensor_numel(&l->x) / l->in);
   const float *DY = px_f32(dy);
   // dW += dyᵀ · x      dy: (R, out)  x: (R, in)  dW: (out, in)
-  px_sgemm(true, false, l->out, l->in, R, 1.0f, DY, l->out, px_f32(&l->x), l->in, 1.0f,
-           m->params[0].grad, l->in);
+  px_sgemm(true, false, l->out, l->in, R, 1.0f, DY, l->out, px_f32(&l->x), l->in, 1.0f, m->params[0].grad, l->in);
   if (l->has_bias) {
     // db += Σ_r dy[r, :]
     float *db = m->params[1].grad;
     for (int r = 0; r < R; r++) {
       const float *row = DY + (size_t)r * l->out;
-      #pragma omp simd
+#pragma omp simd
       for (int j = 0; j < l->out; j++) db[j] += row[j];
     }
   }
@@ -112,8 +111,7 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
   // dx = dy · W        dy: (R, out)  W: (out, in)  dx: (R, in)
   px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
   if (st != PX_OK) return st;
-  px_sgemm(false, false, R, l->in, l->out, 1.0f, DY, l->out, m->params[0].data, l->in, 0.0f,
-           px_f32(dx), l->in);
+  px_sgemm(false, false, R, l->in, l->out, 1.0f, DY, l->out, m->params[0].data, l->in, 0.0f, px_f32(dx), l->in);
   return PX_OK;
 }
 
@@ -122,7 +120,9 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
 static void linear_rebind(px_module *m, const px_tensor *x) { ((linear *)m)->x = *x; }
 
 static const px_module_ops linear_ops = {
-  .type = "Linear", .forward = linear_forward, .backward = linear_backward,
+  .type = "Linear",
+  .forward = linear_forward,
+  .backward = linear_backward,
   .rebind = linear_rebind,
 };
 

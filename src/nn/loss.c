@@ -50,16 +50,16 @@ PX_KERNEL px_status px_mse_loss(const px_tensor *pred, const px_tensor *target, 
 
 PX_KERNEL static double ce_row(const float *z, float *dz, int C, int32_t t, float eps, float inv_valid) {
   float zmax = z[0];
-  #pragma omp simd reduction(max : zmax)
+#pragma omp simd reduction(max : zmax)
   for (int j = 0; j < C; j++) zmax = z[j] > zmax ? z[j] : zmax;
   const float zt = z[t];
   double se = 0, sz = 0;
   if (eps != 0.0f) {
-    #pragma omp simd reduction(+ : sz)
+#pragma omp simd reduction(+ : sz)
     for (int j = 0; j < C; j++) sz += z[j];
   }
   if (dz) {
-    #pragma omp simd reduction(+ : se)
+#pragma omp simd reduction(+ : se)
     for (int j = 0; j < C; j++) {
       const float e = px_expf(z[j] - zmax);
       dz[j] = e;
@@ -67,21 +67,21 @@ PX_KERNEL static double ce_row(const float *z, float *dz, int C, int32_t t, floa
     }
     // dz_j = (p_j - ε/C - (1-ε)[j = t]) / valid
     const float a = (float)(1.0 / se) * inv_valid, b = eps / (float)C * inv_valid;
-    #pragma omp simd
+#pragma omp simd
     for (int j = 0; j < C; j++) dz[j] = dz[j] * a - b;
     dz[t] -= (1.0f - eps) * inv_valid;
   } else {
-    #pragma omp simd reduction(+ : se)
+#pragma omp simd reduction(+ : se)
     for (int j = 0; j < C; j++) se += px_expf(z[j] - zmax);
   }
   const double lse = zmax + log(se);  // log Σ e^z
   const double nll = lse - zt;
-  const double smooth = lse - sz / C; // -(1/C) Σ log p_j
+  const double smooth = lse - sz / C;  // -(1/C) Σ log p_j
   return (1.0 - eps) * nll + eps * smooth;
 }
 
-px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts,
-                                float *loss, float *dlogits) {
+px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets, const px_ce_opts *opts, float *loss,
+                                float *dlogits) {
   px_ce_opts o = opts ? *opts : PX_CE_DEFAULTS;
   if (logits->ndim < 1) return px_error(PX_ERR_SHAPE, "cross_entropy: logits need a class dimension");
   const int C = (int)logits->shape[logits->ndim - 1];
@@ -101,8 +101,8 @@ px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
   for (int64_t r = 0; r < N; r++) {
     if (targets[r] == o.ignore_index) continue;
     if (targets[r] < 0 || targets[r] >= C)
-      return px_error(PX_ERR_INVALID, "cross_entropy: target %d of row %lld is not a class in [0, %d)",
-                      targets[r], (long long)r, C);
+      return px_error(PX_ERR_INVALID, "cross_entropy: target %d of row %lld is not a class in [0, %d)", targets[r],
+                      (long long)r, C);
     valid++;
   }
   const float eps = o.label_smoothing;
@@ -110,14 +110,15 @@ px_status px_cross_entropy_loss(const px_tensor *logits, const int32_t *targets,
   const float *Z = px_f32(logits);
   const int chunks = N < CE_CHUNKS ? (int)N : CE_CHUNKS;
   double partial[CE_CHUNKS];
-  #pragma omp parallel for schedule(static) if (PX_PAR((size_t)N * (size_t)C))
+#pragma omp parallel for schedule(static) if (PX_PAR((size_t)N * (size_t)C))
   for (int k = 0; k < chunks; k++) {
     const int64_t r0 = N * k / chunks, r1 = N * (k + 1) / chunks;
     double sum = 0;
     for (int64_t r = r0; r < r1; r++) {
       float *dz = dlogits ? dlogits + r * C : NULL;
       if (targets[r] == o.ignore_index) {
-        if (dz) for (int j = 0; j < C; j++) dz[j] = 0.0f;
+        if (dz)
+          for (int j = 0; j < C; j++) dz[j] = 0.0f;
         continue;
       }
       sum += ce_row(Z + r * C, dz, C, targets[r], eps, inv_valid);

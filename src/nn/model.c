@@ -31,8 +31,8 @@ static px_status collect(px_model *md, px_module *m, const char *prefix, int *ca
     char full[PX_NAME_MAX];
     int len = snprintf(full, sizeof full, "%s%s%s", prefix, prefix[0] ? "." : "", p->name);
     if (len >= (int)sizeof full)
-      return px_error(PX_ERR_INVALID, "model: parameter name \"%s%s\" longer than %d characters",
-                      prefix, p->name, PX_NAME_MAX - 1);
+      return px_error(PX_ERR_INVALID, "model: parameter name \"%s%s\" longer than %d characters", prefix, p->name,
+                      PX_NAME_MAX - 1);
     memcpy(p->name, full, sizeof full);
   }
   for (int i = 0; i < m->n_children; i++) {
@@ -125,24 +125,40 @@ px_status px_model_create(px_model **out, px_module *root, uint64_t seed) {
   *out = NULL;
   if (!root) return px_error(PX_ERR_INVALID, "model: no root module (did its constructor fail? %s)", px_last_error());
   px_model *md = calloc(1, sizeof *md);
-  if (!md) { px_module_free(root); return px_error(PX_ERR_NOMEM, "model: out of memory"); }
+  if (!md) {
+    px_module_free(root);
+    return px_error(PX_ERR_NOMEM, "model: out of memory");
+  }
   md->root = root;
   int cap = 0;
   uint32_t streams = 0;
   px_status st = collect(md, root, "", &cap, &streams);
-  if (st != PX_OK) { px_model_free(md); return st; }
+  if (st != PX_OK) {
+    px_model_free(md);
+    return st;
+  }
 
   int n_all = 0;
   for (int i = 0; i < md->n_modules; i++) n_all += md->modules[i]->n_params;
   md->params = calloc((size_t)n_all + 1, sizeof *md->params);
   md->buffers = calloc((size_t)n_all + 1, sizeof *md->buffers);
-  if (!md->params || !md->buffers) { px_model_free(md); return px_error(PX_ERR_NOMEM, "model: out of memory"); }
+  if (!md->params || !md->buffers) {
+    px_model_free(md);
+    return px_error(PX_ERR_NOMEM, "model: out of memory");
+  }
   for (int i = 0; i < md->n_modules; i++) {
     px_module *m = md->modules[i];
     for (int k = 0; k < m->n_params; k++) {
       px_param *p = &m->params[k];
-      if (p->is_buffer) { p->offset = md->n_buffer_elems; md->n_buffer_elems += p->numel; md->buffers[md->n_buffers++] = p; }
-      else { p->offset = md->n_param_elems; md->n_param_elems += p->numel; md->params[md->n_params++] = p; }
+      if (p->is_buffer) {
+        p->offset = md->n_buffer_elems;
+        md->n_buffer_elems += p->numel;
+        md->buffers[md->n_buffers++] = p;
+      } else {
+        p->offset = md->n_param_elems;
+        md->n_param_elems += p->numel;
+        md->params[md->n_params++] = p;
+      }
     }
   }
   // Two parameters with one name would make a state_dict ambiguous.
@@ -248,8 +264,10 @@ px_status px_model_attach_hooks(px_model *md, const px_hooks *hooks, int *handle
   int slot = 0;
   while (slot < PX_MAX_HOOKS && md->hook_handle[slot] != 0) slot++;
   if (slot == PX_MAX_HOOKS)
-    return px_error(PX_ERR_INVALID, "model: %d listeners already attached (PX_MAX_HOOKS); remove one with "
-                    "px_model_remove_hooks (px_ddp_free and px_zero_free do)", PX_MAX_HOOKS);
+    return px_error(PX_ERR_INVALID,
+                    "model: %d listeners already attached (PX_MAX_HOOKS); remove one with "
+                    "px_model_remove_hooks (px_ddp_free and px_zero_free do)",
+                    PX_MAX_HOOKS);
   if (md->next_hook_handle <= 0) md->next_hook_handle = 1;
   md->hooks[slot] = *hooks;
   md->hook_handle[slot] = md->next_hook_handle++;
@@ -301,8 +319,8 @@ void px_model_print(const px_model *md, void *file) {
     for (int k = 0; k < md->modules[i]->n_params; k++) {
       const px_param *p = &md->modules[i]->params[k];
       char s[PX_SHAPE_STR_MAX];
-      fprintf(f, "%-40s %-20s %10zu %10zu%s\n", p->name, px_shape_str(p->ndim, p->shape, s, sizeof s),
-              p->offset, p->numel, p->is_buffer ? "  (buffer)" : "");
+      fprintf(f, "%-40s %-20s %10zu %10zu%s\n", p->name, px_shape_str(p->ndim, p->shape, s, sizeof s), p->offset,
+              p->numel, p->is_buffer ? "  (buffer)" : "");
     }
   fprintf(f, "parameters: %zu   buffers: %zu\n", md->n_param_elems, md->n_buffer_elems);
 }
@@ -399,7 +417,8 @@ px_status px_model_to_device(px_model *md, px_device device, int gpu) {
                   "cuBLAS, NCCL), or use --device cpu");
 #else
   if (!md->param_data || !md->grad_data || !md->buffer_data)
-    return px_error(PX_ERR_INVALID, "model: a sharding strategy (ZeRO) has freed the flat buffers; move the model "
+    return px_error(PX_ERR_INVALID,
+                    "model: a sharding strategy (ZeRO) has freed the flat buffers; move the model "
                     "to its device before creating the strategy (or after px_zero_free)");
   if (device == PX_CPU) return model_to_host(md);
   if (gpu < 0) return px_error(PX_ERR_INVALID, "model: GPU index %d is negative", gpu);

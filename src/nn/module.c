@@ -9,14 +9,17 @@
 px_module *px_module_alloc(size_t size, const px_module_ops *ops) {
   if (size < sizeof(px_module)) size = sizeof(px_module);
   px_module *m = calloc(1, size);
-  if (!m) { px_error(PX_ERR_NOMEM, "module: out of memory"); return NULL; }
+  if (!m) {
+    px_error(PX_ERR_NOMEM, "module: out of memory");
+    return NULL;
+  }
   m->ops = ops;
   m->training = true;
   return m;
 }
 
-px_param *px_module_add_param(px_module *m, const char *name, int ndim, const int64_t *shape,
-                              px_init_kind init, float init_a, bool is_buffer) {
+px_param *px_module_add_param(px_module *m, const char *name, int ndim, const int64_t *shape, px_init_kind init,
+                              float init_a, bool is_buffer) {
   if (m->n_params >= PX_MODULE_MAX_PARAMS) {
     px_error(PX_ERR_INVALID, "%s: more than %d parameters", m->ops->type, PX_MODULE_MAX_PARAMS);
     return NULL;
@@ -26,7 +29,10 @@ px_param *px_module_add_param(px_module *m, const char *name, int ndim, const in
   snprintf(p->name, sizeof p->name, "%s", name);
   p->ndim = ndim;
   p->numel = 1;
-  for (int i = 0; i < ndim; i++) { p->shape[i] = shape[i]; p->numel *= (size_t)shape[i]; }
+  for (int i = 0; i < ndim; i++) {
+    p->shape[i] = shape[i];
+    p->numel *= (size_t)shape[i];
+  }
   p->init = init;
   p->init_a = init_a;
   p->is_buffer = is_buffer;
@@ -37,8 +43,8 @@ px_param *px_module_add_param(px_module *m, const char *name, int ndim, const in
 px_status px_module_add_child(px_module *m, const char *name, px_module *child) {
   if (!child) return PX_ERR_INVALID; /* the child's constructor set the message */
   if (child->parent)
-    return px_error(PX_ERR_INVALID, "%s: child %s already belongs to another container",
-                    m->ops->type, child->ops->type);
+    return px_error(PX_ERR_INVALID, "%s: child %s already belongs to another container", m->ops->type,
+                    child->ops->type);
   if (m->n_children == m->cap_children) {
     int cap = m->cap_children ? 2 * m->cap_children : 8;
     px_module **c = realloc(m->children, (size_t)cap * sizeof *c);
@@ -94,8 +100,7 @@ px_status px_module_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
 
 px_status px_module_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   px_ctx_call_hooks(ctx, PX_HOOK_PRE_BACKWARD, m);
-  if (!m->ops->backward)
-    return px_error(PX_ERR_UNSUPPORTED, "%s: no backward", m->ops->type);
+  if (!m->ops->backward) return px_error(PX_ERR_UNSUPPORTED, "%s: no backward", m->ops->type);
   px_status st = m->ops->backward(m, ctx, dy, dx);
   if (st != PX_OK) return st;
   px_ctx_call_hooks(ctx, PX_HOOK_GRADS_READY, m);

@@ -24,12 +24,12 @@
 
 typedef struct pool2d {
   px_module base;
-  int       k, stride, pad;  /* pad: max-pool only */
-  bool      is_max;
+  int k, stride, pad; /* pad: max-pool only */
+  bool is_max;
   // Saved by forward for backward.
-  px_tensor x;       /* (N, C, H, W): only the shape is used */
-  int       Ho, Wo;
-  int32_t  *argmax;  /* (N, C, H', W'): index ih·W + iw within the plane (max only) */
+  px_tensor x; /* (N, C, H, W): only the shape is used */
+  int Ho, Wo;
+  int32_t *argmax; /* (N, C, H', W'): index ih·W + iw within the plane (max only) */
 } pool2d;
 
 #if defined(__GNUC__)
@@ -53,7 +53,9 @@ POOL_INLINE float select_f32(uint32_t m, float a, float b) {  // m ? a : b, m al
   memcpy(&a, &ua, sizeof a);
   return a;
 }
-POOL_INLINE int32_t select_i32(uint32_t m, int32_t a, int32_t b) { return (int32_t)(((uint32_t)a & m) | ((uint32_t)b & ~m)); }
+POOL_INLINE int32_t select_i32(uint32_t m, int32_t a, int32_t b) {
+  return (int32_t)(((uint32_t)a & m) | ((uint32_t)b & ~m));
+}
 POOL_INLINE void take_max(float v, int32_t idx, float *best, int32_t *at) {
   const uint32_t m = take_mask(v, *best);
   *best = select_f32(m, v, *best);
@@ -64,9 +66,9 @@ POOL_INLINE void take_max(float v, int32_t idx, float *best, int32_t *at) {
 // plane: rows h0 .. h0 + k - 1, columns ow·s - p .. ow·s - p + k - 1.  Taps
 // in PyTorch's scan order (row by row), each a take_max.  4 lanes: rows of
 // 7 to 56 outputs are the usual (wider vectors left them to scalar code).
-POOL_INLINE void max_row_inside(const float *restrict xp, float *restrict yrow, int32_t *restrict arow, int W,
-                                int h0, int ow_lo, int ow_hi, int k, int s, int p) {
-  #pragma omp simd simdlen(4)
+POOL_INLINE void max_row_inside(const float *restrict xp, float *restrict yrow, int32_t *restrict arow, int W, int h0,
+                                int ow_lo, int ow_hi, int k, int s, int p) {
+#pragma omp simd simdlen(4)
   for (int ow = ow_lo; ow < ow_hi; ow++) {
     const int32_t first = (int32_t)h0 * W + ow * s - p;
     float best = xp[first];
@@ -86,8 +88,8 @@ POOL_INLINE void max_plane(const float *xp, float *yp, int32_t *ap, int W, int H
 // Padded max-pool (ResNet's 3×3/2 pad-1 stem pool).  A window that reaches
 // past an edge is clipped to the plane, and its first pixel inside starts
 // the scan, as in PyTorch; windows wholly inside take max_row_inside.
-POOL_INLINE void max_plane_padded(const float *xp, float *yp, int32_t *ap, int H, int W, int Ho, int Wo, int k,
-                                  int s, int p) {
+POOL_INLINE void max_plane_padded(const float *xp, float *yp, int32_t *ap, int H, int W, int Ho, int Wo, int k, int s,
+                                  int p) {
   // Columns whose windows are inside: ow·s - p >= 0 and ow·s - p + k <= W.
   int ow_lo = (p + s - 1) / s, ow_hi = W - k + p >= 0 ? (W - k + p) / s + 1 : 0;
   if (ow_hi > Wo) ow_hi = Wo;
@@ -119,7 +121,7 @@ POOL_INLINE void max_plane_padded(const float *xp, float *yp, int32_t *ap, int H
 static void max_plane_2x2(const float *restrict xp, float *restrict yp, int32_t *restrict ap, int W, int Ho, int Wo) {
   for (int oh = 0; oh < Ho; oh++) {
     const float *r0 = xp + (size_t)2 * oh * W, *r1 = r0 + W;
-    #pragma omp simd simdlen(4)
+#pragma omp simd simdlen(4)
     for (int ow = 0; ow < Wo; ow++) {
       const int32_t first = (int32_t)(2 * oh * W + 2 * ow);
       const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
@@ -137,7 +139,7 @@ POOL_INLINE void avg_plane(const float *xp, float *yp, int W, int Ho, int Wo, in
   const float area = (float)(k * k);
   for (int oh = 0; oh < Ho; oh++) {
     const int32_t row0 = (int32_t)oh * s * W;
-    #pragma omp simd simdlen(4)
+#pragma omp simd simdlen(4)
     for (int ow = 0; ow < Wo; ow++) {
       const int32_t first = row0 + ow * s;
       float sum = 0.0f;
@@ -163,8 +165,8 @@ static px_status pool_check(const px_module *m, const px_tensor *x) {
   }
   if (!what) return PX_OK;
   char s[PX_SHAPE_STR_MAX];
-  return px_error(PX_ERR_SHAPE, "%s(k=%d, stride=%d, padding=%d): input %s %s", m->ops->type, p->k, p->stride,
-                  p->pad, px_shape_str(x->ndim, x->shape, s, sizeof s), what);
+  return px_error(PX_ERR_SHAPE, "%s(k=%d, stride=%d, padding=%d): input %s %s", m->ops->type, p->k, p->stride, p->pad,
+                  px_shape_str(x->ndim, x->shape, s, sizeof s), what);
 }
 
 static px_status pool_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -199,7 +201,7 @@ static px_status pool_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
     return PX_OK;
   }
 #endif
-  #pragma omp parallel for schedule(static) if (PX_PAR(planes * in_plane))
+#pragma omp parallel for schedule(static) if (PX_PAR(planes * in_plane))
   for (size_t pl = 0; pl < planes; pl++) {
     const float *xp = X + pl * in_plane;
     float *yp = Y + pl * out_plane;
@@ -243,7 +245,7 @@ static px_status pool_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   }
 #endif
   const float area = (float)(k * k);  // divide, as PyTorch does (not × 1/k²)
-  #pragma omp parallel for schedule(static) if (PX_PAR(planes * in_plane))
+#pragma omp parallel for schedule(static) if (PX_PAR(planes * in_plane))
   for (size_t pl = 0; pl < planes; pl++) {
     float *dxp = DX + pl * in_plane;
     const float *dyp = DY + pl * out_plane;
@@ -258,7 +260,7 @@ static px_status pool_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
         for (int i = 0; i < k; i++)
           for (int j = 0; j < k; j++) {
             float *r = dxp + (size_t)(oh * s + i) * W + j;
-            #pragma omp simd simdlen(4)
+#pragma omp simd simdlen(4)
             for (int ow = 0; ow < Wo; ow++) r[(size_t)ow * s] += g[ow] / area;
           }
       }

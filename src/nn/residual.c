@@ -56,8 +56,7 @@ static px_status residual_forward(px_module *m, px_ctx *ctx, const px_tensor *x,
 static px_status residual_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   px_tensor dh, ds = *dy;
   px_status st;
-  if (m->n_children > 1 && (st = px_module_backward(m->children[1], ctx, dy, dx ? &ds : NULL)) != PX_OK)
-    return st;
+  if (m->n_children > 1 && (st = px_module_backward(m->children[1], ctx, dy, dx ? &ds : NULL)) != PX_OK) return st;
   st = px_module_backward(m->children[0], ctx, dy, dx ? &dh : NULL);
   if (st != PX_OK || !dx) return st;
   if ((st = px_ctx_tensor_like(ctx, dx, &dh)) != PX_OK) return st;
@@ -65,7 +64,9 @@ static px_status residual_backward(px_module *m, px_ctx *ctx, const px_tensor *d
 }
 
 static const px_module_ops residual_ops = {
-  .type = "Residual", .forward = residual_forward, .backward = residual_backward,
+  .type = "Residual",
+  .forward = residual_forward,
+  .backward = residual_backward,
 };
 
 px_module *px_residual_shortcut(px_module *inner, px_module *shortcut, const char *shortcut_name) {

@@ -14,7 +14,7 @@
 
 typedef struct softmax {
   px_module base;
-  px_tensor y;  /* saved output (R, D) */
+  px_tensor y; /* saved output (R, D) */
 } softmax;
 
 PX_KERNEL static px_status softmax_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -39,17 +39,20 @@ PX_KERNEL static px_status softmax_forward(px_module *m, px_ctx *ctx, const px_t
   }
   const float *X = px_f32(x);
   float *Y = px_f32(y);
-  #pragma omp parallel for schedule(static) if (PX_PAR(R * D))
+#pragma omp parallel for schedule(static) if (PX_PAR(R * D))
   for (size_t r = 0; r < R; r++) {
     const float *xr = X + r * D;
     float *yr = Y + r * D;
     float mx = -INFINITY;
-    #pragma omp simd reduction(max : mx)
+#pragma omp simd reduction(max : mx)
     for (size_t j = 0; j < D; j++) mx = xr[j] > mx ? xr[j] : mx;
     float sum = 0.0f;
-    for (size_t j = 0; j < D; j++) { yr[j] = expf(xr[j] - mx); sum += yr[j]; }
+    for (size_t j = 0; j < D; j++) {
+      yr[j] = expf(xr[j] - mx);
+      sum += yr[j];
+    }
     const float inv = 1.0f / sum;
-    #pragma omp simd
+#pragma omp simd
     for (size_t j = 0; j < D; j++) yr[j] *= inv;
   }
   sm->y = *y;
@@ -67,22 +70,24 @@ PX_KERNEL static px_status softmax_backward(px_module *m, px_ctx *ctx, const px_
 #endif
   const float *Y = px_f32(&sm->y), *DY = px_f32(dy);
   float *DX = px_f32(dx);
-  #pragma omp parallel for schedule(static) if (PX_PAR(R * D))
+#pragma omp parallel for schedule(static) if (PX_PAR(R * D))
   for (size_t r = 0; r < R; r++) {
     const float *yr = Y + r * D, *gr = DY + r * D;
     float *out = DX + r * D;
     double dot = 0.0;
-    #pragma omp simd reduction(+ : dot)
+#pragma omp simd reduction(+ : dot)
     for (size_t j = 0; j < D; j++) dot += (double)gr[j] * yr[j];
     const float fdot = (float)dot;
-    #pragma omp simd
+#pragma omp simd
     for (size_t j = 0; j < D; j++) out[j] = yr[j] * (gr[j] - fdot);
   }
   return PX_OK;
 }
 
 static const px_module_ops softmax_ops = {
-  .type = "Softmax", .forward = softmax_forward, .backward = softmax_backward,
+  .type = "Softmax",
+  .forward = softmax_forward,
+  .backward = softmax_backward,
 };
 
 px_module *px_softmax(void) { return px_module_alloc(sizeof(softmax), &softmax_ops); }

@@ -32,10 +32,10 @@
 #include "nn/internal.h"
 
 typedef struct tied_head {
-  px_module  base;
-  px_module *emb;  /* the embedding whose weight is E; not owned */
-  int        vocab, dim;
-  px_tensor  x;    /* saved input (R, C) */
+  px_module base;
+  px_module *emb; /* the embedding whose weight is E; not owned */
+  int vocab, dim;
+  px_tensor x; /* saved input (R, C) */
 } tied_head;
 
 static const px_module *root_of(const px_module *m) {
@@ -53,12 +53,15 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
                     h->dim);
   }
   if (!E->data || root_of(h->emb) != root_of(m))
-    return px_error(PX_ERR_INVALID, "TiedHead: its embedding is not part of the same model; add the embedding "
+    return px_error(PX_ERR_INVALID,
+                    "TiedHead: its embedding is not part of the same model; add the embedding "
                     "to the model that holds the head");
   if (!px_embedding_pending(h->emb))
-    return px_error(PX_ERR_INVALID, "TiedHead tied to \"%s\": the embedding has not run forward before the head "
+    return px_error(PX_ERR_INVALID,
+                    "TiedHead tied to \"%s\": the embedding has not run forward before the head "
                     "in this pass; the tied embedding must come first (its backward must come after the head's, "
-                    "so that DDP sees \"%s\" complete only when both gradients are in)", E->name, E->name);
+                    "so that DDP sees \"%s\" complete only when both gradients are in)",
+                    E->name, E->name);
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
   shape[x->ndim - 1] = h->vocab;
@@ -100,9 +103,11 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
   tied_head *h = (tied_head *)m;
   const px_param *E = &h->emb->params[0];
   if (!px_embedding_pending(h->emb))
-    return px_error(PX_ERR_INVALID, "TiedHead tied to \"%s\": the embedding's backward already ran in this pass, "
+    return px_error(PX_ERR_INVALID,
+                    "TiedHead tied to \"%s\": the embedding's backward already ran in this pass, "
                     "so its gradient was reported complete without the head's share; run the embedding before "
-                    "the head in forward", E->name);
+                    "the head in forward",
+                    E->name);
   const int R = (int)(px_tensor_numel(&h->x) / h->dim);
   const float *DY = px_f32(dy);
 #ifdef PX_HAVE_CUDA
@@ -114,8 +119,7 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
     px_status st = px_nn_cuda_ctx(ctx, m);
     if (st == PX_OK) st = px_nn_cuda_operand_padded(ctx, DY, (size_t)R, (size_t)h->vocab, &D, &ldd);
     if (st == PX_OK) st = px_nn_cuda_operand(ctx, px_f32(&h->x), (size_t)R * h->dim, &X);
-    if (st == PX_OK) st = px_nn_cuda_gemm(true, false, h->vocab, h->dim, R, &D, ldd, &X, h->dim, 1.0f, E->grad,
-                                          h->dim);
+    if (st == PX_OK) st = px_nn_cuda_gemm(true, false, h->vocab, h->dim, R, &D, ldd, &X, h->dim, 1.0f, E->grad, h->dim);
     if (st != PX_OK || !dx) return st;
     if ((st = px_ctx_tensor_like(ctx, dx, &h->x)) != PX_OK) return st;
     if ((st = px_nn_cuda_operand(ctx, E->data, (size_t)h->vocab * h->dim, &W)) != PX_OK) return st;
@@ -133,7 +137,9 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 }
 
 static const px_module_ops tied_head_ops = {
-  .type = "TiedHead", .forward = head_forward, .backward = head_backward,
+  .type = "TiedHead",
+  .forward = head_forward,
+  .backward = head_backward,
 };
 
 px_module *px_tied_head(px_module *embedding) {

@@ -23,15 +23,21 @@
 
 px_optim_opts px_sgd_defaults(float lr) {
   // torch.optim.SGD(lr, momentum=0, dampening=0, weight_decay=0, nesterov=False)
-  return (px_optim_opts){ .kind = PX_OPTIM_SGD, .lr = lr, .momentum = 0.0f, .dampening = 0.0f,
-                          .nesterov = false, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                          .weight_decay = 0.0f };
+  return (px_optim_opts){.kind = PX_OPTIM_SGD,
+                         .lr = lr,
+                         .momentum = 0.0f,
+                         .dampening = 0.0f,
+                         .nesterov = false,
+                         .beta1 = 0.9f,
+                         .beta2 = 0.999f,
+                         .eps = 1e-8f,
+                         .weight_decay = 0.0f};
 }
 
 px_optim_opts px_adam_defaults(float lr) {
   // torch.optim.Adam(lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)
-  return (px_optim_opts){ .kind = PX_OPTIM_ADAM, .lr = lr, .beta1 = 0.9f, .beta2 = 0.999f,
-                          .eps = 1e-8f, .weight_decay = 0.0f };
+  return (
+    px_optim_opts){.kind = PX_OPTIM_ADAM, .lr = lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
 }
 
 px_optim_opts px_adamw_defaults(float lr) {
@@ -55,22 +61,24 @@ static const char *kind_name(px_optim_kind k) {
 // NaN option fails them too.
 static px_status check_opts(const px_optim_opts *o) {
   if (o->kind != PX_OPTIM_SGD && o->kind != PX_OPTIM_ADAM && o->kind != PX_OPTIM_ADAMW)
-    return px_error(PX_ERR_INVALID, "optim: unknown optimizer kind %d (expected PX_OPTIM_SGD, "
-                    "PX_OPTIM_ADAM or PX_OPTIM_ADAMW)", (int)o->kind);
+    return px_error(PX_ERR_INVALID,
+                    "optim: unknown optimizer kind %d (expected PX_OPTIM_SGD, "
+                    "PX_OPTIM_ADAM or PX_OPTIM_ADAMW)",
+                    (int)o->kind);
   const char *name = kind_name(o->kind);
-  if (!(o->lr >= 0.0f))
-    return px_error(PX_ERR_INVALID, "%s: learning rate must be >= 0, got %g", name, (double)o->lr);
+  if (!(o->lr >= 0.0f)) return px_error(PX_ERR_INVALID, "%s: learning rate must be >= 0, got %g", name, (double)o->lr);
   if (!(o->weight_decay >= 0.0f))
-    return px_error(PX_ERR_INVALID, "%s: weight_decay must be >= 0, got %g", name,
-                    (double)o->weight_decay);
+    return px_error(PX_ERR_INVALID, "%s: weight_decay must be >= 0, got %g", name, (double)o->weight_decay);
   if (o->kind == PX_OPTIM_SGD) {
     if (!(o->momentum >= 0.0f))
       return px_error(PX_ERR_INVALID, "sgd: momentum must be >= 0, got %g", (double)o->momentum);
     if (!isfinite(o->dampening))
       return px_error(PX_ERR_INVALID, "sgd: dampening must be finite, got %g", (double)o->dampening);
     if (o->nesterov && (o->momentum <= 0.0f || o->dampening != 0.0f))
-      return px_error(PX_ERR_INVALID, "sgd: Nesterov momentum requires momentum > 0 and dampening 0, "
-                      "got momentum %g and dampening %g", (double)o->momentum, (double)o->dampening);
+      return px_error(PX_ERR_INVALID,
+                      "sgd: Nesterov momentum requires momentum > 0 and dampening 0, "
+                      "got momentum %g and dampening %g",
+                      (double)o->momentum, (double)o->dampening);
     return PX_OK;
   }
   if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f))
@@ -79,8 +87,7 @@ static px_status check_opts(const px_optim_opts *o) {
     return px_error(PX_ERR_INVALID, "%s: beta2 must be in [0, 1), got %g", name, (double)o->beta2);
   // PyTorch accepts eps = 0, but then a parameter whose gradient has always
   // been 0 gets 0/0 = NaN; plexus asks for eps > 0.
-  if (!(o->eps > 0.0f))
-    return px_error(PX_ERR_INVALID, "%s: eps must be > 0, got %g", name, (double)o->eps);
+  if (!(o->eps > 0.0f)) return px_error(PX_ERR_INVALID, "%s: eps must be > 0, got %g", name, (double)o->eps);
   return PX_OK;
 }
 
@@ -91,8 +98,7 @@ static px_status check_segment(const char *name, int k, const float *params, con
     return px_error(PX_ERR_INVALID, "%s: segment %d: params or grads is NULL for %zu elements", name, k, count);
   uintptr_t pa = (uintptr_t)params, ga = (uintptr_t)grads, bytes_n = count * sizeof(float);
   if (count > 0 && pa < ga + bytes_n && ga < pa + bytes_n)
-    return px_error(PX_ERR_INVALID, "%s: segment %d: params and grads overlap; they must be separate buffers",
-                    name, k);
+    return px_error(PX_ERR_INVALID, "%s: segment %d: params and grads overlap; they must be separate buffers", name, k);
   return PX_OK;
 }
 
@@ -104,8 +110,7 @@ px_status px_optim_create_segments(px_optim **out, const px_optim_segment *segs,
   px_status st = check_opts(opts);
   if (st != PX_OK) return st;
   const char *name = kind_name(opts->kind);
-  if (n > SIZE_MAX / sizeof(float) / 2 - 64)
-    return px_error(PX_ERR_INVALID, "%s: n = %zu is too large", name, n);
+  if (n > SIZE_MAX / sizeof(float) / 2 - 64) return px_error(PX_ERR_INVALID, "%s: n = %zu is too large", name, n);
   if (n_seg < 0 || (n_seg > 0 && !segs))
     return px_error(PX_ERR_INVALID, "%s: %d segments but no array of segments", name, n_seg);
   size_t end = 0;
@@ -113,7 +118,8 @@ px_status px_optim_create_segments(px_optim **out, const px_optim_segment *segs,
     const px_optim_segment *g = &segs[k];
     if ((st = check_segment(name, k, g->params, g->grads, g->count)) != PX_OK) return st;
     if (g->offset < end || g->offset > n || g->count > n - g->offset)
-      return px_error(PX_ERR_INVALID, "%s: segment %d covers state [%zu, %zu), which overlaps the previous segment "
+      return px_error(PX_ERR_INVALID,
+                      "%s: segment %d covers state [%zu, %zu), which overlaps the previous segment "
                       "(ending at %zu) or ends past n = %zu; segments go in increasing offset order within n",
                       name, k, g->offset, g->offset + g->count, end, n);
     end = g->offset + g->count;
@@ -152,16 +158,14 @@ px_status px_optim_create_segments(px_optim **out, const px_optim_segment *segs,
   return PX_OK;
 }
 
-px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n,
-                          const px_optim_opts *opts) {
+px_status px_optim_create(px_optim **out, float *params, float *grads, size_t n, const px_optim_opts *opts) {
   if (!out) return px_error(PX_ERR_INVALID, "optim: out is NULL");
   *out = NULL;
   if (!opts) return px_error(PX_ERR_INVALID, "optim: opts is NULL (use px_sgd_defaults(lr) or px_adam_defaults(lr))");
   px_status st = check_opts(opts);
   if (st != PX_OK) return st;
   const char *name = kind_name(opts->kind);
-  if (n > 0 && (!params || !grads))
-    return px_error(PX_ERR_INVALID, "%s: params or grads is NULL for n = %zu", name, n);
+  if (n > 0 && (!params || !grads)) return px_error(PX_ERR_INVALID, "%s: params or grads is NULL for n = %zu", name, n);
   uintptr_t pa = (uintptr_t)params, ga = (uintptr_t)grads, bytes_n = n * sizeof(float);
   if (n > 0 && pa < ga + bytes_n && ga < pa + bytes_n)
     return px_error(PX_ERR_INVALID, "%s: params and grads overlap; they must be separate buffers", name);
@@ -203,11 +207,11 @@ float *px_optim_state_slot(px_optim *o, int k, const char **name) {
 //   d   = d + momentum·buf   (Nesterov)   or   d = buf   (heavy ball)
 //   p  -= lr·d
 PX_KERNEL static void sgd_segment(const px_optim *o, float *restrict p, const float *restrict g, float *restrict buf,
-                        size_t n) {
+                                  size_t n) {
   const float lr = o->opts.lr, wd = o->opts.weight_decay, mom = o->opts.momentum;
 
   if (o->n_state == 0) {
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float d = g[i] + wd * p[i];
       p[i] = p[i] - lr * d;
@@ -220,7 +224,7 @@ PX_KERNEL static void sgd_segment(const px_optim *o, float *restrict p, const fl
   const float keep = o->step == 0 ? 0.0f : mom;
   const float take = o->step == 0 ? 1.0f : (float)(1.0 - (double)o->opts.dampening);
   if (o->opts.nesterov) {
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float d = g[i] + wd * p[i];
       float b = keep * buf[i] + take * d;
@@ -228,7 +232,7 @@ PX_KERNEL static void sgd_segment(const px_optim *o, float *restrict p, const fl
       p[i] = p[i] - lr * (d + mom * b);
     }
   } else {
-    #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
       float d = g[i] + wd * p[i];
       float b = keep * buf[i] + take * d;
@@ -261,11 +265,11 @@ typedef struct adam_consts {
 } adam_consts;
 
 PX_KERNEL static void adam_segment(const adam_consts *c, float *restrict p, const float *restrict g, float *restrict m,
-                         float *restrict v, size_t n) {
+                                   float *restrict v, size_t n) {
   const float decay = c->decay, l2 = c->l2, b1 = c->b1, b2 = c->b2, eps = c->eps, c1 = c->c1, c2 = c->c2;
   const float neg_step_size = c->neg_step_size, bc2_sqrt = c->bc2_sqrt;
 
-  #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
   for (size_t i = 0; i < n; i++) {
     float pi = p[i] * decay;
     float d = g[i] + l2 * pi;
@@ -288,7 +292,9 @@ static void adam_step(px_optim *o) {
   const adam_consts c = {
     .decay = decoupled ? (float)(1.0 - (double)op->lr * op->weight_decay) : 1.0f,
     .l2 = decoupled ? 0.0f : op->weight_decay,
-    .b1 = op->beta1, .b2 = op->beta2, .eps = op->eps,
+    .b1 = op->beta1,
+    .b2 = op->beta2,
+    .eps = op->eps,
     .c1 = (float)(1.0 - (double)op->beta1),
     .c2 = (float)(1.0 - (double)op->beta2),
     .neg_step_size = (float)(-(double)op->lr / bc1),
@@ -313,11 +319,10 @@ static px_status device_step(px_optim *o) {
     const float take = o->step == 0 ? 1.0f : (float)(1.0 - (double)op->dampening);
     for (int k = 0; k < o->n_seg && st == PX_OK; k++) {
       const px_optim_segment *s = &o->seg[k];
-      if (o->n_state == 0)
-        st = px_cuda_sgd_plain(s->params, s->grads, s->count, op->lr, op->weight_decay);
+      if (o->n_state == 0) st = px_cuda_sgd_plain(s->params, s->grads, s->count, op->lr, op->weight_decay);
       else
-        st = px_cuda_sgd_momentum(s->params, s->grads, o->dev_state + s->offset, s->count, op->lr,
-                                  op->weight_decay, op->momentum, keep, take, op->nesterov);
+        st = px_cuda_sgd_momentum(s->params, s->grads, o->dev_state + s->offset, s->count, op->lr, op->weight_decay,
+                                  op->momentum, keep, take, op->nesterov);
     }
     return st;
   }
@@ -328,7 +333,9 @@ static px_status device_step(px_optim *o) {
   const adam_consts c = {
     .decay = decoupled ? (float)(1.0 - (double)op->lr * op->weight_decay) : 1.0f,
     .l2 = decoupled ? 0.0f : op->weight_decay,
-    .b1 = op->beta1, .b2 = op->beta2, .eps = op->eps,
+    .b1 = op->beta1,
+    .b2 = op->beta2,
+    .eps = op->eps,
     .c1 = (float)(1.0 - (double)op->beta1),
     .c2 = (float)(1.0 - (double)op->beta2),
     .neg_step_size = (float)(-(double)op->lr / bc1),
@@ -336,8 +343,8 @@ static px_status device_step(px_optim *o) {
   };
   for (int k = 0; k < o->n_seg && st == PX_OK; k++) {
     const px_optim_segment *s = &o->seg[k];
-    st = px_cuda_adam(s->params, s->grads, o->dev_state + s->offset, o->dev_state + o->n + s->offset, s->count,
-                      c.decay, c.l2, c.b1, c.b2, c.eps, c.c1, c.c2, c.neg_step_size, c.bc2_sqrt);
+    st = px_cuda_adam(s->params, s->grads, o->dev_state + s->offset, o->dev_state + o->n + s->offset, s->count, c.decay,
+                      c.l2, c.b1, c.b2, c.eps, c.c1, c.c2, c.neg_step_size, c.bc2_sqrt);
   }
   return st;
 }
@@ -347,8 +354,10 @@ static px_status check_device_buffer(const char *name, int k, const char *which,
   bool dev = false;
   px_status st = px_cuda_is_device_memory(p, &dev);
   if (st == PX_OK && !dev)
-    st = px_error(PX_ERR_INVALID, "%s: px_optim_to_device: segment %d's %s (%zu floats) is host memory; create the "
-                  "optimizer over the device buffers (the model's after px_model_to_device)", name, k, which, count);
+    st = px_error(PX_ERR_INVALID,
+                  "%s: px_optim_to_device: segment %d's %s (%zu floats) is host memory; create the "
+                  "optimizer over the device buffers (the model's after px_model_to_device)",
+                  name, k, which, count);
   return st;
 }
 
@@ -361,8 +370,10 @@ px_status px_optim_to_device(px_optim *o) {
 #ifdef PX_HAVE_CUDA
   const char *name = kind_name(o->opts.kind);
   if (px_cuda_current_device() < 0)
-    return px_error(PX_ERR_INVALID, "%s: px_optim_to_device: no CUDA device is current on this thread "
-                    "(call px_cuda_init first)", name);
+    return px_error(PX_ERR_INVALID,
+                    "%s: px_optim_to_device: no CUDA device is current on this thread "
+                    "(call px_cuda_init first)",
+                    name);
   px_status st = PX_OK;
   for (int k = 0; k < o->n_seg && st == PX_OK; k++) {
     const px_optim_segment *s = &o->seg[k];
@@ -373,7 +384,7 @@ px_status px_optim_to_device(px_optim *o) {
   if (o->n_state > 0) {
     const size_t bytes = state_bytes(o);
     o->dev_state = px_cuda_malloc(bytes ? bytes : 256);
-    if (!o->dev_state) return PX_ERR_NOMEM;  /* px_cuda_malloc's message says how many bytes */
+    if (!o->dev_state) return PX_ERR_NOMEM; /* px_cuda_malloc's message says how many bytes */
     if (bytes && (st = px_cuda_to_device(o->dev_state, o->state, bytes)) != PX_OK) {
       px_cuda_free(o->dev_state);
       o->dev_state = NULL;
@@ -383,8 +394,7 @@ px_status px_optim_to_device(px_optim *o) {
   o->device = PX_CUDA;
   return PX_OK;
 #else
-  return px_error(PX_ERR_UNSUPPORTED, "%s: px_optim_to_device: plexus was built without CUDA",
-                  kind_name(o->opts.kind));
+  return px_error(PX_ERR_UNSUPPORTED, "%s: px_optim_to_device: plexus was built without CUDA", kind_name(o->opts.kind));
 #endif
 }
 

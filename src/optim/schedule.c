@@ -27,8 +27,7 @@ float px_lr_at(const px_lr_schedule *s, int64_t step) {
     return (float)(base * (double)(step + 1) / (double)s->warmup_steps);
 
   switch (s->kind) {
-  case PX_LR_CONSTANT:
-    return (float)base;
+  case PX_LR_CONSTANT: return (float)base;
   case PX_LR_STEP:
     if (s->step_size <= 0) return (float)base;
     return (float)(base * pow((double)s->gamma, (double)(step / s->step_size)));

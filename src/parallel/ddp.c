@@ -27,32 +27,32 @@
 #include <string.h>
 
 typedef struct bucket {
-  size_t      offset, count;  /* grad_data[offset, offset + count) */
-  int         pending;        /* parameters not yet ready this step */
-  int         n_params;
-  pxr_sum    *req;          /* sums in rank order, as ZeRO's reduce-scatters */
-  double      t_start;
-  double      t_done;         /* first seen complete (0: not yet this step) */
+  size_t offset, count; /* grad_data[offset, offset + count) */
+  int pending;          /* parameters not yet ready this step */
+  int n_params;
+  pxr_sum *req; /* sums in rank order, as ZeRO's reduce-scatters */
+  double t_start;
+  double t_done; /* first seen complete (0: not yet this step) */
 } bucket;
 
 struct px_ddp {
-  px_model   *model;
-  px_comm    *comm;
-  pxr_ctx     rsum;
+  px_model *model;
+  px_comm *comm;
+  pxr_ctx rsum;
   px_ddp_opts opts;
-  bucket     *buckets;
-  int         n_buckets;
-  int        *param_bucket;   /* (n_params,) bucket of each parameter */
-  bool       *param_ready;    /* (n_params,) */
-  bool       *module_ran;     /* (n_modules,) ran forward this step */
-  int         next_launch;    /* buckets launch in index order */
-  bool        sync;
-  bool        attached;
-  int         hook_handle;    /* px_model_attach_hooks */
-  int         divisor;        /* ranks whose gradients are averaged */
-  bool        buffers_dirty;  /* a training forward changed the buffers since their broadcast */
-  px_status   error;          /* first failure inside a hook */
-  char        error_msg[512];
+  bucket *buckets;
+  int n_buckets;
+  int *param_bucket; /* (n_params,) bucket of each parameter */
+  bool *param_ready; /* (n_params,) */
+  bool *module_ran;  /* (n_modules,) ran forward this step */
+  int next_launch;   /* buckets launch in index order */
+  bool sync;
+  bool attached;
+  int hook_handle;    /* px_model_attach_hooks */
+  int divisor;        /* ranks whose gradients are averaged */
+  bool buffers_dirty; /* a training forward changed the buffers since their broadcast */
+  px_status error;    /* first failure inside a hook */
+  char error_msg[512];
 };
 
 static int param_index(const px_model *md, const px_param *p) { return px_parallel_param_index(md, p); }
@@ -78,11 +78,13 @@ static px_status scale_grads(px_ddp *d) {
 static px_status check_device(const px_model *model, px_comm *comm) {
   const bool nccl = px_comm_backend_of(comm) == PX_COMM_NCCL;
   if (model->device == PX_CUDA && !nccl)
-    return px_error(PX_ERR_INVALID, "DDP: the model is on the GPU but the communicator is the %s backend's; a "
+    return px_error(PX_ERR_INVALID,
+                    "DDP: the model is on the GPU but the communicator is the %s backend's; a "
                     "device model's DDP needs an NCCL communicator (px_comm_nccl_create over this one)",
                     px_comm_backend_name(px_comm_backend_of(comm)));
   if (model->device != PX_CUDA && nccl)
-    return px_error(PX_ERR_INVALID, "DDP: the communicator is NCCL's (device buffers) but the model is on the CPU; "
+    return px_error(PX_ERR_INVALID,
+                    "DDP: the communicator is NCCL's (device buffers) but the model is on the CPU; "
                     "move the model with px_model_to_device, or wrap it with the bootstrap communicator");
   return PX_OK;
 }
@@ -91,13 +93,15 @@ static void launch_ready_buckets(px_ddp *d) {
   while (d->next_launch < d->n_buckets && d->buckets[d->next_launch].pending == 0) {
     bucket *b = &d->buckets[d->next_launch];
     char label[64];
-    snprintf(label, sizeof label, "DDP step %llu, bucket %d", (unsigned long long)d->model->ctx.step,
-             d->next_launch);
+    snprintf(label, sizeof label, "DDP step %llu, bucket %d", (unsigned long long)d->model->ctx.step, d->next_launch);
     px_comm_set_label(d->comm, label);
     b->t_start = px_time_now();
     b->t_done = 0;
     px_status st = pxr_allreduce(&d->rsum, d->model->grad_data + b->offset, b->count, &b->req);
-    if (st != PX_OK) { fail(d, st); b->req = NULL; }
+    if (st != PX_OK) {
+      fail(d, st);
+      b->req = NULL;
+    }
     d->next_launch++;
   }
 }
@@ -127,8 +131,7 @@ static void on_pre_forward(void *user, px_module *m) {
   // The root's running statistics before every forward that follows a
   // training one (PyTorch's broadcast_buffers); a failure surfaces in
   // px_ddp_sync.
-  px_status st = px_parallel_sync_buffers(d->model, d->comm, d->opts.root, &d->buffers_dirty,
-                                          d->model->ctx.training);
+  px_status st = px_parallel_sync_buffers(d->model, d->comm, d->opts.root, &d->buffers_dirty, d->model->ctx.training);
   if (st != PX_OK) fail(d, st);
 }
 
@@ -230,10 +233,19 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
   d->opts = o;
   d->sync = true;
   d->divisor = px_comm_size(comm);
-  if ((st = build_buckets(d)) != PX_OK || (st = pxr_init(&d->rsum, comm)) != PX_OK) { px_ddp_free(d); return st; }
-  px_hooks h = {.user = d, .pre_forward = on_pre_forward, .post_forward = on_post_forward,
-                .pre_backward = on_pre_backward, .grads_ready = on_grads_ready};
-  if ((st = px_model_attach_hooks(model, &h, &d->hook_handle)) != PX_OK) { px_ddp_free(d); return st; }
+  if ((st = build_buckets(d)) != PX_OK || (st = pxr_init(&d->rsum, comm)) != PX_OK) {
+    px_ddp_free(d);
+    return st;
+  }
+  px_hooks h = {.user = d,
+                .pre_forward = on_pre_forward,
+                .post_forward = on_post_forward,
+                .pre_backward = on_pre_backward,
+                .grads_ready = on_grads_ready};
+  if ((st = px_model_attach_hooks(model, &h, &d->hook_handle)) != PX_OK) {
+    px_ddp_free(d);
+    return st;
+  }
   d->attached = true;
   begin_step(d);
   *out = d;
@@ -310,7 +322,7 @@ px_status px_ddp_shadow(px_ddp *d) {
       return bst;
   } else
 #endif
-  px_model_zero_grad(d->model);
+    px_model_zero_grad(d->model);
   begin_step(d);
   bool keep = d->sync;
   d->sync = true;

@@ -14,7 +14,8 @@ int px_parallel_param_index(const px_model *md, const px_param *p) {
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
     if (md->params[mid]->offset == p->offset) return md->params[mid] == p ? mid : -1;
-    if (md->params[mid]->offset < p->offset) lo = mid + 1; else hi = mid - 1;
+    if (md->params[mid]->offset < p->offset) lo = mid + 1;
+    else hi = mid - 1;
   }
   return -1;
 }
@@ -35,7 +36,12 @@ px_status px_parallel_check_layout(px_model *md, px_comm *c, const char *who) {
   size_t width = (size_t)n_max + 1;
   int64_t *mine = calloc(width, sizeof *mine), *all = calloc(width * (size_t)size, sizeof *all);
   px_param **list = calloc(width, sizeof *list);
-  if (!mine || !all || !list) { free(mine); free(all); free(list); return px_error(PX_ERR_NOMEM, "%s: out of memory", who); }
+  if (!mine || !all || !list) {
+    free(mine);
+    free(all);
+    free(list);
+    return px_error(PX_ERR_NOMEM, "%s: out of memory", who);
+  }
   mine[0] = n_all;
   int k = 0;
   for (int i = 0; i < md->n_params; i++) list[k++] = md->params[i];
@@ -51,20 +57,27 @@ px_status px_parallel_check_layout(px_model *md, px_comm *c, const char *who) {
           len += (size_t)snprintf(others + len, sizeof others - len, "%s%d", len ? ", " : "", r);
       if (!len) continue;
       if (i == 0) {
-        st = px_error(PX_ERR_INVALID, "%s: rank %d has %lld parameters and buffers, rank(s) %s differ; "
-                      "every rank must build the same model", who, rank, (long long)n_all, others);
+        st = px_error(PX_ERR_INVALID,
+                      "%s: rank %d has %lld parameters and buffers, rank(s) %s differ; "
+                      "every rank must build the same model",
+                      who, rank, (long long)n_all, others);
       } else if ((int64_t)i > n_all) {
-        st = px_error(PX_ERR_INVALID, "%s: rank %d has only %lld parameters; rank(s) %s have more; "
-                      "every rank must build the same model", who, rank, (long long)n_all, others);
+        st = px_error(PX_ERR_INVALID,
+                      "%s: rank %d has only %lld parameters; rank(s) %s have more; "
+                      "every rank must build the same model",
+                      who, rank, (long long)n_all, others);
       } else {
         char s[PX_SHAPE_STR_MAX];
         const px_param *p = list[i - 1];
-        st = px_error(PX_ERR_INVALID, "%s: parameter %zu is \"%s\" %s on rank %d but differs on rank(s) %s; "
-                      "every rank must build the same model", who, i - 1, p->name,
-                      px_shape_str(p->ndim, p->shape, s, sizeof s), rank, others);
+        st = px_error(PX_ERR_INVALID,
+                      "%s: parameter %zu is \"%s\" %s on rank %d but differs on rank(s) %s; "
+                      "every rank must build the same model",
+                      who, i - 1, p->name, px_shape_str(p->ndim, p->shape, s, sizeof s), rank, others);
       }
     }
   }
-  free(mine); free(all); free(list);
+  free(mine);
+  free(all);
+  free(list);
   return st;
 }

@@ -27,13 +27,15 @@ px_status px_mesh_create(px_mesh **out, px_comm *world, int dp, int tp, int pp) 
     return px_error(PX_ERR_INVALID, "mesh: tp = %d and pp = %d must be positive (world size %d)", tp, pp, n);
   if (dp <= 0) {
     if (n % (tp * pp) != 0)
-      return px_error(PX_ERR_INVALID, "mesh: cannot infer dp: tp %d × pp %d = %d does not divide the world size %d",
-                      tp, pp, tp * pp, n);
+      return px_error(PX_ERR_INVALID, "mesh: cannot infer dp: tp %d × pp %d = %d does not divide the world size %d", tp,
+                      pp, tp * pp, n);
     dp = n / (tp * pp);
   }
   if ((int64_t)dp * tp * pp != n)
-    return px_error(PX_ERR_INVALID, "mesh: dp %d × tp %d × pp %d = %lld ranks, but the world has %d; the sizes' "
-                    "product must equal the world size", dp, tp, pp, (long long)dp * tp * pp, n);
+    return px_error(PX_ERR_INVALID,
+                    "mesh: dp %d × tp %d × pp %d = %lld ranks, but the world has %d; the sizes' "
+                    "product must equal the world size",
+                    dp, tp, pp, (long long)dp * tp * pp, n);
   px_mesh *m = calloc(1, sizeof *m);
   if (!m) return px_error(PX_ERR_NOMEM, "mesh: out of memory");
   m->world = n;

@@ -29,9 +29,7 @@ static void describe(const px_pp_action *a, char *buf, size_t cap) {
   const char *name = px_pp_op_name(a->op);
   switch (a->op) {
   case PX_PP_SEND_ACT:
-  case PX_PP_SEND_GRAD:
-    snprintf(buf, cap, "%s stage %d micro %d to rank %d", name, a->stage, a->micro, a->peer);
-    break;
+  case PX_PP_SEND_GRAD: snprintf(buf, cap, "%s stage %d micro %d to rank %d", name, a->stage, a->micro, a->peer); break;
   case PX_PP_RECV_ACT:
   case PX_PP_RECV_GRAD:
     snprintf(buf, cap, "%s stage %d micro %d from rank %d", name, a->stage, a->micro, a->peer);
@@ -47,9 +45,9 @@ enum { AT_F, AT_B, AT_SEND_A, AT_RECV_A, AT_SEND_G, AT_RECV_G, AT_N };
 
 typedef struct checker {
   const px_pp_schedule *s;
-  int                   p, m, S;
-  int                  *at[AT_N];
-  char                  head[96]; /* "pipeline schedule 1f1b (p 2, m 4, v 1)" */
+  int p, m, S;
+  int *at[AT_N];
+  char head[96]; /* "pipeline schedule 1f1b (p 2, m 4, v 1)" */
 } checker;
 
 static px_status fail_at(const checker *c, int r, int k, const char *fmt, const char *detail) {
@@ -95,8 +93,7 @@ static px_status check_static(checker *c) {
         return fail_at(c, r, k, "micro-batch out of range", buf);
       }
       if (a->stage % p != r) {
-        snprintf(buf, sizeof buf, "stage %d lives on rank %d (stage mod p), not on rank %d", a->stage,
-                 a->stage % p, r);
+        snprintf(buf, sizeof buf, "stage %d lives on rank %d (stage mod p), not on rank %d", a->stage, a->stage % p, r);
         return fail_at(c, r, k, buf, NULL);
       }
       /* The neighbour a transfer goes to or comes from. */
@@ -115,8 +112,7 @@ static px_status check_static(checker *c) {
                          "without a send or receive)",
                          NULL);
         if (a->peer != other) {
-          snprintf(buf, sizeof buf, "wrong peer: the neighbouring stage is on rank %d, not rank %d", other,
-                   a->peer);
+          snprintf(buf, sizeof buf, "wrong peer: the neighbouring stage is on rank %d, not rank %d", other, a->peer);
           return fail_at(c, r, k, buf, NULL);
         }
       }
@@ -138,8 +134,7 @@ static px_status check_static(checker *c) {
       if (c->at[AT_F][x] < 0)
         return px_error(PX_ERR_INVALID, "%s: rank %d never runs FORWARD stage %d micro %d", c->head, st % p, st, i);
       if (c->at[AT_B][x] < 0)
-        return px_error(PX_ERR_INVALID, "%s: rank %d never runs BACKWARD stage %d micro %d", c->head, st % p, st,
-                        i);
+        return px_error(PX_ERR_INVALID, "%s: rank %d never runs BACKWARD stage %d micro %d", c->head, st % p, st, i);
     }
   /* Every transfer between two ranks sent once and received once. */
   if (p > 1)
@@ -251,10 +246,9 @@ static px_status check_run(checker *c) {
         case PX_PP_SEND_GRAD: {
           bool act = a->op == PX_PP_SEND_ACT;
           if (act ? !fwd[x] : !bwd[x]) {
-            snprintf(buf, sizeof buf, " (%s at action %d)", act ? "FORWARD" : "BACKWARD",
-                     c->at[act ? AT_F : AT_B][x]);
-            st = fail_at(c, r, k, act ? "sends an activation before computing it" : "sends a gradient before computing it",
-                         buf);
+            snprintf(buf, sizeof buf, " (%s at action %d)", act ? "FORWARD" : "BACKWARD", c->at[act ? AT_F : AT_B][x]);
+            st = fail_at(c, r, k,
+                         act ? "sends an activation before computing it" : "sends a gradient before computing it", buf);
             goto done;
           }
           if (!matches(s, pc, a, r)) {
@@ -295,8 +289,9 @@ static px_status check_run(checker *c) {
         describe(&s->actions[q][pc[q]], d, sizeof d);
         snprintf(theirs, sizeof theirs, "action %d (%s)", pc[q], d);
       }
-      len += (size_t)snprintf(msg + len, sizeof msg - len, " rank %d at action %d (%s) waits for rank %d, which is at %s;",
-                              r, pc[r], what, q, theirs);
+      len += (size_t)snprintf(msg + len, sizeof msg - len,
+                              " rank %d at action %d (%s) waits for rank %d, which is at %s;", r, pc[r], what, q,
+                              theirs);
     }
     st = px_error(PX_ERR_INVALID, "%s", msg);
   }

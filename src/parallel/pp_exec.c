@@ -17,64 +17,64 @@ enum { HDR_LEN = 2 + PX_MAX_DIMS };
 
 typedef struct pp_slot {
   px_model *md;
-  int       micro;  // in flight: its micro-batch; free: -1
+  int micro;  // in flight: its micro-batch; free: -1
 } pp_slot;
 
 typedef struct pp_msg {  // one micro-batch's receive or send buffer
-  void       *buf;
-  size_t      bytes;
-  px_request *req;       // pending receive (waited for by its consumer)
-  px_tensor   t;         // shape and dtype once known
-  bool        have;      // received (or written) in this step
+  void *buf;
+  size_t bytes;
+  px_request *req;  // pending receive (waited for by its consumer)
+  px_tensor t;      // shape and dtype once known
+  bool have;        // received (or written) in this step
 } pp_msg;
 
 typedef struct pp_chunk {
-  int       stage;
-  pp_slot  *slot;
-  int       n_slots;
+  int stage;
+  pp_slot *slot;
+  int n_slots;
   px_optim *opt;
-  pp_msg   *in;        // [m] received activations (stage > 0)
-  pp_msg   *dy;        // [m] received output gradients (stage < S-1)
-  pp_msg   *out;       // [m] copies of outputs to send
-  pp_msg   *dx;        // [m] copies of input gradients to send
-  px_tensor *y;        // [m] output of the forward (in its slot's arena)
-  float    **dloss;    // [m] last stage: ∂loss/∂output (in the slot's arena)
-  int      *slot_of;   // [m]
-  px_tensor act_shape; // the input activation's shape and dtype (first step)
-  bool      act_known;
+  pp_msg *in;           // [m] received activations (stage > 0)
+  pp_msg *dy;           // [m] received output gradients (stage < S-1)
+  pp_msg *out;          // [m] copies of outputs to send
+  pp_msg *dx;           // [m] copies of input gradients to send
+  px_tensor *y;         // [m] output of the forward (in its slot's arena)
+  float **dloss;        // [m] last stage: ∂loss/∂output (in the slot's arena)
+  int *slot_of;         // [m]
+  px_tensor act_shape;  // the input activation's shape and dtype (first step)
+  bool act_known;
   // ZeRO over dp: this dp rank's slice [z_off, z_off + z_len) of the flat
   // buffers (piece z_piece = ceil(n / |dp|)), a piece to send, and — only
   // when n is not a multiple of |dp| — |dp| · z_piece floats of padded
   // exchange space (else the reduce-scatter runs in place in the gradient
   // buffer and the all-gather lands in the parameter buffer).
-  size_t    z_off, z_len, z_piece;
-  float    *z_buf, *z_send;
+  size_t z_off, z_len, z_piece;
+  float *z_buf, *z_send;
 } pp_chunk;
 
 struct px_pp {
-  px_comm              *comm;
+  px_comm *comm;
   const px_pp_schedule *sched;
-  px_pp_plan           *plan;
-  int                   rank, p, m, v, S;
-  pp_chunk             *chunk;  // [v]
-  px_request          **sends;  // pending sends of this step
-  int                   n_sends, cap_sends;
-  uint64_t              steps;  // completed training steps
-  uint64_t              step_base;  // steps before this px_pp (a resumed run: px_pp_set_step_base)
+  px_pp_plan *plan;
+  int rank, p, m, v, S;
+  pp_chunk *chunk;     // [v]
+  px_request **sends;  // pending sends of this step
+  int n_sends, cap_sends;
+  uint64_t steps;      // completed training steps
+  uint64_t step_base;  // steps before this px_pp (a resumed run: px_pp_set_step_base)
   // A tied head away from its embedding: the two stages, and the group of
   // their ranks that sums the copies' gradients (NULL: not in it, or p = 1).
-  int                   tied_emb_stage, tied_head_stage;
-  px_comm              *emb_comm;
-  int64_t               rows;   // rows per micro-batch of the first step
-  double                loss_sum;
-  float                 clip;
-  bool                  want_norm;
+  int tied_emb_stage, tied_head_stage;
+  px_comm *emb_comm;
+  int64_t rows;  // rows per micro-batch of the first step
+  double loss_sum;
+  float clip;
+  bool want_norm;
   // 3D: the data-parallel replicas (NULL: none) and the tensor-parallel group.
-  px_comm              *dp, *tp;
-  int                   dp_size, dp_rank, tp_rank, zero;
-  pxr_ctx               rsum;  // rank-order sums over dp (DDP's and ZeRO's)
-  bool                  rsum_on;  // measure the global gradient norm without clipping
-  px_pp_stats           stats;
+  px_comm *dp, *tp;
+  int dp_size, dp_rank, tp_rank, zero;
+  pxr_ctx rsum;  // rank-order sums over dp (DDP's and ZeRO's)
+  bool rsum_on;  // measure the global gradient norm without clipping
+  px_pp_stats stats;
 };
 
 static int tag_of(const px_pp *pp, int kind, int stage, int micro) {
@@ -198,9 +198,11 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
     return px_error(PX_ERR_INVALID, "pipeline: schedule with %d micro-batches and %d chunks per rank", sched->m,
                     sched->v);
   if (opts->zero_stage < 0 || opts->zero_stage > 2 || (opts->zero_stage > 0 && !opts->dp))
-    return px_error(PX_ERR_INVALID, "pipeline: ZeRO stage %d %s: stages 1 and 2 shard over a data-parallel group "
+    return px_error(PX_ERR_INVALID,
+                    "pipeline: ZeRO stage %d %s: stages 1 and 2 shard over a data-parallel group "
                     "(px_pp_opts.dp); stage 3 (parameters gathered per unit) does not combine with the pipeline's "
-                    "micro-batch slots", opts->zero_stage, opts->dp ? "with a dp group" : "without a dp group");
+                    "micro-batch slots",
+                    opts->zero_stage, opts->dp ? "with a dp group" : "without a dp group");
   px_status st = px_pp_schedule_check(sched);
   if (st != PX_OK) return st;
   px_pp *pp = calloc(1, sizeof *pp);
@@ -256,8 +258,7 @@ px_status px_pp_create(px_pp **out, px_comm *pipe, const px_pp_schedule *sched, 
     }
     if (st == PX_OK && opts->optim) {
       px_model *md = ch->slot[0].md;
-      if (pp->zero == 0)
-        st = px_optim_create(&ch->opt, md->param_data, md->grad_data, md->n_param_elems, opts->optim);
+      if (pp->zero == 0) st = px_optim_create(&ch->opt, md->param_data, md->grad_data, md->n_param_elems, opts->optim);
       else if (ch->z_len > 0)  // state for the slice alone (an empty slice: no optimizer)
         st = px_optim_create(&ch->opt, md->param_data + ch->z_off, md->grad_data + ch->z_off, ch->z_len, opts->optim);
     }
@@ -305,8 +306,8 @@ static px_status sync_tied(px_pp *pp) {
 
 static void set_label(px_pp *pp, const char *what, int stage, int micro, px_pp_op op) {
   char label[128];
-  snprintf(label, sizeof label, "pipeline %s %llu: stage %d, micro-batch %d, %s", what,
-           (unsigned long long)pp->steps, stage, micro, op_name(op));
+  snprintf(label, sizeof label, "pipeline %s %llu: stage %d, micro-batch %d, %s", what, (unsigned long long)pp->steps,
+           stage, micro, op_name(op));
   px_comm_set_label(pp->comm, label);
   if (pp->emb_comm) px_comm_set_label(pp->emb_comm, label);  // the tied weight's all-reduce waits there
 }
@@ -350,8 +351,8 @@ static void header_of(const px_tensor *t, int64_t *h) {
 
 static px_status tensor_of_header(const int64_t *h, px_tensor *t, const char *what, int stage, int micro) {
   if (h[1] < 0 || h[1] > PX_MAX_DIMS || h[0] < 0)
-    return px_error(PX_ERR_COMM, "pipeline: stage %d, micro-batch %d: a malformed %s header (ndim %lld)", stage,
-                    micro, what, (long long)h[1]);
+    return px_error(PX_ERR_COMM, "pipeline: stage %d, micro-batch %d: a malformed %s header (ndim %lld)", stage, micro,
+                    what, (long long)h[1]);
   *t = px_tensor_view(NULL, (px_dtype)h[0], (int)h[1], h + 2);
   return PX_OK;
 }
@@ -362,8 +363,8 @@ static bool same_shape(const px_tensor *a, const px_tensor *b) {
 
 static px_status shape_error(const char *what, int stage, int micro, const px_tensor *got, const px_tensor *want) {
   char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
-  return px_error(PX_ERR_SHAPE, "pipeline: stage %d, micro-batch %d: the %s received is %s %s, expected %s %s",
-                  stage, micro, what, px_dtype_name(got->dtype), px_shape_str(got->ndim, got->shape, a, sizeof a),
+  return px_error(PX_ERR_SHAPE, "pipeline: stage %d, micro-batch %d: the %s received is %s %s, expected %s %s", stage,
+                  micro, what, px_dtype_name(got->dtype), px_shape_str(got->ndim, got->shape, a, sizeof a),
                   px_dtype_name(want->dtype), px_shape_str(want->ndim, want->shape, b, sizeof b));
 }
 
@@ -372,20 +373,25 @@ static px_status shape_error(const char *what, int stage, int micro, const px_te
 static px_status post_recv(px_pp *pp, pp_chunk *ch, int micro, int peer, bool is_grad, bool first) {
   const int from = is_grad ? ch->stage + 1 : ch->stage - 1;
   pp_msg *g = is_grad ? &ch->dy[micro] : &ch->in[micro];
-  if (g->req) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: %s received twice in one step",
-                              ch->stage, micro, is_grad ? "the gradient" : "the activation");
+  if (g->req)
+    return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: %s received twice in one step", ch->stage,
+                    micro, is_grad ? "the gradient" : "the activation");
   px_status st;
   if (first) {
     int64_t h[HDR_LEN];
     const double t0 = px_time_now();
-    st = px_comm_recv(pp->comm, h, HDR_LEN, PX_I64, peer, tag_of(pp, is_grad ? TAG_GRAD_HDR : TAG_ACT_HDR, from, micro));
+    st = px_comm_recv(pp->comm, h, HDR_LEN, PX_I64, peer,
+                      tag_of(pp, is_grad ? TAG_GRAD_HDR : TAG_ACT_HDR, from, micro));
     pp->stats.wait_s += px_time_now() - t0;
     if (st != PX_OK) return st;
     px_tensor t;
     if ((st = tensor_of_header(h, &t, is_grad ? "gradient" : "activation", ch->stage, micro)) != PX_OK) return st;
     if (!is_grad) {  // every micro-batch's activation has one shape
-      if (!ch->act_known) { ch->act_shape = t; ch->act_known = true; }
-      else if (!same_shape(&t, &ch->act_shape)) return shape_error("activation", ch->stage, micro, &t, &ch->act_shape);
+      if (!ch->act_known) {
+        ch->act_shape = t;
+        ch->act_known = true;
+      } else if (!same_shape(&t, &ch->act_shape))
+        return shape_error("activation", ch->stage, micro, &t, &ch->act_shape);
     }
     if ((st = ensure_buf(g, px_tensor_nbytes(&t))) != PX_OK) return st;
     g->t = t;
@@ -436,8 +442,7 @@ static px_status with_where(px_status st, int stage, int micro, const char *what
   return px_error(st, "pipeline: stage %d, micro-batch %d, %s: %s", stage, micro, what, msg);
 }
 
-static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor *x, px_pp_loss_fn loss_fn,
-                            void *user) {
+static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor *x, px_pp_loss_fn loss_fn, void *user) {
   px_tensor in;
   px_status st;
   if (ch->stage == 0) {
@@ -448,22 +453,29 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
     in = px_tensor_view((char *)x->data + (size_t)micro * (size_t)pp->rows * row_bytes, x->dtype, x->ndim, shape);
   } else if (local_prev(pp)) {
     pp_msg *g = &pp->chunk[(ch->stage - 1) / pp->p].out[micro];
-    if (!g->have) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD before stage %d's",
-                                  ch->stage, micro, ch->stage - 1);
+    if (!g->have)
+      return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD before stage %d's", ch->stage, micro,
+                      ch->stage - 1);
     in = g->t;
   } else {
     pp_msg *g = &ch->in[micro];
-    if (!g->req) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD before its RECV_ACT",
-                                 ch->stage, micro);
-    if ((st = wait_timed(pp, g->req)) != PX_OK) { g->req = NULL; return st; }
+    if (!g->req)
+      return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD before its RECV_ACT", ch->stage,
+                      micro);
+    if ((st = wait_timed(pp, g->req)) != PX_OK) {
+      g->req = NULL;
+      return st;
+    }
     g->req = NULL;
     in = g->t;
   }
   int k = 0;
   while (k < ch->n_slots && ch->slot[k].micro >= 0) k++;
   if (k == ch->n_slots || ch->slot_of[micro] >= 0)
-    return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: FORWARD with %d micro-batches in flight "
-                    "already (or this one twice)", ch->stage, micro, ch->n_slots);
+    return px_error(PX_ERR_INVALID,
+                    "pipeline: stage %d, micro-batch %d: FORWARD with %d micro-batches in flight "
+                    "already (or this one twice)",
+                    ch->stage, micro, ch->n_slots);
   pp_slot *sl = &ch->slot[k];
   // Dropout masks are drawn from (seed, module stream, ctx.step, element).
   // The streams are the whole model's (px_pp_stage_model); the step is set
@@ -497,8 +509,9 @@ static px_status do_forward(px_pp *pp, pp_chunk *ch, int micro, const px_tensor 
 
 static px_status do_backward(px_pp *pp, pp_chunk *ch, int micro, bool first) {
   const int k = ch->slot_of[micro];
-  if (k < 0) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before its FORWARD",
-                             ch->stage, micro);
+  if (k < 0)
+    return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before its FORWARD", ch->stage,
+                    micro);
   px_status st;
   px_tensor dy;
   const px_tensor *y = &ch->y[micro];
@@ -507,14 +520,19 @@ static px_status do_backward(px_pp *pp, pp_chunk *ch, int micro, bool first) {
     dy.data = ch->dloss[micro];
   } else if (local_prev(pp)) {
     pp_msg *g = &pp->chunk[(ch->stage + 1) / pp->p].dx[micro];
-    if (!g->have) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before stage %d's",
-                                  ch->stage, micro, ch->stage + 1);
+    if (!g->have)
+      return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before stage %d's", ch->stage,
+                      micro, ch->stage + 1);
     dy = g->t;
   } else {
     pp_msg *g = &ch->dy[micro];
-    if (!g->req) return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before its RECV_GRAD",
-                                 ch->stage, micro);
-    if ((st = wait_timed(pp, g->req)) != PX_OK) { g->req = NULL; return st; }
+    if (!g->req)
+      return px_error(PX_ERR_INVALID, "pipeline: stage %d, micro-batch %d: BACKWARD before its RECV_GRAD", ch->stage,
+                      micro);
+    if ((st = wait_timed(pp, g->req)) != PX_OK) {
+      g->req = NULL;
+      return st;
+    }
     g->req = NULL;
     dy = g->t;
     if (first && (dy.dtype != PX_F32 || !px_tensor_same_shape(&dy, y))) {
@@ -547,8 +565,7 @@ static double chunk_sumsq(const px_pp *pp, int c, size_t lo, size_t hi) {
     const px_param *p = md->params[i];
     if (head && strcmp(p->name, pp->plan->tied_param) == 0) continue;
     if (pp->tp && pp->tp_rank != 0 && px_tp_param_box(p).split_dim < 0) continue;
-    const size_t o = (size_t)(p->grad - md->grad_data), a = o > lo ? o : lo,
-                 b = o + p->numel < hi ? o + p->numel : hi;
+    const size_t o = (size_t)(p->grad - md->grad_data), a = o > lo ? o : lo, b = o + p->numel < hi ? o + p->numel : hi;
     if (a < b) ss += px_sumsq(md->grad_data + a, b - a);
   }
   return ss;
@@ -673,8 +690,10 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
   if (st != PX_OK) return st;
   const bool first = pp->steps == 0;
   if (!first && rows != pp->rows)
-    return px_error(PX_ERR_INVALID, "pipeline: micro-batches of %lld rows after a first step of %lld: every step "
-                    "must have the first step's shapes", (long long)rows, (long long)pp->rows);
+    return px_error(PX_ERR_INVALID,
+                    "pipeline: micro-batches of %lld rows after a first step of %lld: every step "
+                    "must have the first step's shapes",
+                    (long long)rows, (long long)pp->rows);
   pp->rows = rows;
   pp->loss_sum = 0;
   for (int c = 0; c < pp->v; c++) {
@@ -706,8 +725,10 @@ px_status px_pp_step(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
     }
     const int c = a->stage / pp->p;
     if (a->stage % pp->p != pp->rank || c >= pp->v || a->micro < 0 || a->micro >= pp->m) {
-      st = px_error(PX_ERR_INVALID, "pipeline: rank %d action %d (%s stage %d, micro-batch %d) is not for a stage "
-                    "of this rank or a micro-batch of the %d", pp->rank, i, op_name(a->op), a->stage, a->micro, pp->m);
+      st = px_error(PX_ERR_INVALID,
+                    "pipeline: rank %d action %d (%s stage %d, micro-batch %d) is not for a stage "
+                    "of this rank or a micro-batch of the %d",
+                    pp->rank, i, op_name(a->op), a->stage, a->micro, pp->m);
       break;
     }
     pp_chunk *ch = &pp->chunk[c];
@@ -778,14 +799,20 @@ px_status px_pp_eval(px_pp *pp, const px_tensor *x, px_pp_loss_fn loss_fn, void 
         if ((st = tensor_of_header(h, &in, "activation", s, j)) != PX_OK) break;
         free(buf);
         buf = malloc(px_tensor_nbytes(&in) ? px_tensor_nbytes(&in) : 1);
-        if (!buf) { st = px_error(PX_ERR_NOMEM, "pipeline: out of memory"); break; }
+        if (!buf) {
+          st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
+          break;
+        }
         in.data = buf;
         if ((st = px_comm_recv(pp->comm, buf, (size_t)px_tensor_numel(&in), in.dtype, peer, tag + 1)) != PX_OK) break;
       }
       if ((st = with_where(px_model_forward(md, &in, &y), s, j, "eval FORWARD")) != PX_OK) break;
       if (s == pp->S - 1) {
         float *d = px_model_scratch(md, (size_t)px_tensor_numel(&y)), l = 0;
-        if (!d) { st = px_error(PX_ERR_NOMEM, "pipeline: out of memory"); break; }
+        if (!d) {
+          st = px_error(PX_ERR_NOMEM, "pipeline: out of memory");
+          break;
+        }
         if ((st = with_where(loss_fn(user, &y, j, &l, d), s, j, "eval loss")) != PX_OK) break;
         sum += l;
       } else {

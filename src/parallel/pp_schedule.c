@@ -169,8 +169,8 @@ static void order_interleaved(int p, int m, int v, int r, work *w) {
  * Unit costs, free communication.  start[r][j]: start time of rank r's j-th
  * compute item; f_end / b_end: end time of the forward / backward of
  * (stage, micro), indexed stage·m + micro. */
-static px_status timeline(int p, int m, int S, int per_rank, work *const *w, int64_t *const *start,
-                          int64_t *f_end, int64_t *b_end) {
+static px_status timeline(int p, int m, int S, int per_rank, work *const *w, int64_t *const *start, int64_t *f_end,
+                          int64_t *b_end) {
   int *next = calloc((size_t)p, sizeof *next);
   int64_t *clock = calloc((size_t)p, sizeof *clock);
   if (!next || !clock) {
@@ -210,10 +210,10 @@ static px_status timeline(int p, int m, int S, int per_rank, work *const *w, int
 
 /* ---- 3. One global order, projected on each rank ------------------------------- */
 typedef struct keyed {
-  int64_t      time;
-  int          cls;   /* 0 transfer, 1 compute: transfers first at equal times */
-  int          kind;  /* 0 activation, 1 gradient (transfers); 0 F, 1 B (compute) */
-  int          stage, micro;
+  int64_t time;
+  int cls;  /* 0 transfer, 1 compute: transfers first at equal times */
+  int kind; /* 0 activation, 1 gradient (transfers); 0 F, 1 B (compute) */
+  int stage, micro;
   px_pp_action a;
 } keyed;
 
@@ -254,8 +254,9 @@ static px_status make_tables(px_pp_schedule *s, work *const *w, int per_rank) {
   for (int r = 0; r < p; r++)
     for (int j = 0; j < per_rank; j++) {
       work it = w[r][j];
-      items[r][n_items[r]++] = (keyed){start[r][j], 1, it.backward, it.stage, it.micro,
-                                       {it.backward ? PX_PP_BACKWARD : PX_PP_FORWARD, it.stage, it.micro, -1}};
+      items[r][n_items[r]++] =
+        (keyed){start[r][j], 1,        it.backward,
+                it.stage,    it.micro, {it.backward ? PX_PP_BACKWARD : PX_PP_FORWARD, it.stage, it.micro, -1}};
     }
   /* Transfers across each boundary s | s + 1 whose two stages are on
    * different ranks (all of them unless p = 1). */
@@ -355,8 +356,7 @@ px_status px_pp_schedule_make(px_pp_kind kind, int p, int m, int v, px_pp_schedu
   if ((st = make_tables(s, w, per_rank)) != PX_OK) goto done;
   /* The contract: nothing leaves here unchecked. */
   if ((st = px_pp_schedule_check(s)) != PX_OK)
-    st = px_error_wrap(PX_ERR_INTERNAL, "pipeline schedule %s (p %d, m %d, v %d) failed its own check", name, p,
-                       m, v);
+    st = px_error_wrap(PX_ERR_INTERNAL, "pipeline schedule %s (p %d, m %d, v %d) failed its own check", name, p, m, v);
 done:
   for (int r = 0; r < p; r++) free(w[r]);
   free(w);

@@ -19,8 +19,7 @@
 
 /* Play the table: start[r][k] receives the time action k of rank r starts
  * (a compute) or is posted (a transfer). */
-static px_status play(const px_pp_schedule *s, double tf, double tb, double **start, double *busy,
-                      double *makespan) {
+static px_status play(const px_pp_schedule *s, double tf, double tb, double **start, double *busy, double *makespan) {
   int p = s->p, m = s->m, S = s->p * s->v;
   size_t sm = (size_t)S * (size_t)m;
   /* When the activation out of / gradient into (stage, micro) was sent, or
@@ -92,8 +91,8 @@ done:
 px_status px_pp_schedule_simulate(const px_pp_schedule *s, double tf, double tb, double *busy_fraction,
                                   double *makespan) {
   if (!(tf >= 0) || !(tb >= 0) || !isfinite(tf) || !isfinite(tb) || tf + tb <= 0)
-    return px_error(PX_ERR_INVALID, "pipeline schedule simulate: costs tf %g and tb %g; expected finite, >= 0, not both 0",
-                    tf, tb);
+    return px_error(PX_ERR_INVALID,
+                    "pipeline schedule simulate: costs tf %g and tb %g; expected finite, >= 0, not both 0", tf, tb);
   /* A table that does not pass the check has no timing. */
   px_status st = px_pp_schedule_check(s);
   if (st != PX_OK) return st;
@@ -175,8 +174,9 @@ void px_pp_schedule_print(const px_pp_schedule *s, FILE *out) {
   if (width > (int)sizeof cell - 1) width = (int)sizeof cell - 1;
   fprintf(out, "schedule %s: %d pipeline rank(s), %d micro-batch(es), %d stage(s) (stage s on rank s mod %d)\n",
           px_pp_kind_name(s->kind), p, s->m, p * s->v, p);
-  fprintf(out, "F3.1 = forward of stage 3 on micro-batch 1, B backward, sA/rA send/receive activation, "
-               "sG/rG send/receive gradient, OPT optimizer step; one row per slot of tf = tb = 1\n\n");
+  fprintf(out,
+          "F3.1 = forward of stage 3 on micro-batch 1, B backward, sA/rA send/receive activation, "
+          "sG/rG send/receive gradient, OPT optimizer step; one row per slot of tf = tb = 1\n\n");
   fprintf(out, "slot ");
   for (int r = 0; r < p; r++) {
     snprintf(lab, sizeof lab, "rank %d", r);

@@ -37,9 +37,9 @@ static bool is_index_chain(const px_module *m) {
 }
 
 typedef struct units {
-  int         n, cap;
+  int n, cap;
   px_module **mod;
-  char      (*path)[PX_NAME_MAX];
+  char (*path)[PX_NAME_MAX];
 } units;
 
 static px_status units_push(units *u, px_module *m, const char *path) {
@@ -72,8 +72,10 @@ static px_status list_units(px_module *root, units *u) {
   for (int i = 0; i < root->n_children; i++) {
     px_module *c = root->children[i];
     if (!c->name[0])
-      return px_error(PX_ERR_INVALID, "pipeline: child %d of the root chain has no name, so its parameters "
-                      "could not keep their names on a stage", i);
+      return px_error(PX_ERR_INVALID,
+                      "pipeline: child %d of the root chain has no name, so its parameters "
+                      "could not keep their names on a stage",
+                      i);
     px_status st;
     if (is_index_chain(c)) {
       for (int k = 0; k < c->n_children; k++) {
@@ -123,7 +125,9 @@ static bool has_type(const px_module *m, const char *type) {
  * by pp_head: the same product as px_tied_head, reading the holder's
  * weight (its foreign parameter). */
 static px_status holder_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
-  (void)ctx; (void)x; (void)y;
+  (void)ctx;
+  (void)x;
+  (void)y;
   return px_error(PX_ERR_INVALID, "pipeline: \"%s\" holds a tied weight and does not run", m->params[0].name);
 }
 static const px_module_ops holder_ops = {.type = "TiedWeight", .forward = holder_forward};
@@ -138,10 +142,10 @@ static const px_module_ops holder_ops = {.type = "TiedWeight", .forward = holder
  * Without tensor parallelism (g NULL) rows is the vocabulary and there is
  * no all-reduce: px_tied_head's product. */
 typedef struct pp_head {
-  px_module    base;
-  px_tp_group *g;          /* NULL: not tensor parallel */
-  int          rows, dim;  /* E's (or E_r's) shape */
-  px_tensor    x;
+  px_module base;
+  px_tp_group *g; /* NULL: not tensor parallel */
+  int rows, dim;  /* E's (or E_r's) shape */
+  px_tensor x;
 } pp_head;
 
 static px_status pp_head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -174,14 +178,14 @@ static px_status pp_head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy
   px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, px_f32(dx), C);
   return h->g ? px_tp_allreduce(h->g, px_f32(dx), (size_t)R * (size_t)C, PX_SUM, true) : PX_OK;
 }
-static const px_module_ops pp_head_ops = {.type = "TiedHead", .forward = pp_head_forward,
-                                          .backward = pp_head_backward};
-static const px_module_ops pp_tp_head_ops = {.type = "VocabParallelTiedHead", .forward = pp_head_forward,
+static const px_module_ops pp_head_ops = {.type = "TiedHead", .forward = pp_head_forward, .backward = pp_head_backward};
+static const px_module_ops pp_tp_head_ops = {.type = "VocabParallelTiedHead",
+                                             .forward = pp_head_forward,
                                              .backward = pp_head_backward};
 
 // The stage root: a chain that skips its weight holder (NULL: none).
 typedef struct stage_root {
-  px_module  base;
+  px_module base;
   px_module *holder;
 } stage_root;
 
@@ -215,8 +219,7 @@ static px_status stage_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, 
   if (dx) *dx = cur;
   return PX_OK;
 }
-static const px_module_ops stage_ops = {.type = "PipelineStage", .forward = stage_forward,
-                                        .backward = stage_backward};
+static const px_module_ops stage_ops = {.type = "PipelineStage", .forward = stage_forward, .backward = stage_backward};
 
 // A module of one stage that reads a parameter owned on another stage (a
 // tied head away from its embedding) cannot run: refuse the plan.
@@ -237,10 +240,12 @@ static px_status check_foreign(px_pp_plan *plan, const units *u, const px_module
       continue;
     }
     if (owner >= 0 && stage_of_unit(plan, owner) != stage_of_unit(plan, unit))
-      return px_error(PX_ERR_INVALID, "pipeline: unit \"%s\" (stage %d) uses parameter \"%s\" of unit \"%s\" "
+      return px_error(PX_ERR_INVALID,
+                      "pipeline: unit \"%s\" (stage %d) uses parameter \"%s\" of unit \"%s\" "
                       "(stage %d): only a tied head that is a unit, tied to an embedding that is a unit, can be "
-                      "on another stage than its weight; put both on one stage (PX_PP_SPLIT_AT)", u->path[unit], stage_of_unit(plan, unit), m->foreign[k]->name,
-                      u->path[owner], stage_of_unit(plan, owner));
+                      "on another stage than its weight; put both on one stage (PX_PP_SPLIT_AT)",
+                      u->path[unit], stage_of_unit(plan, unit), m->foreign[k]->name, u->path[owner],
+                      stage_of_unit(plan, owner));
   }
   for (int i = 0; i < m->n_children; i++) {
     px_status st = check_foreign(plan, u, m->children[i], unit);
@@ -257,7 +262,9 @@ static px_status split_params(px_pp_plan *plan) {
   size_t *best = malloc((size_t)(S + 1) * (size_t)(n + 1) * sizeof *best);
   int *cut = malloc((size_t)(S + 1) * (size_t)(n + 1) * sizeof *cut);
   if (!pre || !best || !cut) {
-    free(pre); free(best); free(cut);
+    free(pre);
+    free(best);
+    free(cut);
     return px_error(PX_ERR_NOMEM, "pipeline: out of memory");
   }
   for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + plan->unit_params[i];
@@ -270,7 +277,10 @@ static px_status split_params(px_pp_plan *plan) {
       for (int j = s - 1; j < i; j++) {  // stage s-1 holds units [j, i)
         if (AT(best, s - 1, j) == SIZE_MAX) continue;
         size_t load = pre[i] - pre[j], worst = load > AT(best, s - 1, j) ? load : AT(best, s - 1, j);
-        if (worst < AT(best, s, i)) { AT(best, s, i) = worst; AT(cut, s, i) = j; }
+        if (worst < AT(best, s, i)) {
+          AT(best, s, i) = worst;
+          AT(cut, s, i) = j;
+        }
       }
   int i = n;
   for (int s = S; s >= 1; s--) {
@@ -279,7 +289,9 @@ static px_status split_params(px_pp_plan *plan) {
   }
   plan->first[0] = 0;
 #undef AT
-  free(pre); free(best); free(cut);
+  free(pre);
+  free(best);
+  free(cut);
   return PX_OK;
 }
 
@@ -303,9 +315,10 @@ static px_status split_at(px_pp_plan *plan, const units *u, const px_pp_split *s
                       name ? name : "(null)", list);
     }
     if (found <= plan->first[s - 1])
-      return px_error(PX_ERR_INVALID, "pipeline: split point \"%s\" (unit %d) must come after the start of stage %d "
-                      "(unit %d): split points in model order, each stage at least one unit", name, found, s - 1,
-                      plan->first[s - 1]);
+      return px_error(PX_ERR_INVALID,
+                      "pipeline: split point \"%s\" (unit %d) must come after the start of stage %d "
+                      "(unit %d): split points in model order, each stage at least one unit",
+                      name, found, s - 1, plan->first[s - 1]);
     plan->first[s] = found;
   }
   return PX_OK;
@@ -319,8 +332,7 @@ void px_pp_plan_free(px_pp_plan *plan) {
   free(plan);
 }
 
-px_status px_pp_plan_make(px_pp_build_fn build, void *arg, int n_stages, const px_pp_split *split,
-                          px_pp_plan **out) {
+px_status px_pp_plan_make(px_pp_build_fn build, void *arg, int n_stages, const px_pp_split *split, px_pp_plan **out) {
   *out = NULL;
   if (!build) return px_error(PX_ERR_INVALID, "pipeline: no model builder");
   if (n_stages < 1) return px_error(PX_ERR_INVALID, "pipeline: %d stages (at least 1)", n_stages);
@@ -332,8 +344,7 @@ px_status px_pp_plan_make(px_pp_build_fn build, void *arg, int n_stages, const p
   px_pp_plan *plan = calloc(1, sizeof *plan);
   px_status st = plan ? list_units(root, &u) : px_error(PX_ERR_NOMEM, "pipeline: out of memory");
   if (st == PX_OK && u.n < n_stages)
-    st = px_error(PX_ERR_INVALID, "pipeline: %d stages but the model has only %d units to cut between", n_stages,
-                  u.n);
+    st = px_error(PX_ERR_INVALID, "pipeline: %d stages but the model has only %d units to cut between", n_stages, u.n);
   if (st == PX_OK) {
     plan->tied_head_unit = plan->tied_emb_unit = -1;
     plan->n_units = u.n;
@@ -407,8 +418,10 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
   units u = {0};
   px_status st = list_units(root, &u);
   if (st == PX_OK && u.n != plan->n_units)
-    st = px_error(PX_ERR_INVALID, "pipeline: the builder gave %d units, the plan has %d: it must build the same "
-                  "model every time", u.n, plan->n_units);
+    st = px_error(PX_ERR_INVALID,
+                  "pipeline: the builder gave %d units, the plan has %d: it must build the same "
+                  "model every time",
+                  u.n, plan->n_units);
   for (int i = 0; st == PX_OK && i < u.n; i++)
     if (strcmp(u.path[i], plan->unit[i]) != 0)
       st = px_error(PX_ERR_INVALID, "pipeline: unit %d is \"%s\", the plan's is \"%s\"", i, u.path[i], plan->unit[i]);
@@ -418,7 +431,7 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
   // The head away from its embedding: a holder of the weight's copy (named
   // and initialised as the embedding's weight), read by a pp_head.
   const bool tied = plan->tied_head_unit >= plan->first[stage] && plan->tied_head_unit < plan->first[stage + 1] &&
-                    stage_of_unit(plan, plan->tied_emb_unit) != stage;
+    stage_of_unit(plan, plan->tied_emb_unit) != stage;
   px_module *holder = NULL;
   px_tp_group *tpg = NULL;  // the embedding's tp group when it is vocabulary-parallel
   if (st == PX_OK && tied) {
@@ -428,8 +441,8 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
       const px_tp_box b = px_tp_param_box(w);
       tpg = ((const tp_module *)emb)->g;
       holder = px_tp_vocab_embedding(tpg, (int)b.global_shape[0], (int)b.global_shape[1]);
-      if (!holder) st = px_error(PX_ERR_INVALID, "pipeline: the tied head's copy of \"%s\": %s", w->name,
-                                 px_last_error());
+      if (!holder)
+        st = px_error(PX_ERR_INVALID, "pipeline: the tied head's copy of \"%s\": %s", w->name, px_last_error());
       else {
         holder->params[0].init = w->init;
         holder->params[0].init_a = w->init_a;
@@ -445,7 +458,10 @@ px_status px_pp_stage_model(px_pp_build_fn build, void *arg, const px_pp_plan *p
     px_module *m = u.mod[i], *parent = m->parent;
     if (tied && i == plan->tied_head_unit) {  // replaced: the original stays in the tree and is freed with it
       pp_head *h = (pp_head *)px_module_alloc(sizeof *h, tpg ? &pp_tp_head_ops : &pp_head_ops);
-      if (!h) { st = PX_ERR_NOMEM; break; }
+      if (!h) {
+        st = PX_ERR_NOMEM;
+        break;
+      }
       h->g = tpg;
       h->rows = (int)holder->params[0].shape[0];
       h->dim = (int)holder->params[0].shape[1];

@@ -15,26 +15,25 @@
 enum { CHUNK = 131072, DEPTH = 2, ADD_BLOCK = 512 };
 enum { K_NATIVE, K_RS, K_AR };
 enum { P_EXCHANGE, P_GATHER, P_DONE };
-enum { TAG_SPAN = 8192 };  /* operations in flight never come near this */
+enum { TAG_SPAN = 8192 }; /* operations in flight never come near this */
 
 struct pxr_sum {
-  int          kind;
-  px_request  *native;
-  px_comm     *c;
-  int          rank, size, tag;
-  int          phase;      /* P_EXCHANGE, P_GATHER (AR), P_DONE */
-  float       *buf;        /* the N segments (RS: send; AR: buf) */
-  float       *out;        /* the sum of segment `rank` (RS: recv; AR: its segment of buf) */
-  size_t       base;       /* segment e: base + (e < rem) floats at e·base + min(e, rem) */
-  size_t       rem;
-  size_t       head;       /* H = min(len(rank), DEPTH·CHUNK) */
-  float       *heads;      /* (N-1)·H floats: round k's head at (k-1)·H */
-  px_request **sreq, **rreq;  /* (N-1)·cap: round k's chunk i at (k-1)·cap + i; the gather's from 0 */
-  int          ns, nr, cap;   /* gather's sends and receives; chunks a segment at most */
-  int         *next_recv;     /* (N-1) round k's next receive to post */
-  const float **src;       /* (N) the sources of one block of the sum */
+  int kind;
+  px_request *native;
+  px_comm *c;
+  int rank, size, tag;
+  int phase;   /* P_EXCHANGE, P_GATHER (AR), P_DONE */
+  float *buf;  /* the N segments (RS: send; AR: buf) */
+  float *out;  /* the sum of segment `rank` (RS: recv; AR: its segment of buf) */
+  size_t base; /* segment e: base + (e < rem) floats at e·base + min(e, rem) */
+  size_t rem;
+  size_t head;               /* H = min(len(rank), DEPTH·CHUNK) */
+  float *heads;              /* (N-1)·H floats: round k's head at (k-1)·H */
+  px_request **sreq, **rreq; /* (N-1)·cap: round k's chunk i at (k-1)·cap + i; the gather's from 0 */
+  int ns, nr, cap;           /* gather's sends and receives; chunks a segment at most */
+  int *next_recv;            /* (N-1) round k's next receive to post */
+  const float **src;         /* (N) the sources of one block of the sum */
 };
-
 
 px_status pxr_init(pxr_ctx *x, px_comm *comm) {
   *x = (pxr_ctx){.comm = comm};
@@ -89,7 +88,10 @@ static pxr_sum *sum_new(pxr_ctx *x, int kind, float *buf, size_t base, size_t re
   s->next_recv = calloc((size_t)s->size, sizeof *s->next_recv);
   const size_t nh = (size_t)(s->size - 1) * s->head;
   s->heads = nh ? malloc(nh * sizeof(float)) : NULL;
-  if (!s->src || !s->sreq || !s->rreq || !s->next_recv || (nh && !s->heads)) { sum_free(s); return NULL; }
+  if (!s->src || !s->sreq || !s->rreq || !s->next_recv || (nh && !s->heads)) {
+    sum_free(s);
+    return NULL;
+  }
   return s;
 }
 
@@ -264,8 +266,8 @@ static px_status advance(pxr_sum *s, bool block, bool *done) {
  * exchanging mismatched pieces. */
 static px_status fingerprint(pxr_ctx *x, pxf_kind kind, size_t count, int line) {
   if (!px_comm_debug_collectives(x->comm)) return PX_OK;
-  pxf_call call = {.kind = kind, .count = count, .dtype = PX_F32, .op = PX_SUM, .root = -1, .file = __FILE__,
-                   .line = line};
+  pxf_call call =
+    {.kind = kind, .count = count, .dtype = PX_F32, .op = PX_SUM, .root = -1, .file = __FILE__, .line = line};
   return pxf_check(x->comm, &call);
 }
 
@@ -282,7 +284,10 @@ px_status pxr_reduce_scatter(pxr_ctx *x, float *send, float *recv, size_t piece,
     pxr_sum *s = calloc(1, sizeof *s);
     if (!s) return px_error(PX_ERR_NOMEM, "reduce-scatter: out of memory");
     px_status st = px_comm_ireduce_scatter(x->comm, send, recv, piece, PX_F32, PX_SUM, &s->native);
-    if (st != PX_OK) { free(s); return st; }
+    if (st != PX_OK) {
+      free(s);
+      return st;
+    }
     *out = s;
     return PX_OK;
   }
@@ -292,7 +297,10 @@ px_status pxr_reduce_scatter(pxr_ctx *x, float *send, float *recv, size_t piece,
   if (!s) return px_error(PX_ERR_NOMEM, "reduce-scatter: out of memory for the heads of a piece of %zu floats", piece);
   s->out = recv;
   px_status st = start(s);
-  if (st != PX_OK) { sum_free(s); return st; }
+  if (st != PX_OK) {
+    sum_free(s);
+    return st;
+  }
   *out = s;
   return PX_OK;
 }
@@ -303,7 +311,10 @@ px_status pxr_allreduce(pxr_ctx *x, float *buf, size_t count, pxr_sum **out) {
     pxr_sum *s = calloc(1, sizeof *s);
     if (!s) return px_error(PX_ERR_NOMEM, "all-reduce: out of memory");
     px_status st = px_comm_iallreduce(x->comm, buf, count, PX_F32, PX_SUM, &s->native);
-    if (st != PX_OK) { free(s); return st; }
+    if (st != PX_OK) {
+      free(s);
+      return st;
+    }
     *out = s;
     return PX_OK;
   }
@@ -314,7 +325,10 @@ px_status pxr_allreduce(pxr_ctx *x, float *buf, size_t count, pxr_sum **out) {
   if (!s) return px_error(PX_ERR_NOMEM, "all-reduce: out of memory for the heads of %zu floats", count);
   s->out = buf + seg_off(s, s->rank);
   px_status st = start(s);
-  if (st != PX_OK) { sum_free(s); return st; }
+  if (st != PX_OK) {
+    sum_free(s);
+    return st;
+  }
   *out = s;
   return PX_OK;
 }

@@ -34,9 +34,9 @@
 typedef struct pxr_sum pxr_sum;
 
 typedef struct pxr_ctx {
-  px_comm *comm;    /* the caller's communicator */
-  px_comm *p2p;     /* private communicator for the messages, NULL: the backend's collectives */
-  uint32_t seq;     /* operations started: the tag of each, the same on every rank */
+  px_comm *comm; /* the caller's communicator */
+  px_comm *p2p;  /* private communicator for the messages, NULL: the backend's collectives */
+  uint32_t seq;  /* operations started: the tag of each, the same on every rank */
 } pxr_ctx;
 
 /* Collective over comm (a communicator split) where the messages are needed. */

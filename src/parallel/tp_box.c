@@ -30,8 +30,9 @@ px_status px_tp_allreduce(px_tp_group *g, float *buf, size_t n, px_reduce_op op,
   const double t0 = px_time_now();
   px_status st = px_comm_allreduce(g->comm, buf, n, PX_F32, op);
   g->counts.seconds += px_time_now() - t0;
-  return st == PX_OK ? st : px_error_wrap(st, "tensor parallel (tp %d, rank %d): all-reduce of %zu floats in %s",
-                                          g->size, g->rank, n, backward ? "backward" : "forward");
+  return st == PX_OK ? st
+                     : px_error_wrap(st, "tensor parallel (tp %d, rank %d): all-reduce of %zu floats in %s", g->size,
+                                     g->rank, n, backward ? "backward" : "forward");
 }
 
 px_status px_tp_allgather(px_tp_group *g, const float *send, float *recv, size_t n, bool backward) {
@@ -45,8 +46,9 @@ px_status px_tp_allgather(px_tp_group *g, const float *send, float *recv, size_t
   const double t0 = px_time_now();
   px_status st = px_comm_allgather(g->comm, send, recv, n, PX_F32);
   g->counts.seconds += px_time_now() - t0;
-  return st == PX_OK ? st : px_error_wrap(st, "tensor parallel (tp %d, rank %d): all-gather of %zu floats in %s",
-                                          g->size, g->rank, n, backward ? "backward" : "forward");
+  return st == PX_OK ? st
+                     : px_error_wrap(st, "tensor parallel (tp %d, rank %d): all-gather of %zu floats in %s", g->size,
+                                     g->rank, n, backward ? "backward" : "forward");
 }
 
 bool px_tp_is_module(const px_module *m) {
@@ -93,7 +95,8 @@ void px_tp_box_take(const px_param *p, const float *global, float *local) {
   const int64_t G1 = b.global_shape[1], lc = local_cols_of(p);
   for (int q = 0; q < b.n_parts; q++) {
     if (b.split_dim == 0) {  // whole rows: one copy per part
-      memcpy(local + b.local_offset[q] * lc, global + b.global_offset[q] * G1, (size_t)(b.size[q] * G1) * sizeof(float));
+      memcpy(local + b.local_offset[q] * lc, global + b.global_offset[q] * G1,
+             (size_t)(b.size[q] * G1) * sizeof(float));
     } else {
       for (int64_t i = 0; i < b.global_shape[0]; i++)
         memcpy(local + i * lc + b.local_offset[q], global + i * G1 + b.global_offset[q],
@@ -135,10 +138,13 @@ px_status px_tp_load_state_dict(px_model *model, const px_state_dict *global) {
     const px_tp_box b = px_tp_param_box(p);
     const int64_t n = px_tensor_numel(t);
     const int64_t g0 = t->ndim > 0 ? t->shape[0] : 1;
-    if (t->dtype != PX_F32 || t->ndim != p->ndim || g0 != b.global_shape[0] || n != b.global_shape[0] * b.global_shape[1]) {
+    if (t->dtype != PX_F32 || t->ndim != p->ndim || g0 != b.global_shape[0] ||
+        n != b.global_shape[0] * b.global_shape[1]) {
       char s[PX_SHAPE_STR_MAX];
-      return px_error(PX_ERR_SHAPE, "tensor parallel: \"%s\" is %s %s in the full model, but this rank's box is of a "
-                      "(%lld, %lld) tensor", p->name, px_dtype_name(t->dtype), px_shape_str(t->ndim, t->shape, s, sizeof s),
+      return px_error(PX_ERR_SHAPE,
+                      "tensor parallel: \"%s\" is %s %s in the full model, but this rank's box is of a "
+                      "(%lld, %lld) tensor",
+                      p->name, px_dtype_name(t->dtype), px_shape_str(t->ndim, t->shape, s, sizeof s),
                       (long long)b.global_shape[0], (long long)b.global_shape[1]);
     }
     if (p->data) px_tp_box_take(p, px_f32(t), p->data);
@@ -148,7 +154,8 @@ px_status px_tp_load_state_dict(px_model *model, const px_state_dict *global) {
 
 px_status px_tp_clip_grad_norm(px_tp_group *g, px_model *model, float max_norm, float *norm_out) {
   if (!model->grad_data)
-    return px_error(PX_ERR_INVALID, "tensor parallel: clip_grad_norm needs the model's gradients (a sharding "
+    return px_error(PX_ERR_INVALID,
+                    "tensor parallel: clip_grad_norm needs the model's gradients (a sharding "
                     "strategy holds them)");
   const bool first = !g || g->rank == 0;
   double ss = 0;
@@ -166,8 +173,7 @@ px_status px_tp_clip_grad_norm(px_tp_group *g, px_model *model, float max_norm, 
   return PX_OK;
 }
 
-px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, px_zero *z, px_model *model, float max_norm,
-                                    float *norm_out) {
+px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, px_zero *z, px_model *model, float max_norm, float *norm_out) {
   if (px_zero_stage(z) == 3)
     return px_error(PX_ERR_UNSUPPORTED, "tensor parallel: clipping under ZeRO stage 3 is not supported (stages 1-2)");
   float *shard, *grads;
@@ -206,8 +212,7 @@ px_status px_tp_zero_clip_grad_norm(const px_mesh *mesh, px_zero *z, px_model *m
   if (st == PX_OK) {
     if (in_place)
       for (int k = 0; k < nseg; k++) px_clip_grad_scale(seg_grads[k], count[k], norm, max_norm);
-    else
-      px_clip_grad_scale(grads, n, norm, max_norm);
+    else px_clip_grad_scale(grads, n, norm, max_norm);
   }
   free(seg_grads);
   free(buf);

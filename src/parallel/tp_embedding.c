@@ -32,10 +32,10 @@
 
 typedef struct tp_embedding {
   tp_module tm;
-  int       vocab, dim, first, count;
+  int vocab, dim, first, count;
   px_tensor ids;
-  bool      awaiting_backward;
-  bool      seq;       /* sequence split: reduce-scatter forward, all-gather backward */
+  bool awaiting_backward;
+  bool seq; /* sequence split: reduce-scatter forward, all-gather backward */
 } tp_embedding;
 
 void px_tp_vocab_range(int vocab, int tp_rank, int tp_size, int *first, int *count) {
@@ -48,22 +48,27 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
   tp_embedding *e = (tp_embedding *)m;
   if (x->dtype != PX_I32 || x->ndim < 1 || x->ndim >= PX_MAX_DIMS) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "VocabParallelEmbedding(%d, %d) \"%s\": input must be int32 ids of 1 to %d dims, "
-                    "got %s %s", e->vocab, e->dim, m->params[0].name, PX_MAX_DIMS - 1, px_dtype_name(x->dtype),
+    return px_error(PX_ERR_SHAPE,
+                    "VocabParallelEmbedding(%d, %d) \"%s\": input must be int32 ids of 1 to %d dims, "
+                    "got %s %s",
+                    e->vocab, e->dim, m->params[0].name, PX_MAX_DIMS - 1, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
   const int32_t *ids = (const int32_t *)x->data;
   const int64_t R = px_tensor_numel(x);
   for (int64_t p = 0; p < R; p++)
     if (ids[p] < 0 || ids[p] >= e->vocab)
-      return px_error(PX_ERR_INVALID, "VocabParallelEmbedding(%d, %d) \"%s\": token id %d at flat position %lld is "
-                      "outside [0, %d)", e->vocab, e->dim, m->params[0].name, ids[p], (long long)p, e->vocab);
+      return px_error(PX_ERR_INVALID,
+                      "VocabParallelEmbedding(%d, %d) \"%s\": token id %d at flat position %lld is "
+                      "outside [0, %d)",
+                      e->vocab, e->dim, m->params[0].name, ids[p], (long long)p, e->vocab);
   const int P = e->tm.g->size;
   if (e->seq && (x->ndim != 2 || x->shape[1] % P != 0)) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "VocabParallelEmbedding(%d, %d) \"%s\", sequence parallel over tp %d: ids must be "
-                    "(N, T) with T a multiple of %d, got %s", e->vocab, e->dim, m->params[0].name, P, P,
-                    px_shape_str(x->ndim, x->shape, s, sizeof s));
+    return px_error(PX_ERR_SHAPE,
+                    "VocabParallelEmbedding(%d, %d) \"%s\", sequence parallel over tp %d: ids must be "
+                    "(N, T) with T a multiple of %d, got %s",
+                    e->vocab, e->dim, m->params[0].name, P, P, px_shape_str(x->ndim, x->shape, s, sizeof s));
   }
   int64_t shape[PX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
@@ -100,8 +105,10 @@ static px_status emb_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_t
 static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   tp_embedding *e = (tp_embedding *)m;
   if (dx)
-    return px_error(PX_ERR_INVALID, "VocabParallelEmbedding \"%s\": token ids have no gradient; call backward with "
-                    "dx = NULL", m->params[0].name);
+    return px_error(PX_ERR_INVALID,
+                    "VocabParallelEmbedding \"%s\": token ids have no gradient; call backward with "
+                    "dx = NULL",
+                    m->params[0].name);
   const int32_t *ids = (const int32_t *)e->ids.data;
   const int64_t R = px_tensor_numel(&e->ids);
   const size_t C = (size_t)e->dim;
@@ -126,13 +133,18 @@ static px_status emb_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px
 }
 
 const px_module_ops px_tp_vocab_embedding_ops = {
-  .type = "VocabParallelEmbedding", .forward = emb_forward, .backward = emb_backward, .init = px_tp_init_boxes,
+  .type = "VocabParallelEmbedding",
+  .forward = emb_forward,
+  .backward = emb_backward,
+  .init = px_tp_init_boxes,
 };
 
 px_module *px_tp_vocab_embedding(px_tp_group *g, int vocab, int dim) {
   if (!g || vocab <= 0 || dim <= 0 || vocab < g->size) {
-    px_error(PX_ERR_INVALID, "VocabParallelEmbedding(%d, %d): needs a tp group and positive sizes, at least one "
-             "row per tp rank (tp %d)", vocab, dim, g ? g->size : 0);
+    px_error(PX_ERR_INVALID,
+             "VocabParallelEmbedding(%d, %d): needs a tp group and positive sizes, at least one "
+             "row per tp rank (tp %d)",
+             vocab, dim, g ? g->size : 0);
     return NULL;
   }
   tp_embedding *e = (tp_embedding *)px_module_alloc(sizeof *e, &px_tp_vocab_embedding_ops);
@@ -142,18 +154,22 @@ px_module *px_tp_vocab_embedding(px_tp_group *g, int vocab, int dim) {
   e->dim = dim;
   px_tp_vocab_range(vocab, g->rank, g->size, &e->first, &e->count);
   px_module_add_param(&e->tm.base, "weight", 2, (int64_t[]){e->count, dim}, PX_INIT_NORMAL, 1.0f, false);
-  e->tm.box[0] = (px_tp_box){.split_dim = 0, .n_parts = 1, .global_shape = {vocab, dim},
-                             .global_offset = {e->first}, .local_offset = {0}, .size = {e->count}};
+  e->tm.box[0] = (px_tp_box){.split_dim = 0,
+                             .n_parts = 1,
+                             .global_shape = {vocab, dim},
+                             .global_offset = {e->first},
+                             .local_offset = {0},
+                             .size = {e->count}};
   return &e->tm.base;
 }
 
 /* ---- The tied head ----------------------------------------------------------- */
 
 typedef struct tp_head {
-  px_module     base;
-  tp_embedding *emb;  /* not owned */
-  px_tensor     x;    /* saved input (R, C); sequence parallel: this rank's (N, T/P, C) */
-  bool          seq;  /* sequence split: all-gather x forward (and again backward), reduce-scatter dx */
+  px_module base;
+  tp_embedding *emb; /* not owned */
+  px_tensor x;       /* saved input (R, C); sequence parallel: this rank's (N, T/P, C) */
+  bool seq;          /* sequence split: all-gather x forward (and again backward), reduce-scatter dx */
 } tp_head;
 
 static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
@@ -162,13 +178,17 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   const int C = e->dim, n = e->count;
   if (x->dtype != PX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != C) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "VocabParallelTiedHead(%d -> %d of %d) \"%s\": input %s %s must be f32 ending in "
-                    "%d features", C, n, e->vocab, e->tm.base.params[0].name, px_dtype_name(x->dtype),
+    return px_error(PX_ERR_SHAPE,
+                    "VocabParallelTiedHead(%d -> %d of %d) \"%s\": input %s %s must be f32 ending in "
+                    "%d features",
+                    C, n, e->vocab, e->tm.base.params[0].name, px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, s, sizeof s), C);
   }
   if (!e->awaiting_backward)
-    return px_error(PX_ERR_INVALID, "VocabParallelTiedHead tied to \"%s\": the embedding must run forward before the "
-                    "head (its backward, after the head's, reports the gradient complete)", e->tm.base.params[0].name);
+    return px_error(PX_ERR_INVALID,
+                    "VocabParallelTiedHead tied to \"%s\": the embedding must run forward before the "
+                    "head (its backward, after the head's, reports the gradient complete)",
+                    e->tm.base.params[0].name);
   px_status st;
   h->x = *x;
   int64_t shape[PX_MAX_DIMS];
@@ -179,8 +199,10 @@ static px_status head_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
   if (h->seq) {  // this rank's (N, T/P, C) -> everyone's (N, T, C), scratch (backward gathers again)
     if (x->ndim != 3) {
       char s[PX_SHAPE_STR_MAX];
-      return px_error(PX_ERR_SHAPE, "VocabParallelTiedHead \"%s\", sequence parallel: input must be (N, T/tp, %d), "
-                      "got %s", e->tm.base.params[0].name, C, px_shape_str(x->ndim, x->shape, s, sizeof s));
+      return px_error(PX_ERR_SHAPE,
+                      "VocabParallelTiedHead \"%s\", sequence parallel: input must be (N, T/tp, %d), "
+                      "got %s",
+                      e->tm.base.params[0].name, C, px_shape_str(x->ndim, x->shape, s, sizeof s));
     }
     shape[1] *= e->tm.g->size;
     if ((st = px_ctx_tensor(ctx, y, 3, shape)) != PX_OK) return st;
@@ -218,7 +240,7 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
     if ((st = px_tp_seq_all_gather(e->tm.g, ctx, px_f32(&h->x), whole, N, T, C, true)) != PX_OK) return st;
     // dE_r += dyᵀ · x     (n_r, R)·(R, C)
     px_sgemm(true, false, n, C, R, 1.0f, px_f32(dy), n, whole, C, 1.0f, E->grad, C);
-    if (dx) {  // the partial (N, T, C), reduce-scattered to this rank's positions
+    if (dx) {               // the partial (N, T, C), reduce-scattered to this rank's positions
       float *part = whole;  // x is no longer needed
       px_sgemm(false, false, R, C, n, 1.0f, px_f32(dy), n, E->data, C, 0.0f, part, C);
       st = px_tp_seq_reduce_scatter(e->tm.g, ctx, part, px_f32(dx), N, T, C, true);
@@ -236,7 +258,9 @@ static px_status head_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, p
 }
 
 static const px_module_ops tp_head_ops = {
-  .type = "VocabParallelTiedHead", .forward = head_forward, .backward = head_backward,
+  .type = "VocabParallelTiedHead",
+  .forward = head_forward,
+  .backward = head_backward,
 };
 
 px_module *px_tp_vocab_tied_head(px_tp_group *g, px_module *embedding) {

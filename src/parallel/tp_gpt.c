@@ -97,9 +97,8 @@ static px_module *tp_block(px_tp_group *g, const px_tp_gpt_config *cfg) {
                                       split(px_tp_column_parallel(g, PX_TP_CONV1D, C, 3 * C, true, 3, false), sp),
                                       c_proj, seq_dropout(g, p, sp));
   const char *mlp_names[4] = {"c_fc", "act", "c_proj", "dropout"};
-  px_module *mlp_kids[4] = {split(px_tp_column_parallel(g, PX_TP_CONV1D, C, 4 * C, true, 1, false), sp),
-                            px_gelu(true), split(px_tp_row_parallel(g, PX_TP_CONV1D, 4 * C, C, true), sp),
-                            seq_dropout(g, p, sp)};
+  px_module *mlp_kids[4] = {split(px_tp_column_parallel(g, PX_TP_CONV1D, C, 4 * C, true, 1, false), sp), px_gelu(true),
+                            split(px_tp_row_parallel(g, PX_TP_CONV1D, 4 * C, C, true), sp), seq_dropout(g, p, sp)};
   if (mlp_kids[2]) set_normal(mlp_kids[2], proj_std);
   px_module *mlp = named_chain(4, mlp_names, mlp_kids);
   const char *a_names[2] = {"ln_1", "attn"}, *m_names[2] = {"ln_2", "mlp"};
@@ -119,14 +118,17 @@ px_module *px_tp_gpt(px_tp_group *g, const px_tp_gpt_config *cfg) {
   const int P = g->size;
   if (cfg->vocab_size <= 0 || cfg->context <= 0 || cfg->n_layer <= 0 || cfg->n_head <= 0 || cfg->n_embd <= 0 ||
       cfg->n_embd % cfg->n_head != 0 || !(cfg->dropout >= 0.0f && cfg->dropout < 1.0f)) {
-    px_error(PX_ERR_INVALID, "tensor-parallel GPT: vocab_size %d, context %d, n_layer %d, n_head %d, n_embd %d, "
-             "dropout %g: sizes must be positive, n_embd a multiple of n_head, dropout in [0, 1)", cfg->vocab_size,
-             cfg->context, cfg->n_layer, cfg->n_head, cfg->n_embd, (double)cfg->dropout);
+    px_error(PX_ERR_INVALID,
+             "tensor-parallel GPT: vocab_size %d, context %d, n_layer %d, n_head %d, n_embd %d, "
+             "dropout %g: sizes must be positive, n_embd a multiple of n_head, dropout in [0, 1)",
+             cfg->vocab_size, cfg->context, cfg->n_layer, cfg->n_head, cfg->n_embd, (double)cfg->dropout);
     return NULL;
   }
   if (cfg->n_head % P != 0) {
-    px_error(PX_ERR_INVALID, "tensor-parallel GPT: tp %d does not divide n_head %d; each tp rank holds whole heads "
-             "(choose tp among the divisors of %d)", P, cfg->n_head, cfg->n_head);
+    px_error(PX_ERR_INVALID,
+             "tensor-parallel GPT: tp %d does not divide n_head %d; each tp rank holds whole heads "
+             "(choose tp among the divisors of %d)",
+             P, cfg->n_head, cfg->n_head);
     return NULL;
   }
   if (cfg->vocab_size < P) {
@@ -152,7 +154,11 @@ px_module *px_tp_gpt(px_tp_group *g, const px_tp_gpt_config *cfg) {
                       : px_pos_embedding(cfg->context, C);
   if (wpe) set_normal(wpe, 0.02f);
   const char *names[6] = {"wte", "wpe", "drop", "h", "ln_f", "lm_head"};
-  px_module *kids[6] = {wte, wpe, seq_dropout(g, cfg->dropout, sp), h, seq_layernorm(g, C, sp),
+  px_module *kids[6] = {wte,
+                        wpe,
+                        seq_dropout(g, cfg->dropout, sp),
+                        h,
+                        seq_layernorm(g, C, sp),
                         wte ? split(px_tp_vocab_tied_head(g, wte), sp) : NULL};
   return named_chain(6, names, kids);
 }

@@ -7,9 +7,9 @@
 // Every tensor-parallel module with parameters starts with this, so the box
 // of any of its parameters is found from the parameter alone.
 typedef struct tp_module {
-  px_module    base;
-  px_tp_group *g;                            /* not owned */
-  px_tp_box    box[PX_MODULE_MAX_PARAMS];    /* one per parameter */
+  px_module base;
+  px_tp_group *g;                      /* not owned */
+  px_tp_box box[PX_MODULE_MAX_PARAMS]; /* one per parameter */
 } tp_module;
 
 // True when m is a tensor-parallel module with boxes (a tp_module).

@@ -31,15 +31,15 @@
 #include <string.h>
 
 typedef struct tp_linear {
-  tp_module    tm;
+  tp_module tm;
   px_tp_layout layout;
-  bool         column, has_bias, gather;
-  bool         seq;          /* sequence parallel: no all-reduce (a gather / scatter does it) */
-  bool         split;        /* sequence split at the boundary: the layer gathers / scatters itself */
-  int64_t      sn, st;       /* split: the saved N and the full T */
-  int          in, out;      /* global features */
-  int          lin, lout;    /* this rank's: column (in, out/P), row (in/P, out) */
-  px_tensor    x;            /* saved input (R, lin) */
+  bool column, has_bias, gather;
+  bool seq;       /* sequence parallel: no all-reduce (a gather / scatter does it) */
+  bool split;     /* sequence split at the boundary: the layer gathers / scatters itself */
+  int64_t sn, st; /* split: the saved N and the full T */
+  int in, out;    /* global features */
+  int lin, lout;  /* this rank's: column (in, out/P), row (in/P, out) */
+  px_tensor x;    /* saved input (R, lin) */
 } tp_linear;
 
 static px_status shape_error(const tp_linear *l, const px_tensor *x) {
@@ -60,7 +60,7 @@ static void local_gemm(const tp_linear *l, const float *X, int R, float *Y) {
   }
   if (l->layout == PX_TP_LINEAR)  // (R, lin)·(lin, lout) with W stored (lout, lin)
     px_sgemm(false, true, R, l->lout, l->lin, 1.0f, X, l->lin, m->params[0].data, l->lin, beta, Y, l->lout);
-  else                            // W stored (lin, lout)
+  else  // W stored (lin, lout)
     px_sgemm(false, false, R, l->lout, l->lin, 1.0f, X, l->lin, m->params[0].data, l->lout, beta, Y, l->lout);
 }
 
@@ -70,7 +70,7 @@ static void param_grads(tp_linear *l, const float *X, const float *DY, int R) {
   const int lin = l->lin, lout = l->lout;
   if (l->layout == PX_TP_LINEAR)  // dW += dyᵀ · x    (lout, R)·(R, lin)
     px_sgemm(true, false, lout, lin, R, 1.0f, DY, lout, X, lin, 1.0f, m->params[0].grad, lin);
-  else                            // dW += xᵀ · dy    (lin, R)·(R, lout)
+  else  // dW += xᵀ · dy    (lin, R)·(R, lout)
     px_sgemm(true, false, lin, lout, R, 1.0f, X, lin, DY, lout, 1.0f, m->params[0].grad, lout);
   if (l->has_bias) {
     float *db = m->params[1].grad;  // db += Σ_r dy[r, :]
@@ -84,7 +84,7 @@ static void input_grad(const tp_linear *l, const float *DY, int R, float *DX) {
   const int lin = l->lin, lout = l->lout;
   if (l->layout == PX_TP_LINEAR)  // dx = dy · W      (R, lout)·(lout, lin)
     px_sgemm(false, false, R, lin, lout, 1.0f, DY, lout, m->params[0].data, lin, 0.0f, DX, lin);
-  else                            // dx = dy · Wᵀ     W stored (lin, lout)
+  else  // dx = dy · Wᵀ     W stored (lin, lout)
     px_sgemm(false, true, R, lin, lout, 1.0f, DY, lout, m->params[0].data, lout, 0.0f, DX, lin);
 }
 
@@ -103,8 +103,10 @@ static px_status split_forward(tp_linear *l, px_ctx *ctx, const px_tensor *x, px
   if (l->gather || x->dtype != PX_F32 || x->ndim != 3 || x->shape[2] != l->lin ||
       (!l->column && x->shape[1] % P != 0)) {
     char b[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "%s(%d -> %d, tp %d) \"%s\", sequence split: input must be f32 (N, T, %d)%s, "
-                    "got %s %s", l->tm.base.ops->type, l->in, l->out, P, l->tm.base.params[0].name, l->lin,
+    return px_error(PX_ERR_SHAPE,
+                    "%s(%d -> %d, tp %d) \"%s\", sequence split: input must be f32 (N, T, %d)%s, "
+                    "got %s %s",
+                    l->tm.base.ops->type, l->in, l->out, P, l->tm.base.params[0].name, l->lin,
                     l->column ? "" : " with T a multiple of tp", px_dtype_name(x->dtype),
                     px_shape_str(x->ndim, x->shape, b, sizeof b));
   }
@@ -220,7 +222,8 @@ static px_status tp_linear_backward(px_module *m, px_ctx *ctx, const px_tensor *
     float *mine = px_arena_alloc(ctx->arena, (size_t)R * lout * sizeof(float));
     if (!mine) return PX_ERR_NOMEM;
     const size_t c0 = (size_t)l->tm.g->rank * lout;
-    for (int r = 0; r < R; r++) memcpy(mine + (size_t)r * lout, DY + (size_t)r * l->out + c0, (size_t)lout * sizeof(float));
+    for (int r = 0; r < R; r++)
+      memcpy(mine + (size_t)r * lout, DY + (size_t)r * l->out + c0, (size_t)lout * sizeof(float));
     DY = mine;
   }
   param_grads(l, px_f32(&l->x), DY, R);
@@ -235,11 +238,15 @@ static px_status tp_linear_backward(px_module *m, px_ctx *ctx, const px_tensor *
 }
 
 const px_module_ops px_tp_column_ops = {
-  .type = "ColumnParallelLinear", .forward = tp_linear_forward, .backward = tp_linear_backward,
+  .type = "ColumnParallelLinear",
+  .forward = tp_linear_forward,
+  .backward = tp_linear_backward,
   .init = px_tp_init_boxes,
 };
 const px_module_ops px_tp_row_ops = {
-  .type = "RowParallelLinear", .forward = tp_linear_forward, .backward = tp_linear_backward,
+  .type = "RowParallelLinear",
+  .forward = tp_linear_forward,
+  .backward = tp_linear_backward,
   .init = px_tp_init_boxes,
 };
 
@@ -274,9 +281,11 @@ static tp_linear *alloc_layer(px_tp_group *g, px_tp_layout layout, bool column, 
 
 px_module *px_tp_column_parallel(px_tp_group *g, px_tp_layout layout, int in_features, int out_features, bool bias,
                                  int parts, bool gather_output) {
-  if (g && (parts < 1 || parts > PX_TP_MAX_PARTS || (gather_output && parts != 1) ||
-            out_features % (parts * g->size) != 0)) {
-    px_error(PX_ERR_INVALID, "ColumnParallelLinear(%d -> %d): %d output features in %d part(s) over tp %d: the "
+  if (g &&
+      (parts < 1 || parts > PX_TP_MAX_PARTS || (gather_output && parts != 1) ||
+       out_features % (parts * g->size) != 0)) {
+    px_error(PX_ERR_INVALID,
+             "ColumnParallelLinear(%d -> %d): %d output features in %d part(s) over tp %d: the "
              "features must be a multiple of parts × tp, parts in 1..%d, and a gathered output has one part",
              in_features, out_features, out_features, parts, g->size, PX_TP_MAX_PARTS);
     return NULL;
@@ -308,8 +317,8 @@ px_module *px_tp_column_parallel(px_tp_group *g, px_tp_layout layout, int in_fea
 
 px_module *px_tp_row_parallel(px_tp_group *g, px_tp_layout layout, int in_features, int out_features, bool bias) {
   if (g && in_features % g->size != 0) {
-    px_error(PX_ERR_INVALID, "RowParallelLinear(%d -> %d): %d input features do not split over tp %d",
-             in_features, out_features, in_features, g->size);
+    px_error(PX_ERR_INVALID, "RowParallelLinear(%d -> %d): %d input features do not split over tp %d", in_features,
+             out_features, in_features, g->size);
     return NULL;
   }
   tp_linear *l = alloc_layer(g, layout, false, in_features, out_features, bias);
@@ -329,8 +338,8 @@ px_module *px_tp_row_parallel(px_tp_group *g, px_tp_layout layout, int in_featur
   b->local_offset[0] = 0;
   b->size[0] = w;
   if (bias) {  // replicated: added once after the all-reduce
-    l->tm.box[1] = (px_tp_box){.split_dim = -1, .n_parts = 1, .global_shape = {out_features, 1},
-                               .size = {out_features}};
+    l->tm.box[1] =
+      (px_tp_box){.split_dim = -1, .n_parts = 1, .global_shape = {out_features, 1}, .size = {out_features}};
   }
   return &l->tm.base;
 }

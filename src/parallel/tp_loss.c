@@ -26,9 +26,11 @@ px_status px_tp_cross_entropy(px_tp_group *g, const px_tensor *logits, int vocab
   px_tp_vocab_range(vocab, rank, P, &first, &n);
   if (logits->dtype != PX_F32 || logits->ndim < 1 || logits->shape[logits->ndim - 1] != n) {
     char s[PX_SHAPE_STR_MAX];
-    return px_error(PX_ERR_SHAPE, "vocab-parallel cross-entropy: logits %s %s must be f32 ending in this rank's %d "
-                    "vocabulary columns [%d, %d) of %d (tp rank %d of %d)", px_dtype_name(logits->dtype),
-                    px_shape_str(logits->ndim, logits->shape, s, sizeof s), n, first, first + n, vocab, rank, P);
+    return px_error(PX_ERR_SHAPE,
+                    "vocab-parallel cross-entropy: logits %s %s must be f32 ending in this rank's %d "
+                    "vocabulary columns [%d, %d) of %d (tp rank %d of %d)",
+                    px_dtype_name(logits->dtype), px_shape_str(logits->ndim, logits->shape, s, sizeof s), n, first,
+                    first + n, vocab, rank, P);
   }
   const int64_t R = px_tensor_numel(logits) / n;
   int64_t valid = 0;
@@ -76,7 +78,8 @@ px_status px_tp_cross_entropy(px_tp_group *g, const px_tensor *logits, int vocab
     for (int64_t i = 0; i < R; i++) {
       float *dz = dlogits ? dlogits + i * n : NULL;
       if (targets[i] == ignore_index) {
-        if (dz) for (int j = 0; j < n; j++) dz[j] = 0.0f;
+        if (dz)
+          for (int j = 0; j < n; j++) dz[j] = 0.0f;
         continue;
       }
       total += (double)mx[i] + log(se[i]) - (double)zt[i];

@@ -17,10 +17,10 @@
 #include <string.h>
 
 typedef struct tp_seq {
-  px_module    base;
+  px_module base;
   px_tp_group *g;
-  bool         gather;   /* gather (true) or scatter */
-  int64_t      n, t, c;  /* the full (N, T, C) */
+  bool gather;     /* gather (true) or scatter */
+  int64_t n, t, c; /* the full (N, T, C) */
 } tp_seq;
 
 // (N, T, C) -> (P, N, Tl, C) and back.
@@ -46,7 +46,10 @@ px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in,
                                    int64_t C, bool backward) {
   const int P = g->size;
   const size_t chunk = (size_t)(N * (T / P) * C);
-  if (P == 1) { memcpy(out, in, chunk * sizeof(float)); return PX_OK; }
+  if (P == 1) {
+    memcpy(out, in, chunk * sizeof(float));
+    return PX_OK;
+  }
   const px_arena_mark mk = px_arena_get_mark(ctx->arena);  // the packed copy is scratch
   float *blocks = px_arena_alloc(ctx->arena, chunk * (size_t)P * sizeof(float));
   if (!blocks) return PX_ERR_NOMEM;
@@ -56,8 +59,9 @@ px_status px_tp_seq_reduce_scatter(px_tp_group *g, px_ctx *ctx, const float *in,
   px_status st = px_comm_reduce_scatter(g->comm, blocks, out, chunk, PX_F32, PX_SUM);
   g->counts.seconds += px_time_now() - t0;
   px_arena_rewind(ctx->arena, mk);
-  return st == PX_OK ? st : px_error_wrap(st, "sequence parallel (tp %d): reduce-scatter in %s", P,
-                                          backward ? "backward" : "forward");
+  return st == PX_OK
+    ? st
+    : px_error_wrap(st, "sequence parallel (tp %d): reduce-scatter in %s", P, backward ? "backward" : "forward");
 }
 
 px_status px_tp_seq_all_gather(px_tp_group *g, px_ctx *ctx, const float *in, float *out, int64_t N, int64_t T,
@@ -138,9 +142,9 @@ px_module *px_tp_sequence_scatter(px_tp_group *g) { return make(g, false); }
  * backward sums this backward's parameter gradients over the tp group, and
  * m->user holds that table, the layer's own and the group. */
 typedef struct seq_replicated {
-  px_module_ops        ops;    /* m->ops: the layer's, backward and destroy replaced */
-  const px_module_ops *inner;  /* the layer's */
-  px_tp_group         *g;
+  px_module_ops ops;          /* m->ops: the layer's, backward and destroy replaced */
+  const px_module_ops *inner; /* the layer's */
+  px_tp_group *g;
 } seq_replicated;
 
 static px_status replicated_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {

@@ -67,7 +67,10 @@ float *pxz_pool_get(zpool *p, size_t n) {
       best = i;
   if (best < 0) {
     for (int i = 0; i < p->n;) {
-      if (p->b[i].busy || p->b[i].cap >= n) { i++; continue; }
+      if (p->b[i].busy || p->b[i].cap >= n) {
+        i++;
+        continue;
+      }
       pool_unmap(p->b[i].data, p->b[i].cap);
       p->held -= p->b[i].cap * sizeof(float);
       p->b[i] = p->b[--p->n];
@@ -75,12 +78,18 @@ float *pxz_pool_get(zpool *p, size_t n) {
     if (p->n == p->cap) {
       int cap = p->cap ? 2 * p->cap : 8;
       zbuf *b = realloc(p->b, (size_t)cap * sizeof *b);
-      if (!b) { px_error(PX_ERR_NOMEM, "ZeRO: out of memory"); return NULL; }
+      if (!b) {
+        px_error(PX_ERR_NOMEM, "ZeRO: out of memory");
+        return NULL;
+      }
       p->b = b;
       p->cap = cap;
     }
     float *data = pool_map(n);
-    if (!data) { px_error(PX_ERR_NOMEM, "ZeRO: cannot map %zu floats for a bucket or unit", n); return NULL; }
+    if (!data) {
+      px_error(PX_ERR_NOMEM, "ZeRO: cannot map %zu floats for a bucket or unit", n);
+      return NULL;
+    }
     p->b[p->n] = (zbuf){.data = data, .cap = n, .busy = false};
     p->held += n * sizeof(float);
     if (p->held > p->bytes) p->bytes = p->held;
@@ -123,7 +132,8 @@ void pxz_set_views(px_zero *z, int g, float *base, bool grads) {
     int i = z->gparams[k];
     px_param *p = z->model->params[i];
     float *v = base ? base + z->param_pos[i] : NULL;
-    if (grads) p->grad = v; else p->data = v;
+    if (grads) p->grad = v;
+    else p->data = v;
   }
 }
 
@@ -139,7 +149,10 @@ void pxz_materialise_grads(px_zero *z, int g) {
   while (z->in_tail - z->in_head >= PXZ_MAX_RS_IN_FLIGHT) finish_rs(z, z->inflight[z->in_head++]);
   size_t padded = G->piece * (size_t)z->size;
   G->gbuf = pxz_pool_get(&z->gpool, padded);
-  if (!G->gbuf) { pxz_fail(z, PX_ERR_NOMEM); return; }
+  if (!G->gbuf) {
+    pxz_fail(z, PX_ERR_NOMEM);
+    return;
+  }
   memset(G->gbuf, 0, padded * sizeof(float));
   pxz_set_views(z, g, G->gbuf, true);
 }
@@ -172,13 +185,19 @@ static void launch_rs(px_zero *z, int g) {
     if (padded != G->count) {
       while (z->in_tail - z->in_head >= PXZ_MAX_RS_IN_FLIGHT) finish_rs(z, z->inflight[z->in_head++]);
       send = G->gbuf = pxz_pool_get(&z->gpool, padded);
-      if (!send) { pxz_fail(z, PX_ERR_NOMEM); return; }
+      if (!send) {
+        pxz_fail(z, PX_ERR_NOMEM);
+        return;
+      }
       memcpy(send, full, G->count * sizeof(float));
       memset(send + G->count, 0, (padded - G->count) * sizeof(float));
     }
     recv = send + (size_t)z->rank * G->piece;
   } else {
-    if (!G->gbuf) { pxz_fail(z, px_error(PX_ERR_INTERNAL, "ZeRO: group %d launched without storage", g)); return; }
+    if (!G->gbuf) {
+      pxz_fail(z, px_error(PX_ERR_INTERNAL, "ZeRO: group %d launched without storage", g));
+      return;
+    }
     send = G->gbuf;
     recv = G->gbuf + (size_t)z->rank * G->piece;
   }
@@ -186,7 +205,10 @@ static void launch_rs(px_zero *z, int g) {
   pxz_delay(z);
   px_status st = pxr_reduce_scatter(&z->rsum, send, recv, G->piece, &G->rs_req);
   z->n_reduce_scatter++;
-  if (st != PX_OK) { G->rs_req = NULL; pxz_fail(z, st); }
+  if (st != PX_OK) {
+    G->rs_req = NULL;
+    pxz_fail(z, st);
+  }
   z->inflight[z->in_tail++] = g;
 }
 
@@ -214,7 +236,10 @@ static px_status finish_rs(px_zero *z, int g) {
     size_t lo = (size_t)z->rank * G->piece, hi = lo + G->piece < G->count ? lo + G->piece : G->count;
     if (lo < hi) memcpy(z->model->grad_data + G->ranges[0].flat_off + lo, G->gbuf + lo, (hi - lo) * sizeof(float));
   }
-  if (G->gbuf) { pxz_pool_put(&z->gpool, G->gbuf); G->gbuf = NULL; }
+  if (G->gbuf) {
+    pxz_pool_put(&z->gpool, G->gbuf);
+    G->gbuf = NULL;
+  }
   return st;
 }
 
@@ -226,7 +251,10 @@ static void poll_done(px_zero *z) {
     if (z->groups[g].rs_req) {
       bool done = false;
       px_status st = pxr_test(z->groups[g].rs_req, &done);
-      if (st != PX_OK) { pxz_fail(z, st); return; }
+      if (st != PX_OK) {
+        pxz_fail(z, st);
+        return;
+      }
       if (!done) return;
     }
     finish_rs(z, g);
@@ -257,7 +285,10 @@ static void mark_ready(px_zero *z, int i) {
   int g = z->param_group[i];
   zgroup *G = &z->groups[g];
   G->pending--;
-  if (z->stage < 3) { launch_ready_buckets(z); return; }
+  if (z->stage < 3) {
+    launch_ready_buckets(z);
+    return;
+  }
   if (G->pending == 0) {
     // Every user of the unit's parameters has run backward: reduce-scatter
     // its gradients and free its gathered parameters.
@@ -287,8 +318,7 @@ static void on_pre_forward(void *user, px_module *m) {
   if (m == z->model->root) begin_step(z);
   // One copy of the buffers, as DDP keeps them (buffer_sync.c).
   if (m == z->model->root && !z->model->ctx.recomputing) {
-    px_status st = px_parallel_sync_buffers(z->model, z->comm, z->opts.root, &z->buffers_dirty,
-                                            z->model->ctx.training);
+    px_status st = px_parallel_sync_buffers(z->model, z->comm, z->opts.root, &z->buffers_dirty, z->model->ctx.training);
     if (st != PX_OK) pxz_fail(z, st);
   }
   if (z->stage == 3) pxz_units_pre_forward(z, m);
@@ -332,7 +362,10 @@ static void on_grads_ready(void *user, px_module *m) {
   for (int k = 0; k < m->n_params; k++)
     if (!m->params[k].is_buffer) mark_ready(z, px_parallel_param_index(z->model, &m->params[k]));
   if (m != z->model->root) return;
-  if (z->stage == 3 && z->recording) { z->recording = false; z->order_known = true; }
+  if (z->stage == 3 && z->recording) {
+    z->recording = false;
+    z->order_known = true;
+  }
   // Stages 2-3 accumulate micro-steps in the shard: a no_sync backward must
   // leave nothing in flight (px_zero_sync is not called for it).
   if (z->stage >= 2 && !z->sync) {
@@ -379,7 +412,12 @@ static px_status lay_out_groups(px_zero *z) {
   const int G = z->n_groups;
   int *n_ranges = calloc((size_t)G + 1, sizeof *n_ranges), *fill = calloc((size_t)G + 1, sizeof *fill);
   size_t *end = calloc((size_t)G + 1, sizeof *end);
-  if (!n_ranges || !fill || !end) { free(n_ranges); free(fill); free(end); return px_error(PX_ERR_NOMEM, "ZeRO: out of memory"); }
+  if (!n_ranges || !fill || !end) {
+    free(n_ranges);
+    free(fill);
+    free(end);
+    return px_error(PX_ERR_NOMEM, "ZeRO: out of memory");
+  }
   for (int g = 0; g < G; g++) end[g] = SIZE_MAX;
   for (int i = 0; i < md->n_params; i++) {
     int g = z->param_group[i];
@@ -416,7 +454,9 @@ static px_status lay_out_groups(px_zero *z) {
     off += Gr->piece;
   }
   z->shard_n = off;
-  free(n_ranges); free(fill); free(end);
+  free(n_ranges);
+  free(fill);
+  free(end);
   return st;
 }
 
@@ -425,10 +465,12 @@ static px_status lay_out_groups(px_zero *z) {
 static void piece_copy(const zgroup *G, size_t lo, size_t hi, float *piece, float *flat, bool to_flat) {
   for (int k = 0; k < G->n_ranges; k++) {
     const zrange *r = &G->ranges[k];
-    size_t a = r->packed_off > lo ? r->packed_off : lo, b = r->packed_off + r->count < hi ? r->packed_off + r->count : hi;
+    size_t a = r->packed_off > lo ? r->packed_off : lo,
+           b = r->packed_off + r->count < hi ? r->packed_off + r->count : hi;
     if (a >= b) continue;
     float *f = flat + r->flat_off + (a - r->packed_off), *s = piece + (a - lo);
-    if (to_flat) memcpy(f, s, (b - a) * sizeof(float)); else memcpy(s, f, (b - a) * sizeof(float));
+    if (to_flat) memcpy(f, s, (b - a) * sizeof(float));
+    else memcpy(s, f, (b - a) * sizeof(float));
   }
 }
 
@@ -436,8 +478,12 @@ static void piece_copy(const zgroup *G, size_t lo, size_t hi, float *piece, floa
  * or the ranks would wait on different operations. */
 static px_status check_opts_agree(px_zero *z) {
   uint64_t h = 1469598103934665603ull;
-  int64_t v[6] = {z->stage, (int64_t)z->opts.bucket_bytes, (int64_t)z->opts.first_bucket_bytes,
-                  z->opts.find_unused_parameters, z->opts.reshard_after_forward, z->opts.prefetch};
+  int64_t v[6] = {z->stage,
+                  (int64_t)z->opts.bucket_bytes,
+                  (int64_t)z->opts.first_bucket_bytes,
+                  z->opts.find_unused_parameters,
+                  z->opts.reshard_after_forward,
+                  z->opts.prefetch};
   for (int i = 0; i < 6; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
   for (int u = 0; z->stage == 3 && u < z->opts.n_units; u++)
     for (const char *s = z->opts.units[u]; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
@@ -446,9 +492,11 @@ static px_status check_opts_agree(px_zero *z) {
   px_status st = px_comm_allreduce(z->comm, &lo, 1, PX_I64, PX_MIN);
   if (st == PX_OK) st = px_comm_allreduce(z->comm, &hi, 1, PX_I64, PX_MAX);
   if (st == PX_OK && lo != hi)
-    st = px_error(PX_ERR_INVALID, "ZeRO: the ranks were given different options (stage, bucket sizes, units, "
+    st = px_error(PX_ERR_INVALID,
+                  "ZeRO: the ranks were given different options (stage, bucket sizes, units, "
                   "reshard_after_forward, prefetch or find_unused_parameters); rank %d has stage %d: every rank "
-                  "must wrap with the same options", z->rank, z->stage);
+                  "must wrap with the same options",
+                  z->rank, z->stage);
   return st;
 }
 
@@ -457,11 +505,20 @@ static void zero_destroy(px_zero *z) {
   px_model_remove_hooks(z->model, z->hook_handle);
   for (int g = 0; z->groups && g < z->n_groups; g++) free(z->groups[g].ranges);
   free(z->groups);
-  free(z->gparams); free(z->param_group); free(z->param_pos); free(z->param_ready); free(z->module_ran);
+  free(z->gparams);
+  free(z->param_group);
+  free(z->param_pos);
+  free(z->param_ready);
+  free(z->module_ran);
   free(z->inflight);
-  free(z->module_unit); free(z->module_home);
-  free(z->fwd_order); free(z->bwd_order); free(z->fwd_pos); free(z->bwd_pos);
-  free(z->shard_params); free(z->shard_grads);
+  free(z->module_unit);
+  free(z->module_home);
+  free(z->fwd_order);
+  free(z->bwd_order);
+  free(z->fwd_pos);
+  free(z->bwd_pos);
+  free(z->shard_params);
+  free(z->shard_grads);
   pool_free(&z->ppool);
   pool_free(&z->gpool);
   pxr_fini(&z->rsum);
@@ -472,8 +529,10 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
   *out = NULL;
   px_zero_opts o = opts ? *opts : PX_ZERO_DEFAULTS;
   if (o.stage < 1 || o.stage > 3)
-    return px_error(PX_ERR_INVALID, "ZeRO: stage %d; expected 1 (optimizer state sharded), 2 (and gradients) "
-                    "or 3 (and parameters)", o.stage);
+    return px_error(PX_ERR_INVALID,
+                    "ZeRO: stage %d; expected 1 (optimizer state sharded), 2 (and gradients) "
+                    "or 3 (and parameters)",
+                    o.stage);
   if (o.bucket_bytes == 0) o.bucket_bytes = o.stage == 2 ? PX_ZERO2_BUCKET_BYTES : PX_ZERO1_BUCKET_BYTES;
   if (o.first_bucket_bytes > o.bucket_bytes) o.first_bucket_bytes = o.bucket_bytes;
   if (o.first_bucket_bytes == 0) o.first_bucket_bytes = o.bucket_bytes;
@@ -529,10 +588,16 @@ px_status px_zero_wrap(px_zero **out, px_model *model, px_comm *comm, const px_z
   }
   if (st == PX_OK && model->n_buffer_elems)
     st = px_comm_broadcast(comm, model->buffer_data, model->n_buffer_elems, PX_F32, o.root);
-  px_hooks h = {.user = z, .pre_forward = on_pre_forward, .post_forward = on_post_forward,
-                .pre_backward = on_pre_backward, .grads_ready = on_grads_ready};
+  px_hooks h = {.user = z,
+                .pre_forward = on_pre_forward,
+                .post_forward = on_post_forward,
+                .pre_backward = on_pre_backward,
+                .grads_ready = on_grads_ready};
   if (st == PX_OK) st = px_model_attach_hooks(model, &h, &z->hook_handle);
-  if (st != PX_OK) { zero_destroy(z); return st; }
+  if (st != PX_OK) {
+    zero_destroy(z);
+    return st;
+  }
 
   // Keep this rank's pieces; let go of what the stage shards.
   for (int g = 0; z->stage == 3 && g < z->n_groups; g++) {
@@ -566,8 +631,11 @@ px_status px_zero_free(px_zero *z) {
   // param_data (collective); stages 2-3 get a zeroed grad_data again.
   if (z->stage == 3) {
     float *params = alloc_floats(md->n_param_elems);
-    px_status g = params ? pxz_gather_into(z, params) : px_error(PX_ERR_NOMEM, "ZeRO free: cannot allocate "
-                                                                 "%zu parameters", md->n_param_elems);
+    px_status g = params ? pxz_gather_into(z, params)
+                         : px_error(PX_ERR_NOMEM,
+                                    "ZeRO free: cannot allocate "
+                                    "%zu parameters",
+                                    md->n_param_elems);
     if (g != PX_OK && st == PX_OK) st = g;
     md->param_data = params;
     for (int i = 0; i < md->n_params; i++) md->params[i]->data = params ? params + md->params[i]->offset : NULL;
@@ -618,7 +686,8 @@ px_status px_zero_optim_create(px_zero *z, px_optim **out, const px_optim_opts *
   for (int k = 0; k < n; k++)
     seg[k] = (px_optim_segment){.params = seg_params(z, flat_off[k], shard_off[k]),
                                 .grads = seg_grads(z, flat_off[k], shard_off[k]),
-                                .count = count[k], .offset = shard_off[k]};
+                                .count = count[k],
+                                .offset = shard_off[k]};
   px_status st = px_optim_create_segments(out, seg, n, z->shard_n, opts);
   free(v);
   free(seg);
@@ -627,7 +696,10 @@ px_status px_zero_optim_create(px_zero *z, px_optim **out, const px_optim_opts *
 
 /* Apply f to every segment of this rank's gradient pieces. */
 static void each_grad_segment(const px_zero *z, void (*f)(float *g, size_t n, void *user), void *user) {
-  if (z->stage >= 2) { f(z->shard_grads, z->shard_n, user); return; }  // contiguous; padding is zero
+  if (z->stage >= 2) {
+    f(z->shard_grads, z->shard_n, user);
+    return;
+  }  // contiguous; padding is zero
   for (int g = 0; g < z->n_groups; g++) {
     const zgroup *G = &z->groups[g];
     size_t lo = (size_t)z->rank * G->piece, hi = lo + G->piece < G->count ? lo + G->piece : G->count;
@@ -637,7 +709,9 @@ static void each_grad_segment(const px_zero *z, void (*f)(float *g, size_t n, vo
 
 static void scale_cb(float *g, size_t n, void *user) { px_scale(g, n, *(const float *)user); }
 static void sumsq_cb(float *g, size_t n, void *user) { *(double *)user += px_sumsq(g, n); }
-typedef struct clip_args { float total, max_norm; } clip_args;
+typedef struct clip_args {
+  float total, max_norm;
+} clip_args;
 static void clip_cb(float *g, size_t n, void *user) {
   const clip_args *a = user;
   px_clip_grad_scale(g, n, a->total, a->max_norm);

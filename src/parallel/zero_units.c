@@ -61,8 +61,8 @@ static px_status unknown_unit(const px_model *md, const char *name) {
     used += (size_t)snprintf(list + used, sizeof list - used, "%s\"%s\" (%s)", i ? ", " : "", path,
                              root->children[i]->ops->type);
   }
-  return px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" names no module of the model; its top-level modules are %s",
-                  name, used ? list : "(none: the root has no children)");
+  return px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" names no module of the model; its top-level modules are %s", name,
+                  used ? list : "(none: the root has no children)");
 }
 
 px_status pxz_build_units(px_zero *z) {
@@ -71,11 +71,17 @@ px_status pxz_build_units(px_zero *z) {
   px_module **tops = calloc((size_t)nm + 1, sizeof *tops);
   z->module_unit = calloc((size_t)nm + 1, sizeof *z->module_unit);
   z->module_home = calloc((size_t)nm + 1, sizeof *z->module_home);
-  if (!tops || !z->module_unit || !z->module_home) { free(tops); return px_error(PX_ERR_NOMEM, "ZeRO: out of memory"); }
+  if (!tops || !z->module_unit || !z->module_home) {
+    free(tops);
+    return px_error(PX_ERR_NOMEM, "ZeRO: out of memory");
+  }
   int n_tops = 0;
   // Parameters under each module (own and descendants'), for the checks.
   int *under = calloc((size_t)nm + 1, sizeof *under);
-  if (!under) { free(tops); return px_error(PX_ERR_NOMEM, "ZeRO: out of memory"); }
+  if (!under) {
+    free(tops);
+    return px_error(PX_ERR_NOMEM, "ZeRO: out of memory");
+  }
   for (int i = 0; i < md->n_params; i++)
     for (const px_module *a = md->params[i]->owner; a; a = a->parent) under[a->uid]++;
   px_status st = PX_OK;
@@ -95,32 +101,40 @@ px_status pxz_build_units(px_zero *z) {
         if (md->modules[k] != md->root && strcmp(path, name) == 0) found = md->modules[k];
       }
       if (!name[0])
-        st = px_error(PX_ERR_INVALID, "ZeRO: unit %d has an empty name; the root module is the root unit already "
-                      "(parameters outside every unit are gathered for the whole step)", u);
-      else if (!found)
-        st = unknown_unit(md, name);
+        st = px_error(PX_ERR_INVALID,
+                      "ZeRO: unit %d has an empty name; the root module is the root unit already "
+                      "(parameters outside every unit are gathered for the whole step)",
+                      u);
+      else if (!found) st = unknown_unit(md, name);
       else if (under[found->uid] == 0)
-        st = px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" (%s) holds no parameters; a unit must own something to "
-                      "shard", name, found->ops->type);
+        st = px_error(PX_ERR_INVALID,
+                      "ZeRO: unit \"%s\" (%s) holds no parameters; a unit must own something to "
+                      "shard",
+                      name, found->ops->type);
       for (int k = 0; k < n_tops && st == PX_OK; k++) {
         char other[PX_NAME_MAX];
         module_path(tops[k], other, sizeof other);
-        if (tops[k] == found)
-          st = px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" is named twice", name);
+        if (tops[k] == found) st = px_error(PX_ERR_INVALID, "ZeRO: unit \"%s\" is named twice", name);
         else if (is_ancestor(tops[k], found) || is_ancestor(found, tops[k]))
-          st = px_error(PX_ERR_INVALID, "ZeRO: units cannot nest: unit \"%s\" contains unit \"%s\"; name only one "
-                        "of them", is_ancestor(tops[k], found) ? other : name,
-                        is_ancestor(tops[k], found) ? name : other);
+          st = px_error(PX_ERR_INVALID,
+                        "ZeRO: units cannot nest: unit \"%s\" contains unit \"%s\"; name only one "
+                        "of them",
+                        is_ancestor(tops[k], found) ? other : name, is_ancestor(tops[k], found) ? name : other);
       }
       if (st == PX_OK) tops[n_tops++] = found;
     }
   }
   free(under);
-  if (st != PX_OK) { free(tops); return st; }
+  if (st != PX_OK) {
+    free(tops);
+    return st;
+  }
   // Groups in layout (pre-order) order, the root unit last.
   for (int a = 1; a < n_tops; a++)
     for (int b = a; b > 0 && tops[b]->uid < tops[b - 1]->uid; b--) {
-      px_module *t = tops[b]; tops[b] = tops[b - 1]; tops[b - 1] = t;
+      px_module *t = tops[b];
+      tops[b] = tops[b - 1];
+      tops[b - 1] = t;
     }
   const int root = n_tops;
   z->groups = calloc((size_t)n_tops + 2, sizeof *z->groups);
@@ -170,14 +184,20 @@ void pxz_start_gather(px_zero *z, int g) {
   for (int k = 0; k < z->n_groups; k++)
     if (z->groups[k].piece > most) most = z->groups[k].piece;
   G->pbuf = pxz_pool_get(&z->ppool, most * (size_t)z->size);
-  if (!G->pbuf) { pxz_fail(z, PX_ERR_NOMEM); return; }
+  if (!G->pbuf) {
+    pxz_fail(z, PX_ERR_NOMEM);
+    return;
+  }
   char label[96];
   snprintf(label, sizeof label, "ZeRO-3 step %llu, unit %d all-gather", (unsigned long long)z->model->ctx.step, g);
   px_comm_set_label(z->comm, label);
   pxz_delay(z);
   px_status st = px_comm_iallgather(z->comm, z->shard_params + G->shard_off, G->pbuf, G->piece, PX_F32, &G->ag_req);
   z->n_allgather++;
-  if (st != PX_OK) { G->ag_req = NULL; pxz_fail(z, st); }
+  if (st != PX_OK) {
+    G->ag_req = NULL;
+    pxz_fail(z, st);
+  }
   pxz_set_views(z, g, G->pbuf, false);
 }
 

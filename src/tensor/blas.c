@@ -15,7 +15,7 @@
 //
 // If OpenBLAS cannot be loaded, px_sgemm falls back to a plain C loop and
 // px_blas_info says so: slow, never wrong.
-#define _GNU_SOURCE  /* dlopen flags, setenv */
+#define _GNU_SOURCE /* dlopen flags, setenv */
 #include "plexus/tensor.h"
 #include "tensor/blas.h"
 #include "tensor/internal.h"
@@ -35,9 +35,8 @@ static char blas_note[160];
 static const char *auto_coretype(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     return "SkylakeX";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
 #endif

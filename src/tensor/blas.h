@@ -9,7 +9,7 @@ typedef void (*px_sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_T
                             float *, const int);
 
 typedef struct px_blas_table {
-  px_sgemm_fn sgemm;                 /* NULL: OpenBLAS missing, use the C loop */
+  px_sgemm_fn sgemm; /* NULL: OpenBLAS missing, use the C loop */
   void (*set_num_threads)(int);
   char *(*get_config)(void);
   char *(*get_corename)(void);

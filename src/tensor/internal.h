@@ -21,8 +21,8 @@ void px_threads_init(void);
 // relocates the program, before the sanitizer's runtime is up, and its
 // instrumented code would crash there), on other architectures, and where
 // the compiler lacks target_clones.  px_kernel_info names the choice.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
-    !defined(PX_NATIVE_BUILD) && !defined(PX_KERNEL_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && !defined(PX_NATIVE_BUILD) && \
+  !defined(PX_KERNEL_NO_CLONES)
 #define PX_KERNEL_CLONES 1
 #define PX_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -91,7 +91,10 @@ static inline float px_expf(float x) {
   // inf that e^x rounds to anyway (er·2^127·2 handles n = 128).
   int ni = (int)n;
   int half = ni >> 1;
-  union { int i; float f; } s1 = {.i = (half + 127) << 23}, s2 = {.i = (ni - half + 127) << 23};
+  union {
+    int i;
+    float f;
+  } s1 = {.i = (half + 127) << 23}, s2 = {.i = (ni - half + 127) << 23};
   float y = er * s1.f * s2.f;
   return x != x ? x : (x < lo ? 0.0f : y);
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 PX_KERNEL void px_fill(float *x, size_t n, float v) {
-  #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
   for (size_t i = 0; i < n; i++) x[i] = v;
 }
 
@@ -17,22 +17,22 @@ void px_copy(float *dst, const float *src, size_t n) {
 }
 
 PX_KERNEL void px_scale(float *x, size_t n, float a) {
-  #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
   for (size_t i = 0; i < n; i++) x[i] *= a;
 }
 
 PX_KERNEL void px_axpy(float *y, const float *x, size_t n, float a) {
-  #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
   for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 PX_KERNEL void px_add(float *out, const float *a, const float *b, size_t n) {
-  #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 PX_KERNEL void px_mul(float *out, const float *a, const float *b, size_t n) {
-  #pragma omp parallel for simd if (parallel: PX_PAR(n))
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
   for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
 
@@ -45,22 +45,20 @@ PX_KERNEL void px_mul(float *out, const float *a, const float *b, size_t n) {
 #define RED_BLOCK 4096
 #define RED_GROUP 512
 
-#define PX_BLOCK_REDUCE(TERM)                                                         \
-  double total = 0.0;                                                                 \
-  const size_t nblocks = (n + RED_BLOCK - 1) / RED_BLOCK;                             \
-  for (size_t g0 = 0; g0 < nblocks; g0 += RED_GROUP) {                                \
-    const size_t g1 = g0 + RED_GROUP < nblocks ? g0 + RED_GROUP : nblocks;            \
-    double part[RED_GROUP];                                                           \
-    _Pragma("omp parallel for schedule(static) if (PX_PAR((g1 - g0) * RED_BLOCK))")   \
-    for (size_t b = g0; b < g1; b++) {                                                \
-      const size_t i0 = b * RED_BLOCK, i1 = i0 + RED_BLOCK < n ? i0 + RED_BLOCK : n;  \
-      double s = 0.0;                                                                 \
-      _Pragma("omp simd reduction(+ : s)")                                            \
-      for (size_t i = i0; i < i1; i++) s += TERM;                                     \
-      part[b - g0] = s;                                                               \
-    }                                                                                 \
-    for (size_t b = g0; b < g1; b++) total += part[b - g0];                           \
-  }                                                                                   \
+#define PX_BLOCK_REDUCE(TERM)                                                                                          \
+  double total = 0.0;                                                                                                  \
+  const size_t nblocks = (n + RED_BLOCK - 1) / RED_BLOCK;                                                              \
+  for (size_t g0 = 0; g0 < nblocks; g0 += RED_GROUP) {                                                                 \
+    const size_t g1 = g0 + RED_GROUP < nblocks ? g0 + RED_GROUP : nblocks;                                             \
+    double part[RED_GROUP];                                                                                            \
+    _Pragma("omp parallel for schedule(static) if (PX_PAR((g1 - g0) * RED_BLOCK))") for (size_t b = g0; b < g1; b++) { \
+      const size_t i0 = b * RED_BLOCK, i1 = i0 + RED_BLOCK < n ? i0 + RED_BLOCK : n;                                   \
+      double s = 0.0;                                                                                                  \
+      _Pragma("omp simd reduction(+ : s)") for (size_t i = i0; i < i1; i++) s += TERM;                                 \
+      part[b - g0] = s;                                                                                                \
+    }                                                                                                                  \
+    for (size_t b = g0; b < g1; b++) total += part[b - g0];                                                            \
+  }                                                                                                                    \
   return total
 
 PX_KERNEL double px_sum(const float *x, size_t n) { PX_BLOCK_REDUCE((double)x[i]); }
@@ -71,7 +69,7 @@ PX_KERNEL double px_sumsq(const float *x, size_t n) { PX_BLOCK_REDUCE((double)x[
 
 PX_KERNEL float px_max_abs(const float *x, size_t n) {
   float m = 0;
-  #pragma omp parallel for simd reduction(max : m) if (parallel: PX_PAR(n))
+#pragma omp parallel for simd reduction(max : m) if (parallel : PX_PAR(n))
   for (size_t i = 0; i < n; i++) {
     float v = fabsf(x[i]);
     if (v > m) m = v;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 px_tensor px_tensor_view(void *data, px_dtype dtype, int ndim, const int64_t *shape) {
-  px_tensor t = { .dtype = dtype, .device = PX_CPU, .ndim = ndim, .data = data, .owned = false };
+  px_tensor t = {.dtype = dtype, .device = PX_CPU, .ndim = ndim, .data = data, .owned = false};
   for (int i = 0; i < ndim && i < PX_MAX_DIMS; i++) t.shape[i] = shape[i];
   return t;
 }
@@ -33,7 +33,10 @@ px_status px_tensor_new(px_tensor *out, px_dtype dtype, int ndim, const int64_t 
 
 void px_tensor_free(px_tensor *t) {
   if (t && t->owned) free(t->data);
-  if (t) { t->data = NULL; t->owned = false; }
+  if (t) {
+    t->data = NULL;
+    t->owned = false;
+  }
 }
 
 int64_t px_tensor_numel(const px_tensor *t) {

@@ -31,9 +31,9 @@
 /* 0 = not yet initialised.  Atomic: ranks of the threads backend make their
  * first kernel call at once (ThreadSanitizer reported the plain int). */
 static _Atomic int px_threads = 0;
-static _Atomic bool px_threads_explicit = false;  /* 1 or 2 above: no default applies */
-static _Atomic int px_threads_for = 0;            /* px_node_processes() the default was taken for */
-static _Atomic bool px_threads_from_env = false;  /* 2 above: a count per rank */
+static _Atomic bool px_threads_explicit = false; /* 1 or 2 above: no default applies */
+static _Atomic int px_threads_for = 0;           /* px_node_processes() the default was taken for */
+static _Atomic bool px_threads_from_env = false; /* 2 above: a count per rank */
 /* OpenMP's setting is per thread: PX_NUM_THREADS, a count per rank, is
  * applied on every thread that runs kernels (each rank of the threads
  * backend), not only on the first (the others would keep their share). */
@@ -48,7 +48,7 @@ static void apply(int n) {
 
 void px_set_num_threads(int n) {
   px_threads_explicit = true;
-  px_threads_from_env = false;  /* the program's count, for this thread (and the threads backend's split) */
+  px_threads_from_env = false; /* the program's count, for this thread (and the threads backend's split) */
   apply(n);
 }
 

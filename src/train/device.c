@@ -44,23 +44,25 @@ static px_status to_device_here(px_comm *comm, px_model *model, px_device device
     return px_error(PX_ERR_INVALID, "--precision (train.precision) %s: expected f32 or bf16", px_dtype_name(precision));
   if (device == PX_CPU) {
     if (precision == PX_BF16)
-      return px_error(PX_ERR_UNSUPPORTED, "--precision bf16 (train.precision): bf16 runs on the GPU only (--device "
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--precision bf16 (train.precision): bf16 runs on the GPU only (--device "
                       "cuda); on the CPU plexus computes in f32 (--precision f32)");
-    if (model->device != PX_CPU)
-      return px_error(PX_ERR_UNSUPPORTED, "--device cpu: this model is already on a GPU");
+    if (model->device != PX_CPU) return px_error(PX_ERR_UNSUPPORTED, "--device cpu: this model is already on a GPU");
     return PX_OK;
   }
   if (device != PX_CUDA) return px_error(PX_ERR_INVALID, "--device (train.device): unknown device %d", (int)device);
 #ifndef PX_HAVE_CUDA
   (void)comm;
-  return px_error(PX_ERR_UNSUPPORTED, "--device cuda (train.device): this plexus was built without CUDA (CMake found "
+  return px_error(PX_ERR_UNSUPPORTED,
+                  "--device cuda (train.device): this plexus was built without CUDA (CMake found "
                   "no CUDA toolkit); rebuild where nvcc and the CUDA libraries are installed, or use --device cpu");
 #else
   const int n = px_cuda_device_count();
   if (n < 1)
-    return px_error(PX_ERR_UNSUPPORTED, "--device cuda (train.device): no CUDA device is visible to this process (no "
-                    "NVIDIA GPU, or no driver%s); use --device cpu", getenv("CUDA_VISIBLE_DEVICES")
-                    ? ", or CUDA_VISIBLE_DEVICES hides them" : "");
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "--device cuda (train.device): no CUDA device is visible to this process (no "
+                    "NVIDIA GPU, or no driver%s); use --device cpu",
+                    getenv("CUDA_VISIBLE_DEVICES") ? ", or CUDA_VISIBLE_DEVICES hides them" : "");
   const int gpu = px_comm_local_rank(comm) % n;
   px_status st = px_cuda_init(gpu);
   if (st != PX_OK) return px_error_wrap(st, "--device cuda: GPU %d (local rank %d)", gpu, px_comm_local_rank(comm));
@@ -201,9 +203,7 @@ px_status px_trainer_push(px_model *model, px_optim *opt) {
   return PX_OK;
 }
 
-float *px_host_params(px_model *model) {
-  return model->device == PX_CUDA ? model->host_param_data : model->param_data;
-}
+float *px_host_params(px_model *model) { return model->device == PX_CUDA ? model->host_param_data : model->param_data; }
 
 float *px_host_buffers(px_model *model) {
   return model->device == PX_CUDA ? model->host_buffer_data : model->buffer_data;
@@ -227,9 +227,10 @@ px_status px_trainer_device_setup(px_trainer *t) {
     int32_t bad = local > n;
     TRY(px_comm_allreduce(t->comm, &bad, 1, PX_I32, PX_MAX));
     if (bad)
-      return px_error(PX_ERR_UNSUPPORTED, "--device cuda: %d ranks on %s node but %d GPU%s: data parallel over NCCL "
-                      "takes one GPU per rank; start at most as many ranks per node as it has GPUs", local,
-                      local > n ? "this" : "a", n, n == 1 ? "" : "s");
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--device cuda: %d ranks on %s node but %d GPU%s: data parallel over NCCL "
+                      "takes one GPU per rank; start at most as many ranks per node as it has GPUs",
+                      local, local > n ? "this" : "a", n, n == 1 ? "" : "s");
     px_trainer_label(t, "NCCL communicator");
     px_status st = px_comm_nccl_create(t->comm, &t->nccl);
     if (st != PX_OK) return px_error_wrap(st, "--device cuda: NCCL for data parallel over %d ranks", t->dp);

@@ -40,9 +40,8 @@ int64_t px_count_correct(const px_tensor *logits, const int32_t *y) {
 // Runs `share` (at most max_batches batches), then forward passes that
 // count for nothing until `target` passes were made; count false: all of
 // them count for nothing (a rank with an empty share).
-static px_status eval_share(px_model *model, px_dataset *share, size_t batch_size, int workers,
-                            int64_t max_batches, int64_t target, bool count, px_tp_group *tp, int vocab,
-                            double sums[3]) {
+static px_status eval_share(px_model *model, px_dataset *share, size_t batch_size, int workers, int64_t max_batches,
+                            int64_t target, bool count, px_tp_group *tp, int vocab, double sums[3]) {
   px_loader *l;
   px_loader_opts lo = PX_LOADER_DEFAULTS;
   lo.batch_size = batch_size;
@@ -160,8 +159,8 @@ px_status px_evaluate(px_comm *comm, px_model *model, px_dataset *data, size_t b
                   max_batches, out);
 }
 
-px_status px_evaluate_tp(px_mesh *mesh, int vocab, px_model *model, px_dataset *data, size_t batch_size,
-                         int workers, int64_t max_batches, px_eval_metrics *out) {
+px_status px_evaluate_tp(px_mesh *mesh, int vocab, px_model *model, px_dataset *data, size_t batch_size, int workers,
+                         int64_t max_batches, px_eval_metrics *out) {
   return evaluate(mesh->world_comm, mesh->dp_rank, mesh->dp, mesh->dp_comm, &mesh->tp_group, vocab, model, data,
                   batch_size, workers, max_batches, out);
 }

@@ -7,51 +7,51 @@
 
 /* A micro-batch's device copy (device.c): buffers grown as needed. */
 typedef struct px_dev_batch {
-  void  *x, *y;
-  size_t x_bytes, y_bytes;  /* allocated */
+  void *x, *y;
+  size_t x_bytes, y_bytes; /* allocated */
 } px_dev_batch;
 
 typedef struct px_trainer {
-  px_comm       *comm;
-  int            rank, world;
-  px_model      *model;
-  px_ddp        *ddp;      /* NULL in a world of one, and under ZeRO */
-  px_zero       *zero;     /* ZeRO stage >= 1 (o.zero.stage), else NULL */
-  float         *shard_params, *shard_grads; /* DDP: the whole flat buffers; ZeRO: px_zero_shard's */
-  size_t         shard_n;                     /* (NULL where the pieces lie in place) */
-  px_optim      *opt;
-  px_loader     *loader;
-  px_dataset    *train, *val;
-  px_train_opts  o;
-  px_logger     *log;
+  px_comm *comm;
+  int rank, world;
+  px_model *model;
+  px_ddp *ddp;                       /* NULL in a world of one, and under ZeRO */
+  px_zero *zero;                     /* ZeRO stage >= 1 (o.zero.stage), else NULL */
+  float *shard_params, *shard_grads; /* DDP: the whole flat buffers; ZeRO: px_zero_shard's */
+  size_t shard_n;                    /* (NULL where the pieces lie in place) */
+  px_optim *opt;
+  px_loader *loader;
+  px_dataset *train, *val;
+  px_train_opts o;
+  px_logger *log;
   /* Data parallel over dp_comm: comm itself, or a tensor-parallel mesh's
    * dp communicator (o.mesh); dp ranks, this rank's index among them. */
-  px_comm       *dp_comm;
-  int            dp, dp_rank;
+  px_comm *dp_comm;
+  int dp, dp_rank;
 
-  size_t   batches_per_epoch;  /* per rank */
-  int64_t  steps_per_epoch;
-  int64_t  total_steps;
-  int64_t  end_step;           /* this call ends here: total_steps, or stop_at_step */
-  bool     stopped;
+  size_t batches_per_epoch; /* per rank */
+  int64_t steps_per_epoch;
+  int64_t total_steps;
+  int64_t end_step; /* this call ends here: total_steps, or stop_at_step */
+  bool stopped;
   /* Position: the next optimizer step, and where its first micro-batch is. */
-  int64_t  step;
+  int64_t step;
   uint64_t epoch;
-  size_t   next_batch;
-  int64_t  start_step;
+  size_t next_batch;
+  int64_t start_step;
   uint64_t epochs_done;
 
-  int64_t  last_eval_step;     /* -1: none yet */
-  int64_t  last_ckpt_step;
+  int64_t last_eval_step; /* -1: none yet */
+  int64_t last_ckpt_step;
   px_eval_metrics last_eval;
-  char     last_checkpoint[512];
+  char last_checkpoint[512];
   /* Resume, between its two halves under ZeRO (px_trainer_resume_shards). */
-  bool     resumed;
-  int64_t  resume_optimizer_step;
+  bool resumed;
+  int64_t resume_optimizer_step;
   /* o.device PX_CUDA: DDP's communicator over NCCL (owned; NULL in a world
    * of one), and the micro-batch's device copy. */
-  px_comm       *nccl;
-  px_dev_batch   staged;
+  px_comm *nccl;
+  px_dev_batch staged;
 } px_trainer;
 
 /* ---- The device (device.c) ----------------------------------------------------
@@ -117,8 +117,8 @@ px_status px_trainer_resume_tp_shards(px_trainer *t);
  * bases[s] non-NULL (bases may be NULL): their boxes are copied in. */
 typedef struct px_box_pieces {
   px_tensor_piece *pc;
-  int              n, per_src;
-  float           *block;
+  int n, per_src;
+  float *block;
 } px_box_pieces;
 px_status px_box_pieces_build(const px_model *md, int n_src, const char *const *prefixes, const float *const *bases,
                               bool replicated, const char *skip, px_box_pieces *f);
@@ -126,8 +126,8 @@ void px_box_pieces_free(px_box_pieces *f);
 /* Copy between a flat buffer laid out as md's parameters and per_src pieces
  * built with the same replicated and skip: to_pieces from base_in, else
  * into base_out (a column block lies strided in the buffer). */
-void px_box_pieces_move(const px_model *md, const float *base_in, float *base_out, px_tensor_piece *pc,
-                        bool replicated, const char *skip, bool to_pieces);
+void px_box_pieces_move(const px_model *md, const float *base_in, float *base_out, px_tensor_piece *pc, bool replicated,
+                        const char *skip, bool to_pieces);
 /* The optimizer's state slots (at most cap): their names as key prefixes
  * ("exp_avg."), into prefixes and pp, and their arrays into bases. */
 #define PX_MAX_OPTIM_SLOTS 8
@@ -138,8 +138,8 @@ void px_box_pieces_move(const px_model *md, const float *base_in, float *base_ou
  * copy).  replicated and skip as px_box_pieces_build's.  Appended to *all
  * (*n pieces, room for *cap; realloc'ed). */
 px_status px_range_box_pieces(const px_model *md, int n_seg, const size_t *flat_off, const size_t *shard_off,
-                              const size_t *count, const char *prefix, float *base, bool replicated,
-                              const char *skip, px_tensor_piece **all, int *n, int *cap);
+                              const size_t *count, const char *prefix, float *base, bool replicated, const char *skip,
+                              px_tensor_piece **all, int *n, int *cap);
 int px_optim_slot_sources(px_optim *o, char prefixes[][64], const char *pp[], float *bases[], int cap);
 
 /* After a rank's part of a load (status st): one all-reduce so that every
@@ -150,8 +150,8 @@ px_status px_trainer_agree_loaded(px_trainer *t, px_status st, const char *what,
 
 /* px_evaluate for a tensor-parallel model (evaluate.c): the split is
  * shared over the mesh's dp ranks, the loss is px_tp_cross_entropy. */
-px_status px_evaluate_tp(px_mesh *mesh, int vocab, px_model *model, px_dataset *data, size_t batch_size,
-                         int workers, int64_t max_batches, px_eval_metrics *out);
+px_status px_evaluate_tp(px_mesh *mesh, int vocab, px_model *model, px_dataset *data, size_t batch_size, int workers,
+                         int64_t max_batches, px_eval_metrics *out);
 
 /* Memory per rank (memory.c): this rank's figures, their maximum over
  * the ranks and the largest peak RSS (collective). */

@@ -50,12 +50,15 @@ px_status px_trainer_memory(px_trainer *t, px_zero_memory *mine, px_zero_memory 
   }
   // The optimizer's state is the caller's to count (parallel.h).
   mine->optim_state = t->opt ? (size_t)t->opt->n_state * t->opt->n * sizeof(float) : 0;
-  int64_t v[6] = {(int64_t)mine->params, (int64_t)mine->grads, (int64_t)mine->optim_state,
+  int64_t v[6] = {(int64_t)mine->params,   (int64_t)mine->grads,      (int64_t)mine->optim_state,
                   (int64_t)mine->gathered, (int64_t)mine->arena_peak, (int64_t)px_train_peak_rss()};
   px_status st = px_comm_allreduce(t->comm, v, 6, PX_I64, PX_MAX);
   if (st != PX_OK) return st;
-  *max = (px_zero_memory){.params = (size_t)v[0], .grads = (size_t)v[1], .optim_state = (size_t)v[2],
-                          .gathered = (size_t)v[3], .arena_peak = (size_t)v[4]};
+  *max = (px_zero_memory){.params = (size_t)v[0],
+                          .grads = (size_t)v[1],
+                          .optim_state = (size_t)v[2],
+                          .gathered = (size_t)v[3],
+                          .arena_peak = (size_t)v[4]};
   *peak_rss = (size_t)v[5];
   return PX_OK;
 }

@@ -242,7 +242,8 @@ static char *state_json(px_trainer *t) {
   if (dep) {
     cJSON_AddStringToObject(dep, "next_batch", "counts steps of world_size x batch_size x accum_steps samples");
     cJSON_AddStringToObject(dep, "forward_count", "dropout masks are drawn per rank");
-    cJSON_AddStringToObject(dep, "files", "model.rank*, optim.rank*: pieces of named tensors; metadata.json lists "
+    cJSON_AddStringToObject(dep, "files",
+                            "model.rank*, optim.rank*: pieces of named tensors; metadata.json lists "
                             "where each is, and any layout loads them");
   }
   if (t->val && t->last_eval_step == t->step) {
@@ -286,12 +287,11 @@ static px_status save_sharded(px_trainer *t) {
   if (st == PX_OK && stage < 3 && t->rank == 0) st = px_model_state_dict(t->model, &msd);
   if (st == PX_OK && t->rank == 0 && !(json = state_json(t)))
     st = px_error(PX_ERR_NOMEM, "checkpoint: out of memory for state.json");
-  const px_kv optim_meta[8] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson},
-                               {"optimizer", kind}, {"optimizer_step", step}, {"zero_stage", stage_s},
-                               {"world_size", world_s}, {"rank", rank_s}};
-  const px_kv model_pieces_meta[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION},
-                                      {"pieces", pjson}, {"zero_stage", stage_s}, {"world_size", world_s},
-                                      {"rank", rank_s}};
+  const px_kv optim_meta[8] =
+    {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson},       {"optimizer", kind},
+     {"optimizer_step", step},     {"zero_stage", stage_s},        {"world_size", world_s}, {"rank", rank_s}};
+  const px_kv model_pieces_meta[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", pjson},
+                                      {"zero_stage", stage_s},      {"world_size", world_s},        {"rank", rank_s}};
   const px_kv model_meta[1] = {{"format", "pt"}};
   px_ckpt_item items[4];
   int n = 0;
@@ -300,7 +300,8 @@ static px_status save_sharded(px_trainer *t) {
   if (stage == 3)
     items[n++] = (px_ckpt_item){.name = model_file, .tensors = &psd, .metadata = model_pieces_meta, .n_metadata = 6};
   items[n++] = (px_ckpt_item){.name = optim_file, .tensors = &osd, .metadata = optim_meta, .n_metadata = 8};
-  if (t->rank == 0) items[n++] = (px_ckpt_item){.name = "state.json", .bytes = json, .n_bytes = json ? strlen(json) : 0};
+  if (t->rank == 0)
+    items[n++] = (px_ckpt_item){.name = "state.json", .bytes = json, .n_bytes = json ? strlen(json) : 0};
   // A rank that failed above still takes part, with no items, so that the
   // others do not wait; the flag makes the write fail everywhere.
   int32_t bad = st != PX_OK;
@@ -444,23 +445,27 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
   const int64_t ck_stage = sf.zero_stage, ck_dp = sf.mesh_dp, ck_tp = sf.mesh_tp;
   const int stage = t->o.zero.stage;
   if (!sf.has_optimizer || strcmp(sf.optimizer, optim_name(t->o.optim.kind)) != 0)
-    st = px_error(PX_ERR_INVALID, "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry over)",
-                  path, sf.has_optimizer ? sf.optimizer : "?", optim_name(t->o.optim.kind));
+    st = px_error(PX_ERR_INVALID,
+                  "checkpoint %s: saved with optimizer %s; this run uses %s (its state cannot carry over)", path,
+                  sf.has_optimizer ? sf.optimizer : "?", optim_name(t->o.optim.kind));
   // Any saved layout loads into this one (DESIGN decision 8): every load
   // below intersects the saved pieces with the pieces this rank needs.
   const int tp = t->o.mesh ? t->o.mesh->tp : 1;
   if (st == PX_OK && (ck_stage != stage || world != t->world || ck_tp != tp)) {
     char a[48], b[48];
     size_t m = strlen(note);
-    snprintf(note + m, note_cap - m, "%sresume: checkpoint saved by %s on %lld rank(s) (tp %lld); this run is %s on "
-             "%d rank(s) (tp %d): its tensors are resharded (loaded by intersecting pieces)", m ? "\n" : "",
-             layout_name((int)ck_stage, a, sizeof a), (long long)world, (long long)ck_tp,
+    snprintf(note + m, note_cap - m,
+             "%sresume: checkpoint saved by %s on %lld rank(s) (tp %lld); this run is %s on "
+             "%d rank(s) (tp %d): its tensors are resharded (loaded by intersecting pieces)",
+             m ? "\n" : "", layout_name((int)ck_stage, a, sizeof a), (long long)world, (long long)ck_tp,
              layout_name(stage, b, sizeof b), t->world, tp);
   }
   world = ck_dp;  // from here on: the ranks the data was sharded over
   if (st == PX_OK && (size_t)params != global_param_count(t))
-    st = px_error(PX_ERR_INVALID, "checkpoint %s: saved from a model of %lld parameters; this model has %zu (another "
-                  "model or size?)", path, (long long)params, global_param_count(t));
+    st = px_error(PX_ERR_INVALID,
+                  "checkpoint %s: saved from a model of %lld parameters; this model has %zu (another "
+                  "model or size?)",
+                  path, (long long)params, global_param_count(t));
   if (st != PX_OK) return st;
 
   // Rank 0 holds the whole model before the wrap (which hands every rank
@@ -503,24 +508,26 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
       snprintf(note + m, note_cap - m,
                "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld, this run on %d × %zu "
                "× %d: the same global batch (%zu), so the same samples in each step and the same step count; batch "
-               "%lld of epoch %lld is next", m ? "\n" : "", (long long)world, (long long)batch, (long long)accum,
-               t->dp, t->o.batch_size, t->o.accum_steps, g_new, (long long)pos->next_batch,
-               (long long)pos->epoch + 1);
+               "%lld of epoch %lld is next",
+               m ? "\n" : "", (long long)world, (long long)batch, (long long)accum, t->dp, t->o.batch_size,
+               t->o.accum_steps, g_new, (long long)pos->next_batch, (long long)pos->epoch + 1);
     } else {
       // The steps so far, counted in this run's steps, so that the end of
       // an epoch-long run and the schedule fall where the samples put them.
       const int64_t old_step = pos->step;
       if (t->o.max_steps == 0)
         pos->step = pos->epoch * t->steps_per_epoch +
-                    (int64_t)(((size_t)pos->next_batch + (size_t)t->o.accum_steps - 1) / (size_t)t->o.accum_steps);
+          (int64_t)(((size_t)pos->next_batch + (size_t)t->o.accum_steps - 1) / (size_t)t->o.accum_steps);
       snprintf(note + m, note_cap - m,
                "%sresume: the checkpoint ran on %lld rank(s) × batch %lld × accumulation %lld (global batch %zu), "
                "this run on %d × %zu × %d (global batch %zu): training goes on from the same sample count (%zu "
-               "samples into epoch %lld), not on the same trajectory; %s", m ? "\n" : "", (long long)world,
-               (long long)batch, (long long)accum, g_old, t->dp, t->o.batch_size, t->o.accum_steps, g_new,
-               (size_t)pos->next_batch * t->o.batch_size * (size_t)t->dp, (long long)pos->epoch + 1,
-               t->o.max_steps == 0 ? "the step counter is counted in this run's steps" : "the step counter stays "
-               "(the run's length is --steps)");
+               "samples into epoch %lld), not on the same trajectory; %s",
+               m ? "\n" : "", (long long)world, (long long)batch, (long long)accum, g_old, t->dp, t->o.batch_size,
+               t->o.accum_steps, g_new, (size_t)pos->next_batch * t->o.batch_size * (size_t)t->dp,
+               (long long)pos->epoch + 1,
+               t->o.max_steps == 0 ? "the step counter is counted in this run's steps"
+                                   : "the step counter stays "
+                                     "(the run's length is --steps)");
       if (t->o.max_steps == 0 && pos->step != old_step) {
         m = strlen(note);
         snprintf(note + m, note_cap - m, ": step %lld is step %lld here", (long long)old_step, (long long)pos->step);
@@ -534,7 +541,7 @@ static px_status load_on_root(px_trainer *t, resume_pos *pos, char *path, size_t
 // Rank 0's status and message, on every rank.
 typedef struct shared_status {
   int32_t status;
-  char    msg[1020];
+  char msg[1020];
 } shared_status;
 
 px_status px_trainer_resume(px_trainer *t, bool *resumed) {
@@ -575,7 +582,7 @@ px_status px_trainer_resume(px_trainer *t, bool *resumed) {
           return cst;
     } else if (t->opt->n_state &&
                (cst = px_comm_broadcast(t->comm, t->opt->state, (size_t)t->opt->n_state * t->opt->n, PX_F32, 0)) !=
-                   PX_OK) {
+                 PX_OK) {
       return cst;
     }
     if ((cst = px_trainer_push(md, t->opt)) != PX_OK) return cst;
@@ -647,8 +654,7 @@ px_status px_train_load_weights(px_model *model, const char *path, char *resolve
     char why[512];
     snprintf(why, sizeof why, "%s", px_last_error());
     st = px_checkpoint_latest(path, ck, sizeof ck, note, sizeof note);
-    if (st != PX_OK)
-      return px_error(st, "%s is neither a good checkpoint (%s) nor a directory holding one", path, why);
+    if (st != PX_OK) return px_error(st, "%s is neither a good checkpoint (%s) nor a directory holding one", path, why);
   }
   px_state_dict sd;
   st = px_model_state_dict(model, &sd);

@@ -19,8 +19,8 @@ static px_status json_int(const cJSON *j, const char *key, const char *path, int
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
   if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble > MAX_EXACT ||
       v->valuedouble != floor(v->valuedouble))
-    return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json: \"%s\" is missing or not a non-negative integer",
-                    path, key);
+    return px_error(PX_ERR_FORMAT, "checkpoint %s: state.json: \"%s\" is missing or not a non-negative integer", path,
+                    key);
   *out = (int64_t)v->valuedouble;
   return PX_OK;
 }
@@ -33,8 +33,8 @@ px_status px_train_state_parse(const void *bytes, size_t n, const char *path, px
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
   const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
   if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, PX_TRAIN_STATE_FORMAT) != 0 || !cJSON_IsNumber(ver))
-    st = px_error(PX_ERR_FORMAT, "checkpoint %s: state.json is not a plexus training state (\"format\": \"%s\")",
-                  path, PX_TRAIN_STATE_FORMAT);
+    st = px_error(PX_ERR_FORMAT, "checkpoint %s: state.json is not a plexus training state (\"format\": \"%s\")", path,
+                  PX_TRAIN_STATE_FORMAT);
   else if (ver->valueint != PX_TRAIN_STATE_VERSION)
     st = px_error(PX_ERR_FORMAT, "checkpoint %s: state.json has version %d; this plexus reads version %d", path,
                   ver->valueint, PX_TRAIN_STATE_VERSION);

@@ -69,10 +69,10 @@ static const char *optim_kind(const px_optim *o) {
 // the optimizer's slots (optim), in two lists.  Each chunk's data blocks are
 // kept in blocks[] until the write is done.
 typedef struct rank_pieces {
-  px_box_pieces   *blocks;  // [2 · chunks]
-  int              n_blocks;
+  px_box_pieces *blocks;  // [2 · chunks]
+  int n_blocks;
   px_tensor_piece *model, *optim;
-  int              n_model, n_optim;
+  int n_model, n_optim;
 } rank_pieces;
 
 static void rank_pieces_free(rank_pieces *r) {
@@ -109,8 +109,8 @@ static px_status slice_pieces(px_pp *pp, int c, bool replicated, const char *ski
   const size_t zero = 0;
   px_status st = PX_OK;
   for (int k = 0; k < slots && st == PX_OK; k++)
-    st = px_range_box_pieces(px_pp_chunk_model(pp, c), 1, &off, &zero, &len, pfx[k], bases[k], replicated, skip, all,
-                             n, cap);
+    st = px_range_box_pieces(px_pp_chunk_model(pp, c), 1, &off, &zero, &len, pfx[k], bases[k], replicated, skip, all, n,
+                             cap);
   return st;
 }
 
@@ -160,8 +160,8 @@ static px_status collect(px_pp *pp, bool writes, bool replicated, rank_pieces *r
   return st;
 }
 
-px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, bool replicated, const char *dir,
-                                int64_t step, int keep_last, const char *state_json, char *path_out, size_t cap) {
+px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, bool replicated, const char *dir, int64_t step,
+                                int keep_last, const char *state_json, char *path_out, size_t cap) {
   const int rank = px_comm_rank(comm), world = px_comm_size(comm);
   rank_pieces rp = {0};
   px_state_dict msd = {0}, osd = {0};
@@ -191,11 +191,15 @@ px_status px_pp_checkpoint_save(px_comm *comm, px_pp *pp, bool writes, bool repl
     const px_optim *o = px_pp_chunk_optim(pp, 0);
     snprintf(opt_step, sizeof opt_step, "%lld", o ? (long long)o->step : 0LL);
     if (o) snprintf(kind, sizeof kind, "%s", optim_kind(o));
-    const px_kv mmeta[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", mjson},
-                            {"world_size", world_s}, {"rank", rank_s}, {"pipeline_stages", stage_s}};
-    const px_kv ometa[8] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson},
-                            {"optimizer", kind}, {"optimizer_step", opt_step}, {"world_size", world_s},
-                            {"rank", rank_s}, {"pipeline_stages", stage_s}};
+    const px_kv mmeta[6] = {{"format", PX_PIECES_FORMAT},
+                            {"version", PX_PIECES_VERSION},
+                            {"pieces", mjson},
+                            {"world_size", world_s},
+                            {"rank", rank_s},
+                            {"pipeline_stages", stage_s}};
+    const px_kv ometa[8] =
+      {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson}, {"optimizer", kind},
+       {"optimizer_step", opt_step}, {"world_size", world_s},        {"rank", rank_s},  {"pipeline_stages", stage_s}};
     px_ckpt_item items[3];
     int n = 0;
     if (writes) items[n++] = (px_ckpt_item){.name = names[0], .tensors = &msd, .metadata = mmeta, .n_metadata = 6};

@@ -93,8 +93,8 @@ static px_status box_pieces(const px_model *md, const char *prefix, bool replica
 
 // Copy between a parameter's storage in `base` (the flat buffer) and its
 // pieces' box-ordered data: to_pieces for saving, back after loading.
-void px_box_pieces_move(const px_model *md, const float *base_in, float *base_out, px_tensor_piece *pc,
-                        bool replicated, const char *skip, bool to_pieces) {
+void px_box_pieces_move(const px_model *md, const float *base_in, float *base_out, px_tensor_piece *pc, bool replicated,
+                        const char *skip, bool to_pieces) {
   int k = 0;
   for (int i = 0; i < md->n_params; i++) {
     const px_param *p = md->params[i];
@@ -189,7 +189,6 @@ int px_optim_slot_sources(px_optim *o, char prefixes[][64], const char *pp[], fl
   return slots;
 }
 
-
 // Pieces of flat ranges of a model's parameter buffer (a ZeRO shard): range
 // k is [flat_off[k], + count[k]) of md's flat layout, its data at
 // base + shard_off[k].  Within one parameter a flat range is a flat range
@@ -198,8 +197,8 @@ int px_optim_slot_sources(px_optim *o, char prefixes[][64], const char *pp[], fl
 // pieces point into base: nothing is copied, for saving or loading.
 // Replicated parameters only when asked; `skip` (may be NULL) left out.
 px_status px_range_box_pieces(const px_model *md, int n_seg, const size_t *flat_off, const size_t *shard_off,
-                              const size_t *count, const char *prefix, float *base, bool replicated,
-                              const char *skip, px_tensor_piece **all, int *n, int *cap) {
+                              const size_t *count, const char *prefix, float *base, bool replicated, const char *skip,
+                              px_tensor_piece **all, int *n, int *cap) {
   px_status st = PX_OK;
   for (int k = 0; k < n_seg && st == PX_OK; k++) {
     const size_t lo = flat_off[k], hi = flat_off[k] + count[k];
@@ -328,7 +327,8 @@ px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
     if (st == PX_OK && slots > 0 && !t->zero)
       st = px_box_pieces_build(t->model, slots, pp, (const float *const *)bases, replicated, NULL, &op);
   }
-  if (st == PX_OK && slots > 0 && t->zero) st = shard_slot_pieces(t, replicated, &op.pc, &op.n);  // every rank its shard
+  if (st == PX_OK && slots > 0 && t->zero)
+    st = shard_slot_pieces(t, replicated, &op.pc, &op.n);  // every rank its shard
   if (st == PX_OK && slots > 0 && (t->zero || writes)) st = px_pieces_state_dict(op.pc, op.n, &osd, &ojson);
   // Every rank learns whether all could build their pieces: none writes a
   // checkpoint with a rank's files missing.
@@ -341,17 +341,20 @@ px_status px_trainer_save_tp(px_trainer *t, const char *state_json) {
     snprintf(names[0], sizeof names[0], "model.rank%05d-of-%05d.safetensors", mesh->tp_rank, mesh->tp);
     if (t->zero)  // every rank's shard of its tp rank's boxes
       snprintf(names[1], sizeof names[1], "optim.rank%05d-of-%05d.safetensors", t->rank, t->world);
-    else
-      snprintf(names[1], sizeof names[1], "optim.rank%05d-of-%05d.safetensors", mesh->tp_rank, mesh->tp);
+    else snprintf(names[1], sizeof names[1], "optim.rank%05d-of-%05d.safetensors", mesh->tp_rank, mesh->tp);
     snprintf(tp_s, sizeof tp_s, "%d", mesh->tp);
     snprintf(rank_s, sizeof rank_s, "%d", mesh->tp_rank);
     snprintf(kind, sizeof kind, "%s",
-             t->opt->opts.kind == PX_OPTIM_SGD ? "sgd" : t->opt->opts.kind == PX_OPTIM_ADAM ? "adam" : "adamw");
+             t->opt->opts.kind == PX_OPTIM_SGD      ? "sgd"
+               : t->opt->opts.kind == PX_OPTIM_ADAM ? "adam"
+                                                    : "adamw");
     snprintf(step, sizeof step, "%lld", (long long)t->opt->step);
-    const px_kv mmeta[4] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", mjson},
+    const px_kv mmeta[4] = {{"format", PX_PIECES_FORMAT},
+                            {"version", PX_PIECES_VERSION},
+                            {"pieces", mjson},
                             {"tp_size", tp_s}};
     const px_kv ometa[6] = {{"format", PX_PIECES_FORMAT}, {"version", PX_PIECES_VERSION}, {"pieces", ojson},
-                            {"optimizer", kind}, {"optimizer_step", step}, {"tp_size", tp_s}};
+                            {"optimizer", kind},          {"optimizer_step", step},       {"tp_size", tp_s}};
     (void)rank_s;
     px_ckpt_item items[3];
     int n = 0;

@@ -26,9 +26,11 @@
 
 static px_status check_opts(const px_train_opts *o) {
   if (o->batch_size < 1) return px_error(PX_ERR_INVALID, "train: batch_size must be at least 1");
-  if (o->accum_steps < 1) return px_error(PX_ERR_INVALID, "train: accum_steps must be at least 1, got %d", o->accum_steps);
+  if (o->accum_steps < 1)
+    return px_error(PX_ERR_INVALID, "train: accum_steps must be at least 1, got %d", o->accum_steps);
   if (o->stop_at_step < 0) return px_error(PX_ERR_INVALID, "train: stop_at_step must be >= 0");
-  if (o->max_steps < 0) return px_error(PX_ERR_INVALID, "train: max_steps must be >= 0, got %lld", (long long)o->max_steps);
+  if (o->max_steps < 0)
+    return px_error(PX_ERR_INVALID, "train: max_steps must be >= 0, got %lld", (long long)o->max_steps);
   if (o->max_steps == 0 && o->epochs < 1)
     return px_error(PX_ERR_INVALID, "train: give epochs >= 1 or max_steps >= 1 (got epochs %lld, max_steps 0)",
                     (long long)o->epochs);
@@ -37,37 +39,50 @@ static px_status check_opts(const px_train_opts *o) {
   if (o->keep_last < 0) return px_error(PX_ERR_INVALID, "train: keep_last must be >= 0, got %d", o->keep_last);
   if (!(o->clip_grad_norm >= 0.0f)) return px_error(PX_ERR_INVALID, "train: clip_grad_norm must be >= 0");
   if (o->zero.stage < 0 || o->zero.stage > 3)
-    return px_error(PX_ERR_INVALID, "train: zero.stage is %d; expected 0 (DDP), 1 (optimizer state sharded), 2 (and "
-                    "gradients) or 3 (and parameters)", o->zero.stage);
+    return px_error(PX_ERR_INVALID,
+                    "train: zero.stage is %d; expected 0 (DDP), 1 (optimizer state sharded), 2 (and "
+                    "gradients) or 3 (and parameters)",
+                    o->zero.stage);
   if (o->mesh && o->zero.stage == 3)
-    return px_error(PX_ERR_UNSUPPORTED, "train: ZeRO stage 3 over the dp ranks of a tensor-parallel mesh is not "
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "train: ZeRO stage 3 over the dp ranks of a tensor-parallel mesh is not "
                     "built; use zero.stage 1 or 2 with tensor parallelism");
   if (o->mesh && o->label_smoothing != 0.0f)
-    return px_error(PX_ERR_UNSUPPORTED, "train: label smoothing with tensor parallelism (the vocabulary-parallel "
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "train: label smoothing with tensor parallelism (the vocabulary-parallel "
                     "loss has none)");
   if (o->mesh && o->tp_vocab < 1)
     return px_error(PX_ERR_INVALID, "train: a tensor-parallel run needs tp_vocab, the global vocabulary size");
   if (o->resume && !o->ckpt_dir && strcmp(o->resume, "auto") == 0)
     return px_error(PX_ERR_INVALID, "train: resume \"auto\" needs a checkpoint directory (ckpt_dir)");
   if (!(o->loss_spike_factor == 0.0 || (o->loss_spike_factor > 1.0 && isfinite(o->loss_spike_factor))))
-    return px_error(PX_ERR_INVALID, "train: loss_spike_factor is %g; expected 0 (off) or a finite factor above 1 (a "
-                    "factor of 1 or less would stop on ordinary noise)", o->loss_spike_factor);
+    return px_error(PX_ERR_INVALID,
+                    "train: loss_spike_factor is %g; expected 0 (off) or a finite factor above 1 (a "
+                    "factor of 1 or less would stop on ordinary noise)",
+                    o->loss_spike_factor);
   if (o->device != PX_CPU && o->device != PX_CUDA)
     return px_error(PX_ERR_INVALID, "train: device %d; expected PX_CPU or PX_CUDA", (int)o->device);
   if (o->precision != PX_F32 && o->precision != PX_BF16)
-    return px_error(PX_ERR_INVALID, "train: precision %s; expected f32 or bf16 (--precision)", px_dtype_name(o->precision));
+    return px_error(PX_ERR_INVALID, "train: precision %s; expected f32 or bf16 (--precision)",
+                    px_dtype_name(o->precision));
   if (o->precision == PX_BF16 && o->device != PX_CUDA)
-    return px_error(PX_ERR_UNSUPPORTED, "train: --precision bf16 runs on the GPU only (--device cuda); on the CPU "
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "train: --precision bf16 runs on the GPU only (--device cuda); on the CPU "
                     "plexus computes in f32 (--precision f32)");
   if (o->device == PX_CUDA && o->zero.stage > 0)
-    return px_error(PX_ERR_UNSUPPORTED, "train: --zero %d (ZeRO) with --device cuda is not built: on GPUs plexus "
-                    "trains data parallel with DDP over NCCL (--zero 0)", o->zero.stage);
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "train: --zero %d (ZeRO) with --device cuda is not built: on GPUs plexus "
+                    "trains data parallel with DDP over NCCL (--zero 0)",
+                    o->zero.stage);
   if (o->device == PX_CUDA && o->mesh)
-    return px_error(PX_ERR_UNSUPPORTED, "train: tensor parallelism (--tp, a device mesh) with --device cuda is not "
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "train: tensor parallelism (--tp, a device mesh) with --device cuda is not "
                     "built: on GPUs plexus trains data parallel with DDP over NCCL");
   if (o->loss_spike_factor > 0.0 && o->loss_spike_warmup < 1)
-    return px_error(PX_ERR_INVALID, "train: loss_spike_warmup is %lld; the loss-spike guard needs at least 1 step "
-                    "to form the running mean", (long long)o->loss_spike_warmup);
+    return px_error(PX_ERR_INVALID,
+                    "train: loss_spike_warmup is %lld; the loss-spike guard needs at least 1 step "
+                    "to form the running mean",
+                    (long long)o->loss_spike_warmup);
   return PX_OK;
 }
 
@@ -79,7 +94,8 @@ px_status px_train_total_steps(const px_train_opts *o, size_t batches_per_epoch,
     return px_error(PX_ERR_INVALID, "train: %zu steps per epoch do not fit in a 64-bit step count", per_epoch);
   int64_t total = o->max_steps;
   if (total <= 0 && __builtin_mul_overflow(o->epochs, (int64_t)per_epoch, &total))
-    return px_error(PX_ERR_INVALID, "train: epochs %lld × %zu steps per epoch is more than %lld steps (a 64-bit "
+    return px_error(PX_ERR_INVALID,
+                    "train: epochs %lld × %zu steps per epoch is more than %lld steps (a 64-bit "
                     "count would wrap): give fewer epochs, or the steps (max_steps, --steps)",
                     (long long)o->epochs, per_epoch, (long long)INT64_MAX);
   if (steps_per_epoch) *steps_per_epoch = (int64_t)per_epoch;
@@ -91,9 +107,10 @@ px_status px_train_schedule(const px_train_opts *o, int64_t total_steps, px_lr_s
   *out = o->schedule;
   // Bits, not ==: a NaN in either is a mismatch too.
   if (o->schedule.base_lr != 0.0f && memcmp(&o->schedule.base_lr, &o->optim.lr, sizeof(float)) != 0)
-    return px_error(PX_ERR_INVALID, "train: schedule.base_lr is %g but optim.lr is %g: the base learning rate has one "
-                    "source, optim.lr (--lr); leave schedule.base_lr 0", (double)o->schedule.base_lr,
-                    (double)o->optim.lr);
+    return px_error(PX_ERR_INVALID,
+                    "train: schedule.base_lr is %g but optim.lr is %g: the base learning rate has one "
+                    "source, optim.lr (--lr); leave schedule.base_lr 0",
+                    (double)o->schedule.base_lr, (double)o->optim.lr);
   out->base_lr = o->optim.lr;
   if (out->total_steps == 0) out->total_steps = total_steps;
   return PX_OK;
@@ -115,8 +132,7 @@ static px_status loss_of(const px_trainer *t, const px_tensor *logits, const px_
                     px_shape_str(logits->ndim, logits->shape, a, sizeof a), px_dtype_name(b->y.dtype),
                     px_shape_str(b->y.ndim, b->y.shape, c, sizeof c));
   }
-  if (t->o.mesh)
-    return px_tp_cross_entropy(&t->o.mesh->tp_group, logits, t->o.tp_vocab, targets, -100, loss, dlogits);
+  if (t->o.mesh) return px_tp_cross_entropy(&t->o.mesh->tp_group, logits, t->o.tp_vocab, targets, -100, loss, dlogits);
   return px_cross_entropy_loss(logits, targets, ce, loss, dlogits);
 }
 
@@ -125,8 +141,8 @@ static px_status run_eval(px_trainer *t) {
   px_eval_metrics m;
   size_t bs = t->o.eval_batch_size ? t->o.eval_batch_size : t->o.batch_size;
   px_trainer_label(t, "evaluation");
-  if (t->o.mesh) TRY(px_evaluate_tp(t->o.mesh, t->o.tp_vocab, t->model, t->val, bs, t->o.workers,
-                                    t->o.eval_max_batches, &m));
+  if (t->o.mesh)
+    TRY(px_evaluate_tp(t->o.mesh, t->o.tp_vocab, t->model, t->val, bs, t->o.workers, t->o.eval_max_batches, &m));
   else TRY(px_evaluate(t->comm, t->model, t->val, bs, t->o.workers, t->o.eval_max_batches, &m));
   m.step = t->step;
   // At an epoch's end t->epoch counts the epochs done; mid-epoch
@@ -154,9 +170,11 @@ static bool due(int64_t step, int64_t every) { return every > 0 && step % every 
 // after the all-reduce), so every rank stops here, before the update.
 static px_status check_norm(const px_trainer *t, double norm) {
   if (isfinite(norm)) return PX_OK;
-  return px_error(PX_ERR_INVALID, "train: the gradient norm is %g at step %lld (epoch %llu); every rank stops here, "
+  return px_error(PX_ERR_INVALID,
+                  "train: the gradient norm is %g at step %lld (epoch %llu); every rank stops here, "
                   "before the update: lower the learning rate or clip gradients (--clip-grad), and resume from the "
-                  "last checkpoint", norm, (long long)t->step + 1, (unsigned long long)t->epoch + 1);
+                  "last checkpoint",
+                  norm, (long long)t->step + 1, (unsigned long long)t->epoch + 1);
 }
 
 // One optimizer step's tail, the gradients already averaged (px_ddp_sync,
@@ -209,7 +227,8 @@ static px_status report_memory(px_trainer *t, px_train_result *res) {
     const size_t used = strlen(layout);
     snprintf(layout + used, sizeof layout - used, ", dp %d × tp %d", t->dp, t->o.mesh->tp);
   }
-  TRY(px_log_text(t->log, "memory per rank (%s, %d rank%s; rank 0 / max over ranks): params %s / %s, grads %s / %s, "
+  TRY(px_log_text(t->log,
+                  "memory per rank (%s, %d rank%s; rank 0 / max over ranks): params %s / %s, grads %s / %s, "
                   "optimizer %s / %s, gathered %s / %s, activations %s / %s; peak RSS %s",
                   layout, t->world, t->world == 1 ? "" : "s", px_train_bytes_str(a->params, b[0], 32),
                   px_train_bytes_str(m->params, b[1], 32), px_train_bytes_str(a->grads, b[2], 32),
@@ -217,12 +236,12 @@ static px_status report_memory(px_trainer *t, px_train_result *res) {
                   px_train_bytes_str(m->optim_state, b[5], 32), px_train_bytes_str(a->gathered, b[6], 32),
                   px_train_bytes_str(m->gathered, b[7], 32), px_train_bytes_str(a->arena_peak, b[8], 32),
                   px_train_bytes_str(m->arena_peak, b[9], 32), px_train_bytes_str(res->peak_rss, rss, sizeof rss)));
-  static const char *tags[6] = {"memory/params_bytes", "memory/grads_bytes", "memory/optim_state_bytes",
+  static const char *tags[6] = {"memory/params_bytes",   "memory/grads_bytes",       "memory/optim_state_bytes",
                                 "memory/gathered_bytes", "memory/activations_bytes", "memory/total_bytes"};
-  const double mine[6] = {(double)a->params, (double)a->grads, (double)a->optim_state, (double)a->gathered,
-                          (double)a->arena_peak, (double)total};
-  const double most[6] = {(double)m->params, (double)m->grads, (double)m->optim_state, (double)m->gathered,
-                          (double)m->arena_peak, (double)total_max};
+  const double mine[6] = {(double)a->params,   (double)a->grads,      (double)a->optim_state,
+                          (double)a->gathered, (double)a->arena_peak, (double)total};
+  const double most[6] = {(double)m->params,   (double)m->grads,      (double)m->optim_state,
+                          (double)m->gathered, (double)m->arena_peak, (double)total_max};
   for (int k = 0; k < 6; k++) {
     char tag[64];
     TRY(px_log_scalar(t->log, tags[k], t->step, mine[k]));
@@ -237,12 +256,12 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
   const px_ce_opts ce = {.ignore_index = -100, .label_smoothing = t->o.label_smoothing};
   const int accum = t->o.accum_steps;
   double t_start = px_time_now(), t_log = t_start;
-  double loss_sum = 0, loss_n = 0;      // every rank's micro-batch losses since the last log (the agreements')
-  int64_t samples_log = 0;              // this rank's samples since the last log
+  double loss_sum = 0, loss_n = 0;  // every rank's micro-batch losses since the last log (the agreements')
+  int64_t samples_log = 0;          // this rank's samples since the last log
   int64_t samples_run = 0;
-  double step_loss = 0, step_n = 0;     // this step's finite micro-batch losses and micro-batches
-  float bad_loss = 0;                   // a loss of this step that is not finite (0: none)
-  double spike_mean = 0;                // the loss-spike guard's running mean, over spike_n steps
+  double step_loss = 0, step_n = 0;  // this step's finite micro-batch losses and micro-batches
+  float bad_loss = 0;                // a loss of this step that is not finite (0: none)
+  double spike_mean = 0;             // the loss-spike guard's running mean, over spike_n steps
   int64_t spike_n = 0;
   char label[96];
 
@@ -309,18 +328,21 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       loss_sum += agree[0];  // the logged mean needs no collective of its own
       loss_n += agree[1];
       if (agree[2] > 0)
-        return px_error(PX_ERR_INVALID, "train: the loss is not finite at step %lld (epoch %llu, batch %zu) on %.0f "
+        return px_error(PX_ERR_INVALID,
+                        "train: the loss is not finite at step %lld (epoch %llu, batch %zu) on %.0f "
                         "of %d rank%s (this rank's: %g); every rank stops here, before the update: lower the learning "
                         "rate or clip gradients (--clip-grad), and resume from the last checkpoint",
                         (long long)t->step + 1, (unsigned long long)t->epoch + 1, b_idx - 1, agree[2], t->world,
                         t->world == 1 ? "" : "s", isfinite(bad_loss) ? (double)step_loss / step_n : (double)bad_loss);
       if (t->o.loss_spike_factor > 0) {
         if (spike_n >= t->o.loss_spike_warmup && step_mean > t->o.loss_spike_factor * spike_mean)
-          return px_error(PX_ERR_INVALID, "train: loss spike at step %lld (epoch %llu, batch %zu): the loss %g (mean "
+          return px_error(PX_ERR_INVALID,
+                          "train: loss spike at step %lld (epoch %llu, batch %zu): the loss %g (mean "
                           "over the ranks) is more than %g × its running mean %g (the loss-spike guard, --loss-spike-"
                           "factor); every rank stops here, before the update: lower the learning rate or clip "
-                          "gradients (--clip-grad), and resume from the last checkpoint", (long long)t->step + 1,
-                          (unsigned long long)t->epoch + 1, b_idx - 1, step_mean, t->o.loss_spike_factor, spike_mean);
+                          "gradients (--clip-grad), and resume from the last checkpoint",
+                          (long long)t->step + 1, (unsigned long long)t->epoch + 1, b_idx - 1, step_mean,
+                          t->o.loss_spike_factor, spike_mean);
         // The mean of the warm-up steps, then an exponential moving average.
         spike_mean += spike_n < t->o.loss_spike_warmup ? (step_mean - spike_mean) / (double)(spike_n + 1)
                                                        : 0.1 * (step_mean - spike_mean);
@@ -341,9 +363,14 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
         double samples = (double)samples_log * t->dp;  // the tp ranks of a group share their samples
         double per_s = now > t_log ? samples / (now - t_log) : NAN;
         double eta = (double)(t->total_steps - t->step) * (now - t_start) / (double)(t->step - t->start_step);
-        px_step_metrics m = {.step = t->step, .total_steps = t->total_steps, .epoch = (int64_t)t->epoch + 1,
+        px_step_metrics m = {.step = t->step,
+                             .total_steps = t->total_steps,
+                             .epoch = (int64_t)t->epoch + 1,
                              .total_epochs = (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch,
-                             .loss = mean, .lr = lr, .grad_norm = grad_norm, .samples_per_s = per_s,
+                             .loss = mean,
+                             .lr = lr,
+                             .grad_norm = grad_norm,
+                             .samples_per_s = per_s,
                              .eta_s = eta};
         TRY(px_log_step(t->log, &m));
         res->train_loss = mean;
@@ -354,9 +381,13 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
         // The bar (a terminal) moves every step; the loss, rate and norm
         // stay the last record's (no collective between records).
         const double el = px_time_now() - t_start;
-        px_step_metrics m = {.step = t->step, .total_steps = t->total_steps, .epoch = (int64_t)t->epoch + 1,
+        px_step_metrics m = {.step = t->step,
+                             .total_steps = t->total_steps,
+                             .epoch = (int64_t)t->epoch + 1,
                              .total_epochs = (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch,
-                             .loss = NAN, .lr = lr, .grad_norm = NAN,
+                             .loss = NAN,
+                             .lr = lr,
+                             .grad_norm = NAN,
                              .samples_per_s = el > 0 ? (double)samples_run * t->dp / el : NAN,
                              .eta_s = (double)(t->total_steps - t->step) * el / (double)(t->step - t->start_step)};
         TRY(px_log_progress(t->log, &m));
@@ -416,8 +447,8 @@ static px_status setup_parallel(px_trainer *t, px_model *model, bool *resumed) {
   return px_trainer_resume_shards(t);
 }
 
-px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset *val,
-                   const px_train_opts *opts, px_logger *log, px_train_result *out) {
+px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset *val, const px_train_opts *opts,
+                   px_logger *log, px_train_result *out) {
   px_train_result res;
   memset(&res, 0, sizeof res);
   res.eval.loss = res.eval.accuracy = res.eval.perplexity = NAN;
@@ -455,9 +486,10 @@ px_status px_train(px_comm *comm, px_model *model, px_dataset *train, px_dataset
   if (t.o.batch_size > (size_t)INT64_MAX ||
       __builtin_mul_overflow((int64_t)t.o.batch_size, (int64_t)t.dp, &global_batch) ||
       __builtin_mul_overflow(global_batch, (int64_t)t.o.accum_steps, &global_batch))
-    return px_error(PX_ERR_INVALID, "train: batch_size %zu × %d data-parallel ranks × accum_steps %d samples a step "
-                    "is more than %lld (a 64-bit count would wrap)", t.o.batch_size, t.dp, t.o.accum_steps,
-                    (long long)INT64_MAX);
+    return px_error(PX_ERR_INVALID,
+                    "train: batch_size %zu × %d data-parallel ranks × accum_steps %d samples a step "
+                    "is more than %lld (a 64-bit count would wrap)",
+                    t.o.batch_size, t.dp, t.o.accum_steps, (long long)INT64_MAX);
   px_status st = px_loader_create(&t.loader, train, &lo);
   if (st != PX_OK) return px_error_wrap(st, "train");
   t.batches_per_epoch = px_loader_num_batches(t.loader);

@@ -80,9 +80,10 @@ px_module *px_zoo_gpt(const px_gpt_config *cfg) {
   }
   if (cfg->vocab_size <= 0 || cfg->context <= 0 || cfg->n_layer <= 0 || cfg->n_head <= 0 || cfg->n_embd <= 0 ||
       cfg->n_embd % cfg->n_head != 0 || !(cfg->dropout >= 0.0f && cfg->dropout < 1.0f)) {
-    px_error(PX_ERR_INVALID, "gpt: vocab_size %d, context %d, n_layer %d, n_head %d, n_embd %d, dropout %g: "
-             "sizes must be positive, n_embd a multiple of n_head, dropout in [0, 1)", cfg->vocab_size,
-             cfg->context, cfg->n_layer, cfg->n_head, cfg->n_embd, (double)cfg->dropout);
+    px_error(PX_ERR_INVALID,
+             "gpt: vocab_size %d, context %d, n_layer %d, n_head %d, n_embd %d, dropout %g: "
+             "sizes must be positive, n_embd a multiple of n_head, dropout in [0, 1)",
+             cfg->vocab_size, cfg->context, cfg->n_layer, cfg->n_head, cfg->n_embd, (double)cfg->dropout);
     return NULL;
   }
   const int C = cfg->n_embd;
@@ -101,8 +102,7 @@ px_module *px_zoo_gpt(const px_gpt_config *cfg) {
   px_module *wpe = px_pos_embedding(cfg->context, C);
   if (wpe) set_normal(wpe, 0.02f);
   const char *names[6] = {"wte", "wpe", "drop", "h", "ln_f", "lm_head"};
-  px_module *kids[6] = {wte, wpe, px_dropout(cfg->dropout), h, px_layernorm(C, 1e-5f),
-                        wte ? px_tied_head(wte) : NULL};
+  px_module *kids[6] = {wte, wpe, px_dropout(cfg->dropout), h, px_layernorm(C, 1e-5f), wte ? px_tied_head(wte) : NULL};
   return named_chain(6, names, kids);
 }
 
@@ -133,36 +133,42 @@ px_status px_zoo_gpt_load_hf(px_model *model, const char *path) {
   const int n_file = px_safetensors_count(f);
   // Which file tensor fills each parameter; all checked before anything is copied.
   const px_named_tensor **src = calloc((size_t)model->n_params + 1, sizeof *src);
-  if (!src) { px_safetensors_close(f); return px_error(PX_ERR_NOMEM, "gpt: out of memory"); }
+  if (!src) {
+    px_safetensors_close(f);
+    return px_error(PX_ERR_NOMEM, "gpt: out of memory");
+  }
   for (int i = 0; i < n_file && st == PX_OK; i++) {
     const px_named_tensor *t = px_safetensors_get(f, i);
     const char *key = strip_prefix(t->name);
     if (hf_ignored(key)) continue;
     px_param *p = px_model_find(model, key);
     if (!p || p->is_buffer) {
-      st = px_error(PX_ERR_INVALID, "gpt: tensor \"%s\" in %s is not a parameter of this GPT (is it a GPT-2 "
-                    "file of another size or architecture?)", t->name, path);
+      st = px_error(PX_ERR_INVALID,
+                    "gpt: tensor \"%s\" in %s is not a parameter of this GPT (is it a GPT-2 "
+                    "file of another size or architecture?)",
+                    t->name, path);
       break;
     }
     int k = 0;
     while (k < model->n_params && model->params[k] != p) k++;
     if (src[k]) {
-      st = px_error(PX_ERR_FORMAT, "gpt: %s holds \"%s\" twice (as \"%s\" and \"%s\")", path, p->name,
-                    src[k]->name, t->name);
+      st = px_error(PX_ERR_FORMAT, "gpt: %s holds \"%s\" twice (as \"%s\" and \"%s\")", path, p->name, src[k]->name,
+                    t->name);
       break;
     }
     char a[PX_SHAPE_STR_MAX], b[PX_SHAPE_STR_MAX];
     if (t->tensor.dtype != PX_F32) {
-      st = px_error(PX_ERR_UNSUPPORTED, "gpt: tensor \"%s\" in %s is %s; plexus loads F32 GPT-2 weights",
-                    t->name, path, px_dtype_name(t->tensor.dtype));
+      st = px_error(PX_ERR_UNSUPPORTED, "gpt: tensor \"%s\" in %s is %s; plexus loads F32 GPT-2 weights", t->name, path,
+                    px_dtype_name(t->tensor.dtype));
     } else if (t->tensor.ndim != p->ndim || memcmp(t->tensor.shape, p->shape, (size_t)p->ndim * sizeof(int64_t))) {
       bool transposed = p->ndim == 2 && t->tensor.ndim == 2 && t->tensor.shape[0] == p->shape[1] &&
-                        t->tensor.shape[1] == p->shape[0];
+        t->tensor.shape[1] == p->shape[0];
       st = px_error(PX_ERR_SHAPE, "gpt: tensor \"%s\" has shape %s in %s but the model expects %s for \"%s\"; %s",
                     t->name, px_shape_str(t->tensor.ndim, t->tensor.shape, a, sizeof a), path,
                     px_shape_str(p->ndim, p->shape, b, sizeof b), p->name,
-                    transposed ? "it is stored transposed (nn.Linear's (out, in)?); GPT-2's Conv1D weights are (in, out)"
-                               : "was it saved from a GPT of another size?");
+                    transposed
+                      ? "it is stored transposed (nn.Linear's (out, in)?); GPT-2's Conv1D weights are (in, out)"
+                      : "was it saved from a GPT of another size?");
     }
     src[k] = t;
   }

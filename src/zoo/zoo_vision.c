@@ -56,8 +56,10 @@ static px_module *finish(px_module *m, bool ok) {
 
 px_module *px_zoo_mlp(int in_features, int hidden, int depth, int classes) {
   if (in_features < 1 || classes < 1 || depth < 0 || (depth > 0 && hidden < 1)) {
-    px_error(PX_ERR_INVALID, "zoo mlp(in_features=%d, hidden=%d, depth=%d, classes=%d): features, classes and "
-             "(with depth > 0) hidden must be positive, depth >= 0", in_features, hidden, depth, classes);
+    px_error(PX_ERR_INVALID,
+             "zoo mlp(in_features=%d, hidden=%d, depth=%d, classes=%d): features, classes and "
+             "(with depth > 0) hidden must be positive, depth >= 0",
+             in_features, hidden, depth, classes);
     return NULL;
   }
   px_module *m = px_chain();
@@ -75,7 +77,8 @@ px_module *px_zoo_mlp(int in_features, int hidden, int depth, int classes) {
 
 px_module *px_zoo_cnn(int in_channels, int height, int width, int channels, int classes) {
   if (in_channels < 1 || channels < 1 || classes < 1 || height < 4 || width < 4 || height % 4 || width % 4) {
-    px_error(PX_ERR_INVALID, "zoo cnn(in_channels=%d, %dx%d, channels=%d, classes=%d): channels and classes must be "
+    px_error(PX_ERR_INVALID,
+             "zoo cnn(in_channels=%d, %dx%d, channels=%d, classes=%d): channels and classes must be "
              "positive and the image's height and width positive multiples of 4 (two 2x2 max-pools)",
              in_channels, height, width, channels, classes);
     return NULL;
@@ -126,8 +129,7 @@ static px_module *basic_block(int in_c, int out_c, int stride) {
   inner = finish(inner, ok);
   px_module *res;
   if (stride != 1 || in_c != out_c) {
-    px_module *down = px_chain_of(2, conv_kaiming(in_c, out_c, 1, stride, 0),
-                                  px_batchnorm(out_c, BN_EPS, BN_MOMENTUM));
+    px_module *down = px_chain_of(2, conv_kaiming(in_c, out_c, 1, stride, 0), px_batchnorm(out_c, BN_EPS, BN_MOMENTUM));
     res = px_residual_shortcut(inner, down, "downsample");
   } else {
     res = px_residual_shortcut(inner, NULL, NULL);
@@ -151,8 +153,10 @@ static px_module *stage(int in_c, int out_c, int blocks, int stride) {
 
 px_module *px_zoo_resnet_small(int in_channels, int classes, int blocks, int width) {
   if (in_channels < 1 || classes < 1 || blocks < 1 || width < 1 || width > (1 << 20)) {
-    px_error(PX_ERR_INVALID, "zoo resnet_small(in_channels=%d, classes=%d, blocks=%d, width=%d): all must be "
-             "positive", in_channels, classes, blocks, width);
+    px_error(PX_ERR_INVALID,
+             "zoo resnet_small(in_channels=%d, classes=%d, blocks=%d, width=%d): all must be "
+             "positive",
+             in_channels, classes, blocks, width);
     return NULL;
   }
   // (N, C, H, W) -> (N, w, H, W) -> (N, 2w, H/2, W/2) -> (N, 4w, H/4, W/4) -> (N, 4w) -> (N, classes)

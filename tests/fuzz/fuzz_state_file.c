@@ -25,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!px_last_error()[0]) abort();  // an error must say what is wrong
     return 0;
   }
-  const int64_t v[] = {s.step, s.epoch, s.next_batch, s.forward_count, s.optimizer_step, s.param_count,
-                       s.world_size, s.batch_size, s.accum_steps, s.zero_stage, s.mesh_dp, s.mesh_tp};
+  const int64_t v[] = {s.step,       s.epoch,      s.next_batch,  s.forward_count, s.optimizer_step, s.param_count,
+                       s.world_size, s.batch_size, s.accum_steps, s.zero_stage,    s.mesh_dp,        s.mesh_tp};
   for (size_t i = 0; i < sizeof v / sizeof *v; i++)
     if (v[i] < 0 || v[i] > MAX_EXACT) abort();
   if (memchr(s.optimizer, '\0', sizeof s.optimizer) == NULL) abort();

@@ -23,7 +23,8 @@
 enum { BLOCK = 1 << 16 };
 
 static void fill_block(int64_t step, int file, unsigned char *block) {
-  for (size_t j = 0; j < BLOCK; j++) block[j] = (unsigned char)((uint64_t)step * 131u + (uint64_t)file * 7u + j * 13u + (j >> 12));
+  for (size_t j = 0; j < BLOCK; j++)
+    block[j] = (unsigned char)((uint64_t)step * 131u + (uint64_t)file * 7u + j * 13u + (j >> 12));
 }
 
 static int write_cmd(const char *dir, int64_t step, int n_files, int mib, int keep_last) {
@@ -34,7 +35,10 @@ static int write_cmd(const char *dir, int64_t step, int n_files, int mib, int ke
   px_ckpt_item *items = calloc((size_t)n_files + 1, sizeof *items);
   char(*names)[32] = calloc((size_t)n_files, sizeof *names);
   char json[128];
-  if (!data || !t || !sd || !items || !names) { fprintf(stderr, "out of memory\n"); return 1; }
+  if (!data || !t || !sd || !items || !names) {
+    fprintf(stderr, "out of memory\n");
+    return 1;
+  }
   for (int f = 0; f < n_files; f++) {
     unsigned char *p = data + (size_t)f * bytes;
     fill_block(step, f, p);
@@ -50,9 +54,16 @@ static int write_cmd(const char *dir, int64_t step, int n_files, int mib, int ke
   items[n_files] = (px_ckpt_item){.name = "state.json", .bytes = json, .n_bytes = strlen(json)};
   char path[1024];
   px_status st = px_checkpoint_write(dir, step, items, n_files + 1, keep_last, path, sizeof path);
-  if (st != PX_OK) { fprintf(stderr, "ckpt_writer: %s\n", px_last_error()); return 1; }
+  if (st != PX_OK) {
+    fprintf(stderr, "ckpt_writer: %s\n", px_last_error());
+    return 1;
+  }
   printf("written %s\n", path);
-  free(names); free(items); free(sd); free(t); free(data);
+  free(names);
+  free(items);
+  free(sd);
+  free(t);
+  free(data);
   return 0;
 }
 
@@ -60,13 +71,22 @@ static int check_cmd(const char *dir) {
   char path[1024], note[8192];
   px_status st = px_checkpoint_latest(dir, path, sizeof path, note, sizeof note);
   for (char *line = strtok(note, "\n"); line; line = strtok(NULL, "\n")) printf("note: %s\n", line);
-  if (st == PX_ERR_NOT_FOUND) { printf("none: %s\n", px_last_error()); return 3; }
-  if (st != PX_OK) { fprintf(stderr, "ckpt_writer: %s\n", px_last_error()); return 1; }
+  if (st == PX_ERR_NOT_FOUND) {
+    printf("none: %s\n", px_last_error());
+    return 3;
+  }
+  if (st != PX_OK) {
+    fprintf(stderr, "ckpt_writer: %s\n", px_last_error());
+    return 1;
+  }
   printf("latest %s\n", path);
 
   void *json;
   size_t n;
-  if (px_checkpoint_read_file(path, "state.json", &json, &n) != PX_OK) { fprintf(stderr, "%s\n", px_last_error()); return 1; }
+  if (px_checkpoint_read_file(path, "state.json", &json, &n) != PX_OK) {
+    fprintf(stderr, "%s\n", px_last_error());
+    return 1;
+  }
   char text[256];
   snprintf(text, sizeof text, "%.*s", (int)(n < 255 ? n : 255), (char *)json);
   free(json);
@@ -85,7 +105,10 @@ static int check_cmd(const char *dir) {
     px_named_tensor t = {.name = "data"};
     t.tensor = px_tensor_view(buf, PX_U8, 1, shape);
     px_state_dict sd = {&t, 1};
-    if (px_checkpoint_load_tensors(path, name, &sd, true) != PX_OK) { fprintf(stderr, "%s\n", px_last_error()); return 1; }
+    if (px_checkpoint_load_tensors(path, name, &sd, true) != PX_OK) {
+      fprintf(stderr, "%s\n", px_last_error());
+      return 1;
+    }
     fill_block(step, f, block);
     for (size_t j = 0; j < bytes; j += BLOCK)
       if (memcmp(buf + j, block, BLOCK) != 0) {

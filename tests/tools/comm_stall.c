@@ -54,7 +54,10 @@ static int rank_main(px_comm *c, void *arg) {
   px_comm_set_timeout(c, o->timeout);
   px_comm_set_label(c, "stall test");
   // Line both ranks up first, so the stall is rank 1's sleep and nothing else.
-  if (px_comm_barrier(c)) { fprintf(stderr, "comm_stall: barrier: %s\n", px_last_error()); return 1; }
+  if (px_comm_barrier(c)) {
+    fprintf(stderr, "comm_stall: barrier: %s\n", px_last_error());
+    return 1;
+  }
   for (int round = 0; round < 2; round++) {
     const char *how = round == 0 ? "blocking" : "request";
     float v[256];
@@ -70,7 +73,10 @@ static int rank_main(px_comm *c, void *arg) {
       if (st == PX_OK) st = px_request_wait(q);
     }
     double waited = px_time_now() - t0, cpu = thread_cpu() - c0, proc = process_cpu() - p0;
-    if (st) { fprintf(stderr, "comm_stall: rank %d: %s: %s\n", r, how, px_last_error()); return 1; }
+    if (st) {
+      fprintf(stderr, "comm_stall: rank %d: %s: %s\n", r, how, px_last_error());
+      return 1;
+    }
     // Σ_r (r + i) = n(n−1)/2 + n·i
     for (int i = 0; i < 256; i++)
       if (v[i] != (float)(n * (n - 1) / 2 + n * i)) {

@@ -21,9 +21,13 @@ static int train(px_comm *c, void *arg) {
   (void)arg;
   px_comm_set_timeout(c, timeout_s);
   px_model *md;
-  if (px_model_create(&md, px_chain_of(3, px_linear(4, 64, true), px_tanh(), px_linear(64, 1, true)), 1) != PX_OK) return 2;
+  if (px_model_create(&md, px_chain_of(3, px_linear(4, 64, true), px_tanh(), px_linear(64, 1, true)), 1) != PX_OK)
+    return 2;
   px_ddp *d;
-  if (px_ddp_wrap(&d, md, c, NULL) != PX_OK) { fprintf(stderr, "wrap: %s\n", px_last_error()); return 2; }
+  if (px_ddp_wrap(&d, md, c, NULL) != PX_OK) {
+    fprintf(stderr, "wrap: %s\n", px_last_error());
+    return 2;
+  }
   float x[8 * 4], t[8];
   for (int i = 0; i < 32; i++) x[i] = (float)i / 32.0f;
   for (int i = 0; i < 8; i++) t[i] = (float)i / 8.0f;

@@ -31,10 +31,10 @@
 
 typedef struct run_opts {
   px_gpt_config cfg;
-  const char   *init_path, *data_path, *out_path;
-  bool          hf;
-  int           steps;
-  float         lr, weight_decay;
+  const char *init_path, *data_path, *out_path;
+  bool hf;
+  int steps;
+  float lr, weight_decay;
 } run_opts;
 
 static int fail(const char *what) {
@@ -56,16 +56,27 @@ static int parse_args(int argc, char **argv, run_opts *o) {
   o->lr = 1e-3f;
   o->weight_decay = 0.01f;
   o->steps = -1;
-  struct { const char *flag; int *dst; } ints[] = {
+  struct {
+    const char *flag;
+    int *dst;
+  } ints[] = {
     {"--vocab", &o->cfg.vocab_size}, {"--context", &o->cfg.context}, {"--layers", &o->cfg.n_layer},
-    {"--heads", &o->cfg.n_head}, {"--embd", &o->cfg.n_embd}, {"--steps", &o->steps},
+    {"--heads", &o->cfg.n_head},     {"--embd", &o->cfg.n_embd},     {"--steps", &o->steps},
   };
-  struct { const char *flag; float *dst; } floats[] = {
-    {"--lr", &o->lr}, {"--weight-decay", &o->weight_decay}, {"--dropout", &o->cfg.dropout},
+  struct {
+    const char *flag;
+    float *dst;
+  } floats[] = {
+    {"--lr", &o->lr},
+    {"--weight-decay", &o->weight_decay},
+    {"--dropout", &o->cfg.dropout},
   };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--hf") == 0) { o->hf = true; continue; }
+    if (strcmp(a, "--hf") == 0) {
+      o->hf = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage("every option but --hf takes a value");
     const char *v = argv[++i];
     bool known = false;
@@ -130,9 +141,16 @@ int main(int argc, char **argv) {
   if (px_model_create(&md, px_zoo_gpt(&o.cfg), 0) != PX_OK) return fail("building the GPT");
   px_model_train(md, true);
   px_state_dict sd = {0};
-  if (px_model_state_dict(md, &sd) != PX_OK) { px_model_free(md); return fail("state dict"); }
+  if (px_model_state_dict(md, &sd) != PX_OK) {
+    px_model_free(md);
+    return fail("state dict");
+  }
   px_status st = o.hf ? px_zoo_gpt_load_hf(md, o.init_path) : px_safetensors_load(o.init_path, &sd, true);
-  if (st != PX_OK) { px_state_dict_free(&sd); px_model_free(md); return fail("loading the weights"); }
+  if (st != PX_OK) {
+    px_state_dict_free(&sd);
+    px_model_free(md);
+    return fail("loading the weights");
+  }
 
   px_safetensors *data = NULL;
   if (px_safetensors_open(o.data_path, &data) != PX_OK) {
@@ -143,8 +161,8 @@ int main(int argc, char **argv) {
   px_optim *opt = NULL;
   px_optim_opts oo = px_adamw_defaults(o.lr);
   oo.weight_decay = o.weight_decay;
-  float *losses = calloc((size_t)o.steps + 1, sizeof *losses);                      // (S,)
-  float *grad0 = calloc(md->n_param_elems, sizeof *grad0);                          // (n_param_elems,)
+  float *losses = calloc((size_t)o.steps + 1, sizeof *losses);  // (S,)
+  float *grad0 = calloc(md->n_param_elems, sizeof *grad0);      // (n_param_elems,)
   px_tensor logits0 = {0};
   if (!losses || !grad0) st = px_error(PX_ERR_NOMEM, "out of memory");
   if (st == PX_OK) st = px_optim_create(&opt, md->param_data, md->grad_data, md->n_param_elems, &oo);

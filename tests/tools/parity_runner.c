@@ -37,14 +37,14 @@
 typedef enum model_kind { MODEL_MLP, MODEL_MLP_CLS, MODEL_CNN } model_kind;
 
 typedef struct run_opts {
-  model_kind     model;
-  const char    *model_name;
-  px_optim_opts  optim;
-  const char    *init_path, *data_path, *out_path;
-  int            steps;
-  float          label_smoothing;
+  model_kind model;
+  const char *model_name;
+  px_optim_opts optim;
+  const char *init_path, *data_path, *out_path;
+  int steps;
+  float label_smoothing;
   px_lr_schedule schedule;
-  float          clip;  /* 0 = no clipping */
+  float clip; /* 0 = no clipping */
 } run_opts;
 
 static int fail(const char *what) {
@@ -83,7 +83,7 @@ static bool parse_int(const char *s, int64_t *out) {
  * whatever order they come; NAN marks "not given". */
 typedef struct optim_flags {
   float lr, momentum, dampening, weight_decay, beta1, beta2, eps;
-  bool  nesterov;
+  bool nesterov;
 } optim_flags;
 
 static void apply_flag(float *field, float flag) {
@@ -96,15 +96,27 @@ static int parse_args(int argc, char **argv, run_opts *o) {
   o->schedule.kind = PX_LR_CONSTANT;
   optim_flags fl = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, false};
   const char *optim_name = NULL;
-  struct { const char *flag; float *dst; } floats[] = {
-    {"--lr", &fl.lr}, {"--momentum", &fl.momentum}, {"--dampening", &fl.dampening},
-    {"--weight-decay", &fl.weight_decay}, {"--beta1", &fl.beta1}, {"--beta2", &fl.beta2},
-    {"--eps", &fl.eps}, {"--label-smoothing", &o->label_smoothing}, {"--clip", &o->clip},
+  struct {
+    const char *flag;
+    float *dst;
+  } floats[] = {
+    {"--lr", &fl.lr},
+    {"--momentum", &fl.momentum},
+    {"--dampening", &fl.dampening},
+    {"--weight-decay", &fl.weight_decay},
+    {"--beta1", &fl.beta1},
+    {"--beta2", &fl.beta2},
+    {"--eps", &fl.eps},
+    {"--label-smoothing", &o->label_smoothing},
+    {"--clip", &o->clip},
     {"--min-lr", &o->schedule.min_lr},
   };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--nesterov") == 0) { fl.nesterov = true; continue; }
+    if (strcmp(a, "--nesterov") == 0) {
+      fl.nesterov = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage("every option but --nesterov takes a value");
     const char *v = argv[++i];
     int64_t n;
@@ -121,10 +133,14 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       else if (strcmp(v, "mlp_cls") == 0) o->model = MODEL_MLP_CLS;
       else if (strcmp(v, "cnn") == 0) o->model = MODEL_CNN;
       else return usage("--model must be mlp, mlp_cls or cnn");
-    } else if (strcmp(a, "--optim") == 0) { optim_name = v;
-    } else if (strcmp(a, "--init") == 0) { o->init_path = v;
-    } else if (strcmp(a, "--data") == 0) { o->data_path = v;
-    } else if (strcmp(a, "--out") == 0) { o->out_path = v;
+    } else if (strcmp(a, "--optim") == 0) {
+      optim_name = v;
+    } else if (strcmp(a, "--init") == 0) {
+      o->init_path = v;
+    } else if (strcmp(a, "--data") == 0) {
+      o->data_path = v;
+    } else if (strcmp(a, "--out") == 0) {
+      o->out_path = v;
     } else if (strcmp(a, "--steps") == 0) {
       if (!parse_int(v, &n) || n < 1 || n > 100000) return usage("--steps must be a positive integer");
       o->steps = (int)n;
@@ -174,17 +190,17 @@ static px_module *build_model(model_kind kind) {
     return px_chain_of(5, px_linear(20, 64, true), px_relu(), px_linear(64, 64, true), px_gelu(false),
                        px_linear(64, 5, true));
   case MODEL_CNN:  // (B,1,28,28) -> (B,8,14,14) -> (B,16,7,7) -> 784 -> 10
-    return px_chain_of(10, px_conv2d(1, 8, 3, 1, 1, false), px_batchnorm(8, 1e-5f, 0.1f), px_relu(),
-                       px_maxpool2d(2, 2), px_conv2d(8, 16, 3, 1, 1, false), px_batchnorm(16, 1e-5f, 0.1f),
-                       px_relu(), px_maxpool2d(2, 2), px_flatten(), px_linear(16 * 7 * 7, 10, true));
+    return px_chain_of(10, px_conv2d(1, 8, 3, 1, 1, false), px_batchnorm(8, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                       px_conv2d(8, 16, 3, 1, 1, false), px_batchnorm(16, 1e-5f, 0.1f), px_relu(), px_maxpool2d(2, 2),
+                       px_flatten(), px_linear(16 * 7 * 7, 10, true));
   }
   return NULL;
 }
 
 /* One batch, copied out of the data file (its views need not be aligned). */
 typedef struct batch {
-  px_tensor x;   /* F32, owned */
-  px_tensor y;   /* F32 (mlp) or I32 (classifiers), owned */
+  px_tensor x; /* F32, owned */
+  px_tensor y; /* F32 (mlp) or I32 (classifiers), owned */
 } batch;
 
 static void batch_free(batch *b) {
@@ -262,7 +278,10 @@ int main(int argc, char **argv) {
 
   // Initial weights and buffers from PyTorch, all or nothing, strict names.
   px_state_dict sd = {0};
-  if (px_model_state_dict(model, &sd) != PX_OK) { px_model_free(model); return fail("state dict"); }
+  if (px_model_state_dict(model, &sd) != PX_OK) {
+    px_model_free(model);
+    return fail("state dict");
+  }
   if (px_safetensors_load(o.init_path, &sd, /*strict=*/true) != PX_OK) {
     px_state_dict_free(&sd);
     px_model_free(model);

@@ -14,7 +14,8 @@
 
 int main(int argc, char **argv) {
   if (argc != 15) {
-    fprintf(stderr, "usage: %s IMAGE OUT CHANNELS RESIZE CROP RANDOM_CROP HFLIP SEED MEAN0 MEAN1 MEAN2 STD0 STD1 STD2\n",
+    fprintf(stderr,
+            "usage: %s IMAGE OUT CHANNELS RESIZE CROP RANDOM_CROP HFLIP SEED MEAN0 MEAN1 MEAN2 STD0 STD1 STD2\n",
             argv[0]);
     return 2;
   }

@@ -13,7 +13,7 @@
 
 #include "plexus/plexus.h"
 
-#define HPARAMS_JSON \
+#define HPARAMS_JSON                                                                       \
   "{\"model\":{\"name\":\"cnn\",\"width\":32},\"optim\":{\"lr\":0.002,\"nesterov\":true}," \
   "\"data\":{\"path\":null,\"mean\":[0.5,0.25]},\"seed\":-3}"
 
@@ -33,12 +33,22 @@ int main(int argc, char **argv) {
       s = PX_ERR_INTERNAL;
     }
     px_logger_free(l);
-    if (s != PX_OK) { fprintf(stderr, "px_tb_write: %s: %s\n", px_status_name(s), px_last_error()); return 1; }
+    if (s != PX_OK) {
+      fprintf(stderr, "px_tb_write: %s: %s\n", px_status_name(s), px_last_error());
+      return 1;
+    }
     return 0;
   }
   for (int i = 1; i <= 3 && s == PX_OK; i++) {
-    px_step_metrics m = {.step = i, .total_steps = 3, .epoch = 0, .total_epochs = 1, .loss = 1.0 / i,
-                         .lr = 0.01 * i, .grad_norm = i + 0.5, .samples_per_s = 100.0 * i, .eta_s = 0};
+    px_step_metrics m = {.step = i,
+                         .total_steps = 3,
+                         .epoch = 0,
+                         .total_epochs = 1,
+                         .loss = 1.0 / i,
+                         .lr = 0.01 * i,
+                         .grad_norm = i + 0.5,
+                         .samples_per_s = 100.0 * i,
+                         .eta_s = 0};
     s = px_log_step(l, &m);
   }
   px_eval_metrics e = {.step = 3, .epoch = 0, .loss = 0.25, .accuracy = 0.75, .perplexity = NAN, .samples = 10};
@@ -46,6 +56,9 @@ int main(int argc, char **argv) {
   if (s == PX_OK) s = px_log_scalar(l, "custom/x", 7, -2.5);
   if (s == PX_OK) s = px_logger_flush(l);
   px_logger_free(l);
-  if (s != PX_OK) { fprintf(stderr, "px_tb_write: %s: %s\n", px_status_name(s), px_last_error()); return 1; }
+  if (s != PX_OK) {
+    fprintf(stderr, "px_tb_write: %s: %s\n", px_status_name(s), px_last_error());
+    return 1;
+  }
   return 0;
 }

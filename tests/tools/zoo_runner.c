@@ -53,9 +53,9 @@
 
 typedef struct run_opts {
   const char *model, *init_path, *data_path, *out_path;
-  int         args[MAX_ARGS], n_args;
-  int         steps;
-  float       lr, momentum, weight_decay;
+  int args[MAX_ARGS], n_args;
+  int steps;
+  float lr, momentum, weight_decay;
 } run_opts;
 
 static int fail(const char *what) {
@@ -144,16 +144,16 @@ static px_status load_batch(const px_safetensors *f, int step, px_tensor *x, px_
 // ---- Recording ReLU and max-pool decisions --------------------------------
 
 typedef struct recorder {
-  px_module base;       /* one child: the ReLU or max-pool, named "" */
-  bool      is_pool;
-  int       k, s, p;    /* the pool's window, stride, padding */
+  px_module base; /* one child: the ReLU or max-pool, named "" */
+  bool is_pool;
+  int k, s, p; /* the pool's window, stride, padding */
 } recorder;
 
 static struct {
-  px_tensor *items;     /* owned copies, in call order */
-  int       *steps;     /* the step of each */
-  int        count, cap;
-  int        step;      /* the training step running now; -1: record nothing */
+  px_tensor *items; /* owned copies, in call order */
+  int *steps;       /* the step of each */
+  int count, cap;
+  int step; /* the training step running now; -1: record nothing */
 } rec = {.step = -1};
 
 static px_status rec_push(px_tensor *t) {
@@ -163,7 +163,10 @@ static px_status rec_push(px_tensor *t) {
     if (items) rec.items = items;
     int *steps = realloc(rec.steps, (size_t)cap * sizeof *steps);
     if (steps) rec.steps = steps;
-    if (!items || !steps) { px_tensor_free(t); return px_error(PX_ERR_NOMEM, "recorder: out of memory"); }
+    if (!items || !steps) {
+      px_tensor_free(t);
+      return px_error(PX_ERR_NOMEM, "recorder: out of memory");
+    }
     rec.cap = cap;
   }
   rec.steps[rec.count] = rec.step;
@@ -190,9 +193,11 @@ static px_status pool_argmax(const recorder *r, const px_tensor *x, const px_ten
             if (u == v || (u != u && v != v)) at = (int32_t)(h * W + w);
           }
         if (at < 0)
-          return px_error(PX_ERR_INVALID, "recorder: max-pool output [%lld, %lld] of plane %lld is in none of "
+          return px_error(PX_ERR_INVALID,
+                          "recorder: max-pool output [%lld, %lld] of plane %lld is in none of "
                           "the pixels of its %dx%d window (stride %d, padding %d): the pool is not the one the "
-                          "model should have", (long long)oh, (long long)ow, (long long)pl, r->k, r->k, r->s, r->p);
+                          "model should have",
+                          (long long)oh, (long long)ow, (long long)pl, r->k, r->k, r->s, r->p);
         A[(pl * Ho + oh) * Wo + ow] = at;
       }
   return PX_OK;
@@ -205,7 +210,10 @@ static px_status recorder_forward(px_module *m, px_ctx *ctx, const px_tensor *x,
   px_tensor d;
   if ((st = px_tensor_new(&d, r->is_pool ? PX_I32 : PX_U8, y->ndim, y->shape)) != PX_OK) return st;
   if (r->is_pool) {
-    if ((st = pool_argmax(r, x, y, (int32_t *)d.data)) != PX_OK) { px_tensor_free(&d); return st; }
+    if ((st = pool_argmax(r, x, y, (int32_t *)d.data)) != PX_OK) {
+      px_tensor_free(&d);
+      return st;
+    }
   } else {
     const float *Y = px_f32(y);
     uint8_t *D = d.data;
@@ -219,7 +227,9 @@ static px_status recorder_backward(px_module *m, px_ctx *ctx, const px_tensor *d
 }
 
 static const px_module_ops recorder_ops = {
-  .type = "DecisionRecorder", .forward = recorder_forward, .backward = recorder_backward,
+  .type = "DecisionRecorder",
+  .forward = recorder_forward,
+  .backward = recorder_backward,
 };
 
 // Puts a recorder around every ReLU and MaxPool2d under m; pools have the
@@ -269,8 +279,8 @@ static px_status dropout_mask(px_model *model, px_module *d, int64_t B, float *o
 
 // Step s: forward (train mode), loss, backward, SGD.  Keeps step 0's
 // logits and gradients, and each step's dropout multiplier.
-static px_status train_step(px_model *model, px_optim *opt, const px_tensor *x, const int32_t *y, int s,
-                            float *loss, float *logits0, float *grad0, px_module *drop, float *ones, float *mask) {
+static px_status train_step(px_model *model, px_optim *opt, const px_tensor *x, const int32_t *y, int s, float *loss,
+                            float *logits0, float *grad0, px_module *drop, float *ones, float *mask) {
   px_model_zero_grad(model);
   px_tensor out;
   px_status st = px_model_forward(model, x, &out);
@@ -360,7 +370,10 @@ int main(int argc, char **argv) {
     if (s > 0) {
       px_tensor_free(&x);
       px_tensor_free(&y);
-      if ((st = load_batch(data, s, &x, &y)) != PX_OK) { rc = fail("reading a batch"); break; }
+      if ((st = load_batch(data, s, &x, &y)) != PX_OK) {
+        rc = fail("reading a batch");
+        break;
+      }
     }
     if (x.shape[0] != B) {
       st = px_error(PX_ERR_SHAPE, "batch %d has %lld samples, batch 0 had %lld", s, (long long)x.shape[0],

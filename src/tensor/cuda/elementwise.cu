@@ -146,9 +146,9 @@ extern "C" px_status px_cuda_copy_2d(float *dst, size_t dld, const float *src, s
   if (rows == 0 || cols == 0) return PX_OK;
   const cudaError_t e = cudaMemcpy2DAsync(dst, dld * sizeof(float), src, sld * sizeof(float), cols * sizeof(float),
                                           rows, cudaMemcpyDeviceToDevice, stream());
-  return e == cudaSuccess ? PX_OK
-                          : px_error(PX_ERR_INTERNAL, "cuda: 2-D copy of %zu x %zu floats: %s", rows, cols,
-                                     cudaGetErrorString(e));
+  return e == cudaSuccess
+    ? PX_OK
+    : px_error(PX_ERR_INTERNAL, "cuda: 2-D copy of %zu x %zu floats: %s", rows, cols, cudaGetErrorString(e));
 }
 
 extern "C" px_status px_cuda_sumsq(const float *x, size_t n, double *out) {

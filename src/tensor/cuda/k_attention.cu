@@ -47,10 +47,10 @@ struct Geo {
 };
 
 struct Drop {
-  bool     on;
-  float    p, inv_keep;  // 1/(1-p)
+  bool on;
+  float p, inv_keep;  // 1/(1-p)
   uint64_t seed, hi;
-  int      head0, heads_total;
+  int head0, heads_total;
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -65,8 +65,9 @@ __device__ __forceinline__ float warp_max(float v) {
 // M_ij/(1-p) for element (i, j) of local head h of sample n (1 without dropout).
 __device__ __forceinline__ float mask_factor(const Drop &dr, int n, int h, int T, int i, int j) {
   if (!dr.on) return 1.0f;
-  const uint64_t e = (((uint64_t)n * (uint64_t)dr.heads_total + (uint64_t)(dr.head0 + h)) * (uint64_t)T +
-                      (uint64_t)i) * (uint64_t)T + (uint64_t)j;
+  const uint64_t e = (((uint64_t)n * (uint64_t)dr.heads_total + (uint64_t)(dr.head0 + h)) * (uint64_t)T + (uint64_t)i) *
+      (uint64_t)T +
+    (uint64_t)j;
   return px_u32_to_unit_dev(px_philox_word_dev(dr.seed, dr.hi, e)) >= dr.p ? dr.inv_keep : 0.0f;
 }
 
@@ -182,8 +183,8 @@ __global__ void attn_bwd_dq(const float *qkv, const float *o, const float *lse, 
   }
 }
 
-__global__ void attn_bwd_dkv(const float *qkv, const float *lse, const float *dout, const float *Dterm,
-                             float *dqkv, Geo g, Drop dr) {
+__global__ void attn_bwd_dkv(const float *qkv, const float *lse, const float *dout, const float *Dterm, float *dqkv,
+                             Geo g, Drop dr) {
   __shared__ float ks[kWarps][PX_CUDA_ATT_MAX_D], vs[kWarps][PX_CUDA_ATT_MAX_D];
   int n, h, j;
   if (!row_of(g, n, h, j)) return;
@@ -303,9 +304,9 @@ __global__ void __launch_bounds__(32 * kTileF) attn_fwd_tiled(const float *qkv, 
   if (lane == 0) lse[((size_t)n * g.H + h) * g.T + i] = m + logf(l);
 }
 
-__global__ void __launch_bounds__(32 * kTileB) attn_bwd_dq_tiled(const float *qkv, const float *o, const float *lse,
-                                                                 const float *dout, float *dqkv, float *Dterm, Geo g,
-                                                                 Drop dr) {
+__global__ void __launch_bounds__(32 * kTileB)
+  attn_bwd_dq_tiled(const float *qkv, const float *o, const float *lse, const float *dout, float *dqkv, float *Dterm,
+                    Geo g, Drop dr) {
   __shared__ float Ks[32][kPad], Vs[32][kPad];
   __shared__ float Qs[kTileB][PX_CUDA_ATT_MAX_D], Gs[kTileB][PX_CUDA_ATT_MAX_D];
   const int tiles = (g.T + kTileB - 1) / kTileB;
@@ -441,8 +442,8 @@ __global__ void __launch_bounds__(32 * kTileB) attn_bwd_dkv_tiled(const float *q
 px_status check_geometry(const char *what, int N, int T, int C, int H) {
   if (N <= 0 || T <= 0 || C <= 0 || H <= 0 || C % H != 0 || C / H > PX_CUDA_ATT_MAX_D)
     return px_error(PX_ERR_UNSUPPORTED,
-                    "%s (CUDA): N %d, T %d, width %d, heads %d: need a head width C/H of at most %d",
-                    what, N, T, C, H, PX_CUDA_ATT_MAX_D);
+                    "%s (CUDA): N %d, T %d, width %d, heads %d: need a head width C/H of at most %d", what, N, T, C, H,
+                    PX_CUDA_ATT_MAX_D);
   const long long blocks = (long long)N * H * ((T + kWarps - 1) / kWarps);
   if (blocks > 0x7fffffffLL) return px_error(PX_ERR_UNSUPPORTED, "%s (CUDA): %lld blocks is too many", what, blocks);
   return PX_OK;
@@ -450,7 +451,11 @@ px_status check_geometry(const char *what, int N, int T, int C, int H) {
 
 Geo geo_of(int T, int C, int H) {
   Geo g;
-  g.T = T; g.C = C; g.H = H; g.d = C / H; g.ld = 3 * C;
+  g.T = T;
+  g.C = C;
+  g.H = H;
+  g.d = C / H;
+  g.ld = 3 * C;
   g.scale = 1.0f / sqrtf((float)g.d);
   return g;
 }
@@ -500,10 +505,10 @@ bool use_rowwise() {
 constexpr int kTcRows = 64;  // rows per block and per tile of the other side
 
 template <int D> struct TcLay {
-  static constexpr int LDH = D + 8;                    // bf16 tile row stride (16 B of padding)
+  static constexpr int LDH = D + 8;                           // bf16 tile row stride (16 B of padding)
   static constexpr int SW = (D > kTcRows ? D : kTcRows) + 4;  // f32 per-warp scratch row stride
-  static constexpr int PLD = kTcRows + 8;              // bf16 per-warp P row stride
-  static constexpr size_t TILE = (size_t)kTcRows * LDH * 2;    // bytes of one bf16 tile
+  static constexpr int PLD = kTcRows + 8;                     // bf16 per-warp P row stride
+  static constexpr size_t TILE = (size_t)kTcRows * LDH * 2;   // bytes of one bf16 tile
   static constexpr size_t SCR = (size_t)4 * 16 * SW * 4;      // bytes of the 4 warps' f32 scratch
   static constexpr size_t PB = (size_t)4 * 16 * PLD * 2;      // bytes of the 4 warps' bf16 P
 };
@@ -518,8 +523,7 @@ __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(_
 
 // Rows [r0, r0 + 64) of a (T, D) slice with row stride ld (f32, 16-byte
 // aligned rows) into a bf16 tile; rows past T are zeros.
-template <int D>
-__device__ __forceinline__ void tc_load(__nv_bfloat16 *dst, const float *src, int ld, int r0, int T) {
+template <int D> __device__ __forceinline__ void tc_load(__nv_bfloat16 *dst, const float *src, int ld, int r0, int T) {
   constexpr int V4 = D / 4;
   for (int idx = threadIdx.x; idx < kTcRows * V4; idx += blockDim.x) {
     const int r = idx / V4, c = (idx % V4) * 4;
@@ -532,8 +536,7 @@ __device__ __forceinline__ void tc_load(__nv_bfloat16 *dst, const float *src, in
 }
 
 // out(16 x 64, f32, row stride SW) = A rows (16 x D) · B rowsᵀ (64 x D)ᵀ.
-template <int D>
-__device__ __forceinline__ void tc_abt(float *out, const __nv_bfloat16 *A, const __nv_bfloat16 *B) {
+template <int D> __device__ __forceinline__ void tc_abt(float *out, const __nv_bfloat16 *A, const __nv_bfloat16 *B) {
   constexpr int LDH = TcLay<D>::LDH;
 #pragma unroll
   for (int kb = 0; kb < kTcRows / 16; kb++) {
@@ -552,8 +555,7 @@ __device__ __forceinline__ void tc_abt(float *out, const __nv_bfloat16 *A, const
 }
 
 // acc[D/16] += P (16 x 64, bf16, row stride PLD) · B (64 x D tile).
-template <int D>
-__device__ __forceinline__ void tc_pb(FragC *acc, const __nv_bfloat16 *P, const __nv_bfloat16 *B) {
+template <int D> __device__ __forceinline__ void tc_pb(FragC *acc, const __nv_bfloat16 *P, const __nv_bfloat16 *B) {
 #pragma unroll
   for (int kb = 0; kb < kTcRows / 16; kb++) {
     FragA a;
@@ -797,17 +799,18 @@ template <typename K> px_status tc_opt_in(K kernel, size_t bytes, const char *wh
   return PX_OK;
 }
 
-template <int D> px_status tc_forward(const float *qkv, float *o, float *lse, int N, int T, const Geo &g,
-                                      const Drop &dr, cudaStream_t s) {
+template <int D>
+px_status tc_forward(const float *qkv, float *o, float *lse, int N, int T, const Geo &g, const Drop &dr,
+                     cudaStream_t s) {
   px_status st = tc_opt_in(attn_fwd_tc<D>, tc_fwd_smem<D>(), "attention forward");
   if (st != PX_OK) return st;
   attn_fwd_tc<D><<<blocks_of(N, T, g.H, kTcRows), 128, tc_fwd_smem<D>(), s>>>(qkv, o, lse, g, dr);
   return px_cuda_check_launch("attention forward (bf16 tensor cores)");
 }
 
-template <int D> px_status tc_backward(const float *qkv, const float *o, const float *lse, const float *dout,
-                                       float *dqkv, float *Dterm, int N, int T, const Geo &g, const Drop &dr,
-                                       cudaStream_t s) {
+template <int D>
+px_status tc_backward(const float *qkv, const float *o, const float *lse, const float *dout, float *dqkv, float *Dterm,
+                      int N, int T, const Geo &g, const Drop &dr, cudaStream_t s) {
   px_status st = tc_opt_in(attn_bwd_dq_tc<D>, tc_dq_smem<D>(), "attention backward (dq)");
   if (st == PX_OK) st = tc_opt_in(attn_bwd_dkv_tc<D>, tc_dkv_smem<D>(), "attention backward (dk, dv)");
   if (st != PX_OK) return st;
@@ -848,14 +851,13 @@ extern "C" px_status px_cuda_attention_forward(const float *qkv, float *o, float
   }
   if (use_rowwise())
     attn_fwd<<<blocks_of(N, T, H, kWarps), 32 * kWarps, 0, s>>>(qkv, o, lse, geo_of(T, C, H), drop_of(drop));
-  else
-    attn_fwd_tiled<<<blocks_of(N, T, H, kTileF), 32 * kTileF, 0, s>>>(qkv, o, lse, geo_of(T, C, H), drop_of(drop));
+  else attn_fwd_tiled<<<blocks_of(N, T, H, kTileF), 32 * kTileF, 0, s>>>(qkv, o, lse, geo_of(T, C, H), drop_of(drop));
   return px_cuda_check_launch("attention forward");
 }
 
-extern "C" px_status px_cuda_attention_backward(const float *qkv, const float *o, const float *lse,
-                                                const float *dout, float *dqkv, float *scratch, int N, int T,
-                                                int C, int H, const px_cuda_att_drop *drop, bool bf16) {
+extern "C" px_status px_cuda_attention_backward(const float *qkv, const float *o, const float *lse, const float *dout,
+                                                float *dqkv, float *scratch, int N, int T, int C, int H,
+                                                const px_cuda_att_drop *drop, bool bf16) {
   if (N == 0 || T == 0) return PX_OK;  // nothing to attend (the CPU path loops zero times)
   px_status st = check_geometry("attention backward", N, T, C, H);
   if (st != PX_OK) return st;
@@ -871,14 +873,10 @@ extern "C" px_status px_cuda_attention_backward(const float *qkv, const float *o
     }
   }
   const bool rowwise = use_rowwise();
-  if (rowwise)
-    attn_bwd_dq<<<blocks_of(N, T, H, kWarps), 32 * kWarps, 0, s>>>(qkv, o, lse, dout, dqkv, scratch, g, dr);
-  else
-    attn_bwd_dq_tiled<<<blocks_of(N, T, H, kTileB), 32 * kTileB, 0, s>>>(qkv, o, lse, dout, dqkv, scratch, g, dr);
+  if (rowwise) attn_bwd_dq<<<blocks_of(N, T, H, kWarps), 32 * kWarps, 0, s>>>(qkv, o, lse, dout, dqkv, scratch, g, dr);
+  else attn_bwd_dq_tiled<<<blocks_of(N, T, H, kTileB), 32 * kTileB, 0, s>>>(qkv, o, lse, dout, dqkv, scratch, g, dr);
   if ((st = px_cuda_check_launch("attention backward (dq)")) != PX_OK) return st;
-  if (rowwise)
-    attn_bwd_dkv<<<blocks_of(N, T, H, kWarps), 32 * kWarps, 0, s>>>(qkv, lse, dout, scratch, dqkv, g, dr);
-  else
-    attn_bwd_dkv_tiled<<<blocks_of(N, T, H, kTileB), 32 * kTileB, 0, s>>>(qkv, lse, dout, scratch, dqkv, g, dr);
+  if (rowwise) attn_bwd_dkv<<<blocks_of(N, T, H, kWarps), 32 * kWarps, 0, s>>>(qkv, lse, dout, scratch, dqkv, g, dr);
+  else attn_bwd_dkv_tiled<<<blocks_of(N, T, H, kTileB), 32 * kTileB, 0, s>>>(qkv, lse, dout, scratch, dqkv, g, dr);
   return px_cuda_check_launch("attention backward (dk, dv)");
 }

@@ -64,10 +64,10 @@ static __global__ void apply_kernel(const float *__restrict__ x, float *__restri
 
 // One block per channel: Σ dy and Σ dy·(x - μ) (x - μ in f32) in double;
 // the parameter gradients and dx's per-channel coefficients.
-static __global__ void grad_sums_kernel(const float *__restrict__ x, const float *__restrict__ dy, long long N,
-                                        int C, long long S, bool batch_stats, const float *__restrict__ gamma,
-                                        const float *__restrict__ mean, const float *__restrict__ istd,
-                                        float *dgamma, float *dbeta, float *coef) {
+static __global__ void grad_sums_kernel(const float *__restrict__ x, const float *__restrict__ dy, long long N, int C,
+                                        long long S, bool batch_stats, const float *__restrict__ gamma,
+                                        const float *__restrict__ mean, const float *__restrict__ istd, float *dgamma,
+                                        float *dbeta, float *coef) {
   __shared__ double buf[PX_K_RED_THREADS];
   const int c = blockIdx.x;
   const long long n = N * S;
@@ -84,15 +84,15 @@ static __global__ void grad_sums_kernel(const float *__restrict__ x, const float
     const float is = istd[c];
     dgamma[c] += (float)(dot * is);
     dbeta[c] += (float)sum_dy;
-    coef[c] = batch_stats ? (float)(sum_dy / (double)n) : 0.0f;                 /* mean_dy */
-    coef[C + c] = batch_stats ? (float)(dot * is * is / (double)n) : 0.0f;      /* proj */
-    coef[2 * C + c] = __fmul_rn(gamma[c], is);                                  /* scale */
+    coef[c] = batch_stats ? (float)(sum_dy / (double)n) : 0.0f;            /* mean_dy */
+    coef[C + c] = batch_stats ? (float)(dot * is * is / (double)n) : 0.0f; /* proj */
+    coef[2 * C + c] = __fmul_rn(gamma[c], is);                             /* scale */
   }
 }
 
 static __global__ void dx_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ dx,
-                                 long long total, int C, long long S, bool batch_stats,
-                                 const float *__restrict__ mean, const float *__restrict__ coef) {
+                                 long long total, int C, long long S, bool batch_stats, const float *__restrict__ mean,
+                                 const float *__restrict__ coef) {
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
        e += (long long)gridDim.x * blockDim.x) {
     const int c = (int)((e / S) % C);
@@ -107,9 +107,9 @@ static __global__ void dx_kernel(const float *__restrict__ x, const float *__res
   }
 }
 
-extern "C" px_status px_k_bn_stats(const float *x, int64_t N, int C, int64_t S, bool batch_stats,
-                                   bool update_running, float eps, float momentum, float *running_mean,
-                                   float *running_var, float *mean, float *istd) {
+extern "C" px_status px_k_bn_stats(const float *x, int64_t N, int C, int64_t S, bool batch_stats, bool update_running,
+                                   float eps, float momentum, float *running_mean, float *running_var, float *mean,
+                                   float *istd) {
   stats_kernel<<<C, PX_K_RED_THREADS, 0, stream()>>>(x, N, C, S, batch_stats, update_running, eps, momentum,
                                                      running_mean, running_var, mean, istd);
   return px_cuda_check_launch("BatchNorm statistics");
@@ -125,8 +125,8 @@ extern "C" px_status px_k_bn_apply(const float *x, float *y, int64_t N, int C, i
 extern "C" px_status px_k_bn_backward(const float *x, const float *dy, float *dx, int64_t N, int C, int64_t S,
                                       bool batch_stats, const float *gamma, const float *mean, const float *istd,
                                       float *dgamma, float *dbeta, float *coef) {
-  grad_sums_kernel<<<C, PX_K_RED_THREADS, 0, stream()>>>(x, dy, N, C, S, batch_stats, gamma, mean, istd, dgamma,
-                                                         dbeta, coef);
+  grad_sums_kernel<<<C, PX_K_RED_THREADS, 0, stream()>>>(x, dy, N, C, S, batch_stats, gamma, mean, istd, dgamma, dbeta,
+                                                         coef);
   px_status st = px_cuda_check_launch("BatchNorm gradient sums");
   if (st != PX_OK || !dx) return st;
   const long long total = (long long)N * C * S;

@@ -11,8 +11,8 @@
 static cudaStream_t stream(void) { return (cudaStream_t)px_cuda_compute_stream(); }
 
 // One thread per col element (K·nb·P of them).
-static __global__ void im2col_kernel(const float *__restrict__ x, float *__restrict__ col, int nb, int C, int H,
-                                     int W, int k, int s, int p, int Ho, int Wo) {
+static __global__ void im2col_kernel(const float *__restrict__ x, float *__restrict__ col, int nb, int C, int H, int W,
+                                     int k, int s, int p, int Ho, int Wo) {
   const long long P = (long long)Ho * Wo, BP = nb * P, total = (long long)C * k * k * BP;
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
        e += (long long)gridDim.x * blockDim.x) {
@@ -56,8 +56,8 @@ static __global__ void col2im_kernel(const float *__restrict__ dcol, float *__re
 
 // y[b, o, q] = z[o, b·P + q] + bias[o]: the GEMM's sum, then the bias (as
 // the CPU's GEMM adds its sum onto the bias-filled output).
-static __global__ void unpack_kernel(const float *__restrict__ z, const float *__restrict__ bias,
-                                     float *__restrict__ y, int nb, int O, long long P) {
+static __global__ void unpack_kernel(const float *__restrict__ z, const float *__restrict__ bias, float *__restrict__ y,
+                                     int nb, int O, long long P) {
   const long long total = (long long)nb * O * P;
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
        e += (long long)gridDim.x * blockDim.x) {

@@ -51,8 +51,8 @@ extern "C" px_status px_cuda_dropout(const float *in, float *out, size_t n, floa
   return px_cuda_check_launch("dropout");
 }
 
-extern "C" px_status px_cuda_dropout_part(const float *in, float *out, int64_t N, int64_t Tl, size_t inner,
-                                          int part, int parts, float p, uint64_t seed, uint64_t hi) {
+extern "C" px_status px_cuda_dropout_part(const float *in, float *out, int64_t N, int64_t Tl, size_t inner, int part,
+                                          int parts, float p, uint64_t seed, uint64_t hi) {
   const size_t n = (size_t)N * (size_t)Tl * inner;
   if (n == 0) return PX_OK;
   const float scale = 1.0f / (1.0f - p);

@@ -21,8 +21,8 @@ inline unsigned grid_for(size_t n, int threads) {
 }
 
 __global__ void embedding_forward_kernel(const int32_t *__restrict__ ids, const float *__restrict__ W,
-                                         float *__restrict__ y, unsigned long long *__restrict__ bad, size_t n,
-                                         int V, int C) {
+                                         float *__restrict__ y, unsigned long long *__restrict__ bad, size_t n, int V,
+                                         int C) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const size_t p = i / (size_t)C, c = i % (size_t)C;
     const int32_t id = ids[p];
@@ -87,8 +87,7 @@ extern "C" px_status px_k_embedding_backward(const int32_t *seg_id, const int32_
   return px_cuda_check_launch("embedding backward");
 }
 
-extern "C" px_status px_k_pos_embedding_forward(const float *x, const float *W, float *y, int64_t N, int64_t T,
-                                                int C) {
+extern "C" px_status px_k_pos_embedding_forward(const float *x, const float *W, float *y, int64_t N, int64_t T, int C) {
   const size_t n = (size_t)N * (size_t)T * (size_t)C;
   if (n == 0) return PX_OK;
   pos_forward_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(x, W, y, n, (size_t)T, C);

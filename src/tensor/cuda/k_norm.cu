@@ -16,9 +16,9 @@
 namespace {
 
 constexpr int ROW_THREADS = 256;
-constexpr int TILE_COLS = 32;   // columns of one partial block (a warp's width)
-constexpr int TILE_ROWS = 8;    // threads down the rows of a chunk
-constexpr int CHUNK_ROWS = 256; // rows one partial covers
+constexpr int TILE_COLS = 32;    // columns of one partial block (a warp's width)
+constexpr int TILE_ROWS = 8;     // threads down the rows of a chunk
+constexpr int CHUNK_ROWS = 256;  // rows one partial covers
 
 inline cudaStream_t stream() { return (cudaStream_t)px_cuda_compute_stream(); }
 
@@ -94,8 +94,7 @@ __global__ void ln_backward_dx_kernel(const float *__restrict__ x, const float *
 template <bool LN>
 __global__ void colsum_partials_kernel(const float *__restrict__ x, const float *__restrict__ dy,
                                        const float *__restrict__ mean, const float *__restrict__ rstd,
-                                       double *__restrict__ part_g, double *__restrict__ part_b, int64_t R,
-                                       int D) {
+                                       double *__restrict__ part_g, double *__restrict__ part_b, int64_t R, int D) {
   __shared__ double sg[TILE_ROWS][TILE_COLS], sb[TILE_ROWS][TILE_COLS];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int j = blockIdx.x * TILE_COLS + tx;
@@ -157,8 +156,8 @@ px_status check_rows(int64_t R, const char *what) {
 
 // Both stages of the column sums: LN = dγ and dβ, else dst_b only.
 template <bool LN>
-px_status colsums(const float *x, const float *dy, const float *mean, const float *rstd, float *dst_g,
-                  float *dst_b, void *partials, int64_t R, int D, const char *what) {
+px_status colsums(const float *x, const float *dy, const float *mean, const float *rstd, float *dst_g, float *dst_b,
+                  void *partials, int64_t R, int D, const char *what) {
   const int64_t nch = nchunks_of(R);
   if (nch > 65535) return px_error(PX_ERR_INVALID, "%s: %lld rows are more than %d chunks", what, (long long)R, 65535);
   double *part_b = (double *)partials, *part_g = LN ? part_b + (size_t)nch * D : nullptr;
@@ -186,8 +185,8 @@ extern "C" size_t px_k_layernorm_partials_bytes(int64_t R, int D) {
 }
 
 extern "C" px_status px_k_layernorm_backward(const float *x, const float *dy, const float *gamma, const float *mean,
-                                             const float *rstd, float *dgamma, float *dbeta, float *dx,
-                                             void *partials, int64_t R, int D) {
+                                             const float *rstd, float *dgamma, float *dbeta, float *dx, void *partials,
+                                             int64_t R, int D) {
   if (R == 0) return PX_OK;
   px_status st = check_rows(R, "layernorm backward");
   if (st != PX_OK) return st;

@@ -61,8 +61,8 @@ extern "C" px_status px_cuda_sgd_plain(float *p, const float *g, size_t n, float
   return px_cuda_check_launch("sgd update kernel");
 }
 
-extern "C" px_status px_cuda_sgd_momentum(float *p, const float *g, float *buf, size_t n, float lr, float wd,
-                                          float mom, float keep, float take, bool nesterov) {
+extern "C" px_status px_cuda_sgd_momentum(float *p, const float *g, float *buf, size_t n, float lr, float wd, float mom,
+                                          float keep, float take, bool nesterov) {
   if (n == 0) return PX_OK;
   sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, buf, n, lr, wd, mom, keep, take, nesterov);
   return px_cuda_check_launch("sgd momentum update kernel");
@@ -72,8 +72,8 @@ extern "C" px_status px_cuda_adam(float *p, const float *g, float *m, float *v, 
                                   float b1, float b2, float eps, float c1, float c2, float neg_step_size,
                                   float bc2_sqrt) {
   if (n == 0) return PX_OK;
-  adam_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, m, v, n, decay, l2, b1, b2, eps, c1, c2,
-                                                        neg_step_size, bc2_sqrt);
+  adam_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, m, v, n, decay, l2, b1, b2, eps, c1, c2, neg_step_size,
+                                                        bc2_sqrt);
   return px_cuda_check_launch("adam update kernel");
 }
 

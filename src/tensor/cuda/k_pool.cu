@@ -11,15 +11,15 @@
 
 static cudaStream_t stream(void) { return (cudaStream_t)px_cuda_compute_stream(); }
 
-#define GRID_LOOP(e, total) \
+#define GRID_LOOP(e, total)                                                         \
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < (total); \
        e += (long long)gridDim.x * blockDim.x)
 
 // One thread per output.  The window clipped to the plane; its first pixel
 // inside starts the scan; a later tap replaces when strictly greater or NaN.
 static __global__ void maxpool_fwd_kernel(const float *__restrict__ x, float *__restrict__ y,
-                                          int32_t *__restrict__ argmax, long long planes, int H, int W, int k,
-                                          int s, int p, int Ho, int Wo) {
+                                          int32_t *__restrict__ argmax, long long planes, int H, int W, int k, int s,
+                                          int p, int Ho, int Wo) {
   const long long out_plane = (long long)Ho * Wo, total = planes * out_plane;
   GRID_LOOP(e, total) {
     const long long pl = e / out_plane;
@@ -47,8 +47,8 @@ static __global__ void maxpool_fwd_kernel(const float *__restrict__ x, float *__
 // One thread per input pixel: Σ dy over the outputs whose window holds it
 // and whose argmax it is, in output order (the CPU's q loop).
 static __global__ void maxpool_bwd_kernel(const float *__restrict__ dy, const int32_t *__restrict__ argmax,
-                                          float *__restrict__ dx, long long planes, int H, int W, int k, int s,
-                                          int p, int Ho, int Wo) {
+                                          float *__restrict__ dx, long long planes, int H, int W, int k, int s, int p,
+                                          int Ho, int Wo) {
   const long long in_plane = (long long)H * W, out_plane = (long long)Ho * Wo, total = planes * in_plane;
   GRID_LOOP(e, total) {
     const long long pl = e / in_plane;
@@ -66,8 +66,8 @@ static __global__ void maxpool_bwd_kernel(const float *__restrict__ dy, const in
   }
 }
 
-static __global__ void avgpool_fwd_kernel(const float *__restrict__ x, float *__restrict__ y, long long planes,
-                                          int H, int W, int k, int s, int Ho, int Wo) {
+static __global__ void avgpool_fwd_kernel(const float *__restrict__ x, float *__restrict__ y, long long planes, int H,
+                                          int W, int k, int s, int Ho, int Wo) {
   const long long out_plane = (long long)Ho * Wo, total = planes * out_plane;
   const float area = (float)(k * k);
   GRID_LOOP(e, total) {
@@ -84,8 +84,8 @@ static __global__ void avgpool_fwd_kernel(const float *__restrict__ x, float *__
 // The CPU adds, for each output row oh (ascending), the taps (i, j) in
 // order; for one input pixel and one oh the tap j ascending means ow
 // descending.  The same order here.
-static __global__ void avgpool_bwd_kernel(const float *__restrict__ dy, float *__restrict__ dx, long long planes,
-                                          int H, int W, int k, int s, int Ho, int Wo) {
+static __global__ void avgpool_bwd_kernel(const float *__restrict__ dy, float *__restrict__ dx, long long planes, int H,
+                                          int W, int k, int s, int Ho, int Wo) {
   const long long in_plane = (long long)H * W, out_plane = (long long)Ho * Wo, total = planes * in_plane;
   const float area = (float)(k * k);
   GRID_LOOP(e, total) {
@@ -118,36 +118,35 @@ static __global__ void gap_bwd_kernel(const float *__restrict__ dy, float *__res
   GRID_LOOP(e, planes * S) dx[e] = dy[e / S] / (float)S;
 }
 
-extern "C" px_status px_k_maxpool_fwd(const float *x, float *y, int32_t *argmax, int64_t planes, int H, int W,
-                                      int k, int s, int p, int Ho, int Wo) {
-  maxpool_fwd_kernel<<<px_k_blocks((long long)planes * Ho * Wo), 256, 0, stream()>>>(x, y, argmax, planes, H, W, k,
-                                                                                      s, p, Ho, Wo);
+extern "C" px_status px_k_maxpool_fwd(const float *x, float *y, int32_t *argmax, int64_t planes, int H, int W, int k,
+                                      int s, int p, int Ho, int Wo) {
+  maxpool_fwd_kernel<<<px_k_blocks((long long)planes * Ho * Wo), 256, 0, stream()>>>(x, y, argmax, planes, H, W, k, s,
+                                                                                     p, Ho, Wo);
   return px_cuda_check_launch("MaxPool2d forward");
 }
 
-extern "C" px_status px_k_maxpool_bwd(const float *dy, const int32_t *argmax, float *dx, int64_t planes, int H,
-                                      int W, int k, int s, int p, int Ho, int Wo) {
-  maxpool_bwd_kernel<<<px_k_blocks((long long)planes * H * W), 256, 0, stream()>>>(dy, argmax, dx, planes, H, W, k,
-                                                                                    s, p, Ho, Wo);
+extern "C" px_status px_k_maxpool_bwd(const float *dy, const int32_t *argmax, float *dx, int64_t planes, int H, int W,
+                                      int k, int s, int p, int Ho, int Wo) {
+  maxpool_bwd_kernel<<<px_k_blocks((long long)planes * H * W), 256, 0, stream()>>>(dy, argmax, dx, planes, H, W, k, s,
+                                                                                   p, Ho, Wo);
   return px_cuda_check_launch("MaxPool2d backward");
 }
 
 extern "C" px_status px_k_avgpool_fwd(const float *x, float *y, int64_t planes, int H, int W, int k, int s, int Ho,
                                       int Wo) {
-  avgpool_fwd_kernel<<<px_k_blocks((long long)planes * Ho * Wo), 256, 0, stream()>>>(x, y, planes, H, W, k, s, Ho,
-                                                                                      Wo);
+  avgpool_fwd_kernel<<<px_k_blocks((long long)planes * Ho * Wo), 256, 0, stream()>>>(x, y, planes, H, W, k, s, Ho, Wo);
   return px_cuda_check_launch("AvgPool2d forward");
 }
 
 extern "C" px_status px_k_avgpool_bwd(const float *dy, float *dx, int64_t planes, int H, int W, int k, int s, int Ho,
                                       int Wo) {
-  avgpool_bwd_kernel<<<px_k_blocks((long long)planes * H * W), 256, 0, stream()>>>(dy, dx, planes, H, W, k, s, Ho,
-                                                                                    Wo);
+  avgpool_bwd_kernel<<<px_k_blocks((long long)planes * H * W), 256, 0, stream()>>>(dy, dx, planes, H, W, k, s, Ho, Wo);
   return px_cuda_check_launch("AvgPool2d backward");
 }
 
 extern "C" px_status px_k_gap_fwd(const float *x, float *y, int64_t planes, int64_t S) {
-  if (planes > 2147483647LL) return px_error(PX_ERR_SHAPE, "GlobalAvgPool2d: %lld planes exceed one grid", (long long)planes);
+  if (planes > 2147483647LL)
+    return px_error(PX_ERR_SHAPE, "GlobalAvgPool2d: %lld planes exceed one grid", (long long)planes);
   gap_fwd_kernel<<<(unsigned)planes, PX_K_RED_THREADS, 0, stream()>>>(x, y, S);
   return px_cuda_check_launch("GlobalAvgPool2d forward");
 }

@@ -20,7 +20,7 @@ static __device__ double px_k_block_sum(double v, double *buf) {
     __syncthreads();
   }
   const double total = buf[0];
-  __syncthreads();  /* buf may be reused by the caller's next sum */
+  __syncthreads(); /* buf may be reused by the caller's next sum */
   return total;
 }
 

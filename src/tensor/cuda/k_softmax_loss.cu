@@ -21,8 +21,7 @@ namespace {
 constexpr int kThreads = 256;
 
 // Block-wide reductions (blockDim.x == kThreads); every thread gets the result.
-template <typename T, typename Op>
-__device__ T block_reduce(T v, Op op, T *shm) {
+template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T *shm) {
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();  // shm may still be read by a previous reduction
@@ -33,11 +32,21 @@ __device__ T block_reduce(T v, Op op, T *shm) {
   return v;
 }
 
-struct MaxF { __device__ float operator()(float a, float b) const { return b > a ? b : a; } };
-struct AddF { __device__ float operator()(float a, float b) const { return a + b; } };
-struct AddD { __device__ double operator()(double a, double b) const { return a + b; } };
-struct AddL { __device__ long long operator()(long long a, long long b) const { return a + b; } };
-struct MinL { __device__ long long operator()(long long a, long long b) const { return b < a ? b : a; } };
+struct MaxF {
+  __device__ float operator()(float a, float b) const { return b > a ? b : a; }
+};
+struct AddF {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct AddD {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct AddL {
+  __device__ long long operator()(long long a, long long b) const { return a + b; }
+};
+struct MinL {
+  __device__ long long operator()(long long a, long long b) const { return b < a ? b : a; }
+};
 
 __global__ void softmax_fwd(const float *x, float *y, size_t R, size_t D) {
   __shared__ float shf[kThreads / 32];
@@ -73,10 +82,10 @@ __global__ void softmax_bwd(const float *y, const float *dy, float *dx, size_t R
 }
 
 struct CeResult {
-  long long valid;      // rows counted in the mean
-  long long bad_row;    // first row with a target outside [0, C) (N when none)
-  int       bad_target;
-  float     loss;
+  long long valid;    // rows counted in the mean
+  long long bad_row;  // first row with a target outside [0, C) (N when none)
+  int bad_target;
+  float loss;
 };
 
 __global__ void ce_count(const int32_t *targets, long long N, int C, int ignore_index, CeResult *res) {
@@ -85,7 +94,10 @@ __global__ void ce_count(const int32_t *targets, long long N, int C, int ignore_
   for (long long r = threadIdx.x; r < N; r += kThreads) {
     const int32_t t = targets[r];
     if (t == ignore_index) continue;
-    if (t < 0 || t >= C) { bad = r < bad ? r : bad; continue; }
+    if (t < 0 || t >= C) {
+      bad = r < bad ? r : bad;
+      continue;
+    }
     valid++;
   }
   valid = block_reduce(valid, AddL(), shl);
@@ -187,8 +199,8 @@ extern "C" px_status px_cuda_cross_entropy(const float *logits, const int32_t *t
     st = px_cuda_check_launch("cross_entropy (targets)");
   }
   if (st == PX_OK) {
-    ce_rows<<<rows_grid((size_t)N), kThreads, 0, s>>>(logits, targets, (long long)N, C, ignore_index,
-                                                      label_smoothing, res, dlogits, rows);
+    ce_rows<<<rows_grid((size_t)N), kThreads, 0, s>>>(logits, targets, (long long)N, C, ignore_index, label_smoothing,
+                                                      res, dlogits, rows);
     st = px_cuda_check_launch("cross_entropy (rows)");
   }
   if (st == PX_OK) {

@@ -27,10 +27,10 @@ extern "C" {
  * hi = (stream << 40) ^ step, e = ((n·heads_total + head0 + h)·T + i)·T + j.
  * p = 0 (or drop false) means no dropout. */
 typedef struct px_cuda_att_drop {
-  bool     drop;
-  float    p;
+  bool drop;
+  float p;
   uint64_t seed, hi;
-  int      head0, heads_total;
+  int head0, heads_total;
 } px_cuda_att_drop;
 
 /* Causal attention forward.  qkv (N, T, 3C) packed [q | k | v], H heads of
@@ -47,9 +47,9 @@ px_status px_cuda_attention_forward(const float *qkv, float *o, float *lse, int 
                                     const px_cuda_att_drop *drop, bool bf16);
 /* Backward from qkv, o, lse and dout (N, T, C): writes dqkv (N, T, 3C)
  * entirely.  scratch: N·H·T floats (the row terms D_i = dO_i·O_i). */
-px_status px_cuda_attention_backward(const float *qkv, const float *o, const float *lse, const float *dout,
-                                     float *dqkv, float *scratch, int N, int T, int C, int H,
-                                     const px_cuda_att_drop *drop, bool bf16);
+px_status px_cuda_attention_backward(const float *qkv, const float *o, const float *lse, const float *dout, float *dqkv,
+                                     float *scratch, int N, int T, int C, int H, const px_cuda_att_drop *drop,
+                                     bool bf16);
 
 /* Softmax over the last dimension of (R, D): forward y, backward dx from y, dy. */
 px_status px_cuda_softmax_forward(const float *x, float *y, size_t R, size_t D);
@@ -69,8 +69,8 @@ px_status px_cuda_dropout(const float *in, float *out, size_t n, float p, uint64
 /* The same for part `part` of `parts` along axis 1 (dropout.c's
  * apply_mask_part): in (N, Tl, inner), element (n, t, j) draws the whole's
  * index ((n·parts + part)·Tl + t)·inner + j. */
-px_status px_cuda_dropout_part(const float *in, float *out, int64_t N, int64_t Tl, size_t inner, int part,
-                               int parts, float p, uint64_t seed, uint64_t hi);
+px_status px_cuda_dropout_part(const float *in, float *out, int64_t N, int64_t Tl, size_t inner, int part, int parts,
+                               float p, uint64_t seed, uint64_t hi);
 
 /* Host-side run of rng.cuh's device Philox (the same __host__ __device__
  * code the kernels use): the word and unit float of flat element e. */

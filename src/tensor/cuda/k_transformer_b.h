@@ -28,8 +28,8 @@ px_status px_k_layernorm_forward(const float *x, const float *gamma, const float
                                  float *rstd, int64_t R, int D, float eps);
 size_t px_k_layernorm_partials_bytes(int64_t R, int D);
 px_status px_k_layernorm_backward(const float *x, const float *dy, const float *gamma, const float *mean,
-                                  const float *rstd, float *dgamma, float *dbeta, float *dx, void *partials,
-                                  int64_t R, int D);
+                                  const float *rstd, float *dgamma, float *dbeta, float *dx, void *partials, int64_t R,
+                                  int D);
 
 /* ---- Columns of a (R, C) matrix (k_norm.cu) --------------------------------
  * dst[j] += Σ_r src[r, j] (the bias gradient of Linear and Conv1D), the same
@@ -44,14 +44,13 @@ px_status px_k_rows_set(float *y, const float *b, int64_t R, int C);
  * writes no row; the smallest such p is stored in *bad (a device uint64_t,
  * set to UINT64_MAX by the launcher first), so the caller copies one word
  * back and reports the first bad position as the CPU path does. */
-px_status px_k_embedding_forward(const int32_t *ids, const float *W, float *y, uint64_t *bad, int64_t R, int V,
-                                 int C);
+px_status px_k_embedding_forward(const int32_t *ids, const float *W, float *y, uint64_t *bad, int64_t R, int V, int C);
 /* Scatter-add in position order: for segment s (positions pos[seg_start[s]
  * .. seg_start[s+1]), all with id seg_id[s], in increasing order)
  * dW[seg_id[s], c] += dy[p, c] for each p in turn, one thread per (s, c):
  * the same additions in the same order as the CPU path, so the same bits. */
-px_status px_k_embedding_backward(const int32_t *seg_id, const int32_t *seg_start, const int32_t *pos,
-                                  int n_seg, const float *dy, float *dW, int C);
+px_status px_k_embedding_backward(const int32_t *seg_id, const int32_t *seg_start, const int32_t *pos, int n_seg,
+                                  const float *dy, float *dW, int C);
 /* y[n, t, :] = x[n, t, :] + W[t, :]  (W already offset to the first position). */
 px_status px_k_pos_embedding_forward(const float *x, const float *W, float *y, int64_t N, int64_t T, int C);
 /* dW[t, c] += Σ_n dy[n, t, c], n in order, one thread per (t, c). */

@@ -30,8 +30,7 @@ extern "C" {
 px_status px_k_im2col(const float *x, float *col, int nb, int C, int H, int W, int k, int s, int p, int Ho, int Wo);
 /* dx (nb, C, H, W) = col2im(dcol (K, nb·P)): every input pixel sums the taps
  * that read it, in the order (i, j) ascending; written, not added. */
-px_status px_k_col2im(const float *dcol, float *dx, int nb, int C, int H, int W, int k, int s, int p, int Ho,
-                      int Wo);
+px_status px_k_col2im(const float *dcol, float *dx, int nb, int C, int H, int W, int k, int s, int p, int Ho, int Wo);
 /* y (nb, O, P) from z (O, nb·P): y[b, o, q] = z[o, b·P + q] + bias[o] (bias NULL: + 0). */
 px_status px_k_conv_unpack(const float *z, const float *bias, float *y, int nb, int O, int64_t P);
 /* zp (O, nb·P) from dy (nb, O, P): zp[o, b·P + q] = dy[b, o, q]. */
@@ -44,23 +43,22 @@ px_status px_k_bias_grad(const float *dy, float *db, int64_t N, int O, int64_t P
  * biased variance); when update_running, running_mean/var updated with
  * momentum (running var unbiased: n/(n - 1)).  Eval: mean = running_mean,
  * istd = 1/√(running_var + eps). */
-px_status px_k_bn_stats(const float *x, int64_t N, int C, int64_t S, bool batch_stats, bool update_running,
-                        float eps, float momentum, float *running_mean, float *running_var, float *mean,
-                        float *istd);
+px_status px_k_bn_stats(const float *x, int64_t N, int C, int64_t S, bool batch_stats, bool update_running, float eps,
+                        float momentum, float *running_mean, float *running_var, float *mean, float *istd);
 /* y = x·α + (β - μ·α), α = γ·istd. */
-px_status px_k_bn_apply(const float *x, float *y, int64_t N, int C, int64_t S, const float *gamma,
-                        const float *beta, const float *mean, const float *istd);
+px_status px_k_bn_apply(const float *x, float *y, int64_t N, int C, int64_t S, const float *gamma, const float *beta,
+                        const float *mean, const float *istd);
 /* dγ += Σ dy·x̂, dβ += Σ dy; dx (when not NULL) with batch statistics or
  * with constants (eval).  coef: 3·C floats of scratch. */
-px_status px_k_bn_backward(const float *x, const float *dy, float *dx, int64_t N, int C, int64_t S,
-                           bool batch_stats, const float *gamma, const float *mean, const float *istd,
-                           float *dgamma, float *dbeta, float *coef);
+px_status px_k_bn_backward(const float *x, const float *dy, float *dx, int64_t N, int C, int64_t S, bool batch_stats,
+                           const float *gamma, const float *mean, const float *istd, float *dgamma, float *dbeta,
+                           float *coef);
 
 /* ---- Pooling (k_pool.cu); planes = N·C, each (H, W) -> (Ho, Wo) ---------
  * Max: first maximum in scan order wins, NaN wins (as the CPU);
  * argmax[q] = ih·W + iw within the plane. */
-px_status px_k_maxpool_fwd(const float *x, float *y, int32_t *argmax, int64_t planes, int H, int W, int k, int s,
-                           int p, int Ho, int Wo);
+px_status px_k_maxpool_fwd(const float *x, float *y, int32_t *argmax, int64_t planes, int H, int W, int k, int s, int p,
+                           int Ho, int Wo);
 /* dx[a] = Σ dy over the outputs whose argmax is a, in output order. */
 px_status px_k_maxpool_bwd(const float *dy, const int32_t *argmax, float *dx, int64_t planes, int H, int W, int k,
                            int s, int p, int Ho, int Wo);

@@ -90,13 +90,13 @@ px_arena *px_cuda_arena_create(size_t initial_bytes);
  * bf16: A and B bf16 (uint16_t bit patterns), C f32, f32 accumulation. */
 px_status px_cuda_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc);
-px_status px_cuda_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t *A,
-                            int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc);
+px_status px_cuda_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
 /* ---- Elementwise and reductions on device arrays (the px_fill ... family) --- */
 px_status px_cuda_fill(float *x, size_t n, float v);
-px_status px_cuda_scale(float *x, size_t n, float a);                 /* x *= a */
-px_status px_cuda_axpy(float *y, const float *x, size_t n, float a);  /* y += a·x */
+px_status px_cuda_scale(float *x, size_t n, float a);                /* x *= a */
+px_status px_cuda_axpy(float *y, const float *x, size_t n, float a); /* y += a·x */
 px_status px_cuda_add(float *out, const float *a, const float *b, size_t n);
 /* f32 -> bf16, round to nearest even (the CPU's px_f32_to_bf16 bits). */
 px_status px_cuda_to_bf16(uint16_t *dst, const float *src, size_t n);

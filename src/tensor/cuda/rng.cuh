@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 __host__ __device__ __forceinline__ void px_philox4x32_dev(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo,
-                                                  uint32_t out[4]) {
+                                                           uint32_t out[4]) {
   uint32_t c0 = (uint32_t)counter_lo, c1 = (uint32_t)(counter_lo >> 32);
   uint32_t c2 = (uint32_t)counter_hi, c3 = (uint32_t)(counter_hi >> 32);
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -23,11 +23,17 @@ __host__ __device__ __forceinline__ void px_philox4x32_dev(uint64_t seed, uint64
     const uint32_t lo0 = (uint32_t)p0, hi0 = (uint32_t)(p0 >> 32);
     const uint32_t lo1 = (uint32_t)p1, hi1 = (uint32_t)(p1 >> 32);
     const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
 }
 
 /* Word e % 4 of block e / 4: the u32 of flat element e under dropout.c's

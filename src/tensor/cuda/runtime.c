@@ -40,9 +40,9 @@ static px_status cuda_fail(cudaError_t e, const char *fmt, ...) {
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   (void)cudaGetLastError(); /* clear a non-sticky error so the next check does not see it again */
-  const px_status s = e == cudaErrorMemoryAllocation ? PX_ERR_NOMEM
-                      : e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? PX_ERR_UNSUPPORTED
-                                                                                    : PX_ERR_INTERNAL;
+  const px_status s = e == cudaErrorMemoryAllocation             ? PX_ERR_NOMEM
+    : e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? PX_ERR_UNSUPPORTED
+                                                                 : PX_ERR_INTERNAL;
   return px_error(s, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
 
@@ -133,18 +133,18 @@ px_status px_cuda_check_launch(const char *what) {
 /* ---- The caching allocator --------------------------------------------------- */
 
 typedef struct block {
-  void         *ptr;
-  size_t        size; /* rounded */
-  int           device;
-  bool          in_use;
+  void *ptr;
+  size_t size; /* rounded */
+  int device;
+  bool in_use;
   struct block *next_hash; /* in the pointer table */
   struct block *next_free; /* in its class's free list */
 } block;
 
 typedef struct size_class {
-  int                device;
-  size_t             size;
-  block             *free;
+  int device;
+  size_t size;
+  block *free;
   struct size_class *next;
 } size_class;
 
@@ -390,20 +390,20 @@ px_status px_cuda_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float a
   px_status st = gemm_check("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (st != PX_OK) return st;
   if (M == 0 || N == 0) return PX_OK;
-  const cublasStatus_t s =
-      cublasSgemm(tl_blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                  B, ldb, A, lda, &beta, C, ldc);
+  const cublasStatus_t s = cublasSgemm(tl_blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda, &beta, C,
+                                       ldc);
   return s == CUBLAS_STATUS_SUCCESS ? PX_OK : blas_fail(s, "cublasSgemm");
 }
 
-px_status px_cuda_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t *A,
-                            int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+px_status px_cuda_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, float beta, float *C, int ldc) {
   px_status st = gemm_check("bf16 gemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (st != PX_OK) return st;
   if (M == 0 || N == 0) return PX_OK;
-  const cublasStatus_t s =
-      cublasGemmEx(tl_blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                   B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t s = cublasGemmEx(tl_blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                        trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                                        CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT);
   return s == CUBLAS_STATUS_SUCCESS ? PX_OK : blas_fail(s, "cublasGemmEx (bf16)");
 }
