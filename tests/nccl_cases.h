@@ -7,6 +7,7 @@
 #define PX_NCCL_CASES_H
 
 #include "px_test.h"
+#include "tensor/bf16.h"
 #include "tensor/cuda/px_cuda.h"
 
 #include <stdint.h>
@@ -305,6 +306,35 @@ static void case_ddp(px_comm *c, px_comm *bootstrap) {
     float *pg = malloc(np * sizeof *pg);
     CHECK_OK(px_cuda_to_host(pg, plain->grad_data, np * sizeof *pg));
     CHECK(memcmp(pg, g, np * sizeof *g) == 0, "world of one: DDP's gradients are not the plain model's bits");
+
+    // reduce_dtype bf16: each bucket cast to bf16, summed over NCCL (one
+    // rank: itself), cast back: the plain gradients rounded to bf16, bit
+    // for bit.
+    px_model *mb;
+    CHECK_OK(px_model_create(&mb, mlp(), 100));
+    CHECK_OK(px_model_to_device(mb, PX_CUDA, px_cuda_current_device()));
+    px_ddp_opts ob = opts;
+    ob.reduce_dtype = PX_BF16;
+    px_ddp *db;
+    CHECK_OK(px_ddp_wrap(&db, mb, c, &ob));
+    CHECK_OK(px_cuda_zero(mb->grad_data, np * sizeof(float)));
+    grads_of(mb, 0, NB);
+    CHECK_OK(px_ddp_sync(db));
+    float *gb = malloc(np * sizeof *gb);
+    CHECK_OK(px_cuda_to_host(gb, mb->grad_data, np * sizeof *gb));
+    size_t off = 0, changed = 0;
+    for (size_t i = 0; i < np; i++) {
+      const float want = px_bf16_to_f32(px_f32_to_bf16(pg[i]));
+      off += memcmp(&want, &gb[i], sizeof want) != 0;
+      changed += want != pg[i];
+    }
+    printf("world of one, bf16 reduction: %zu of %zu gradients not the bf16 rounding of the f32 ones (%zu of them "
+           "changed by the rounding)\n",
+           off, np, changed);
+    CHECK(off == 0 && changed > 0, "bf16 reduction: %zu gradients off, %zu changed by rounding", off, changed);
+    px_ddp_free(db);
+    px_model_free(mb);
+    free(gb);
     free(pg);
     px_model_free(plain);
   }

@@ -44,11 +44,14 @@ static _Atomic int px_test_failures = 0;
  * a pipe, is lost with the process; this goes to stderr).  Installed only
  * where nothing else handles the signal (a sanitizer's handler stays). */
 static void px_test_crashed(int sig) {
+  // Default actions first: should the unwinder fault too (it can under
+  // qemu-user), the process ends at once.
+  signal(sig, SIG_DFL);
+  signal(SIGSEGV, SIG_DFL);
   static const char msg[] = "\npx_test: crashed (signal); the stack:\n";
   if (write(2, msg, sizeof msg - 1) < 0) {}
   void *pc[64];
   backtrace_symbols_fd(pc, backtrace(pc, 64), 2);
-  signal(sig, SIG_DFL);
   raise(sig);
 }
 __attribute__((constructor)) static void px_test_trace_crashes(void) {

@@ -3,7 +3,8 @@ machine without a GPU -- `plexus train --device cuda` fails at once with exit
 status 1 and one message naming --device cuda and the reason (built without
 CUDA, or no CUDA device), before any rank starts or any file of the run is
 written; the config file's train.device does the same.  `--precision bf16`
-on the CPU is refused naming --precision and --device cuda.  What the GPU
+on the CPU is refused naming --precision and --device cuda, and so is
+`--reduce-dtype bf16`.  What the GPU
 path does not cover (--zero, --tp, --recompute with --device cuda) is
 refused naming the option on any machine, and an unknown device names the
 choices.  --device cpu --precision f32 (the defaults, given) trains.
@@ -60,6 +61,8 @@ def main():
             json.dump({"train": {"device": "cuda"}}, f)
         refused(MNIST + ["--config", cfg], ["--device cuda", "train.device", reason], "config train.device cuda")
         refused(MNIST + ["--precision", "bf16"], ["--precision bf16", "--device cuda", "f32"], "--precision bf16 on cpu")
+        refused(MNIST + ["--reduce-dtype", "bf16"], ["--reduce-dtype bf16", "--device cuda", "f32"],
+                "--reduce-dtype bf16 on cpu")
         refused(MNIST + ["--device", "cuda", "--zero", "1"], ["--zero 1", "--device cuda", "not built"],
                 "--zero 1 on cuda")
         refused(MNIST + ["--device", "cuda", "--threads", "2", "--tp", "2", "--model", "gpt", "--n-head", "2"],

@@ -34,7 +34,8 @@ int main(void) {
   // Gradients and buffers that are not all zeros, so their copies show.
   for (size_t i = 0; i < n; i++) m->grad_data[i] = 0.001f * (float)i - 0.01f;
   for (size_t i = 0; i < nb; i++) m->buffer_data[i] = 0.5f + 0.25f * (float)i;
-  float *p0 = malloc(n * 4), *g0 = malloc(n * 4), *b0 = malloc(nb * 4), *tmp = malloc(n * 4);
+  float *p0 = malloc(n * 4), *g0 = malloc(n * 4), *b0 = malloc(nb * 4),
+        *tmp = malloc((n > 1000 ? n : 1000) * 4);  // also the 1000-float scratch below
   memcpy(p0, m->param_data, n * 4);
   memcpy(g0, m->grad_data, n * 4);
   memcpy(b0, m->buffer_data, nb * 4);

@@ -117,6 +117,7 @@ static px_train_opts train_opts(const train_job *job) {
   o.loss_spike_factor = c->loss_spike_factor;
   o.device = strcmp(c->device, "cuda") == 0 ? PX_CUDA : PX_CPU;
   o.precision = strcmp(c->precision, "bf16") == 0 ? PX_BF16 : PX_F32;
+  o.ddp.reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? PX_BF16 : PX_F32;
   return o;
 }
 

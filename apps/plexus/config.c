@@ -233,6 +233,9 @@ static const opt_def opts[] = {
   {"train", "precision", "precision", T_STR, F(precision), "f32", "f32|bf16", 0, 0, TE,
    "matrix products' operands: f32, or bf16 with --device cuda (f32 accumulation; weights, gradients and "
    "optimizer state stay f32)"},
+  {"train", "reduce_dtype", "reduce-dtype", T_STR, F(reduce_dtype), "f32", "f32|bf16", 0, 0, CFG_TRAIN,
+   "the dtype DDP sums gradients in across ranks: f32, or bf16 with --device cuda (each bucket cast to bf16 "
+   "for NCCL and back: half the bytes, sums rounded to bf16; PyTorch FSDP's reduce_dtype)"},
   // Added by issue 19: the HDF5 source (--data hdf5).
   {"data", "h5_layout", "h5-layout", T_STR, F(h5_layout), "images", "images|tokens", 0, 0, ALL,
    "hdf5: images (an image dataset and a label dataset) or tokens (a 1-D token array cut into windows of "
@@ -757,6 +760,10 @@ px_status px_config_validate(const px_config *c, int commands) {
       return px_error(PX_ERR_UNSUPPORTED,
                       "--precision bf16 (train.precision): bf16 runs on the GPU only (--device "
                       "cuda); on the CPU plexus computes in f32 (--precision f32)");
+    if ((commands & CFG_TRAIN) && strcmp(c->reduce_dtype, "bf16") == 0 && !cuda)
+      return px_error(PX_ERR_UNSUPPORTED,
+                      "--reduce-dtype bf16 (train.reduce_dtype): bf16 gradient reduction runs over NCCL "
+                      "on the GPU (--device cuda); on the CPU gradients are summed in f32 (--reduce-dtype f32)");
     // What the GPU path does not cover (issue 15: data parallel, DDP over NCCL).
     const char *cpu_only = NULL;
     char what[96];

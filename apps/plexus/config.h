@@ -69,8 +69,9 @@ typedef struct px_config {
   bool overwrite; /* run.overwrite: --out holding a run is cleared first */
   bool sync_bn;   /* model.sync_bn: batch norm statistics over the data-parallel ranks */
   /* issue 15 */
-  char *device;    /* train.device: cpu|cuda */
-  char *precision; /* train.precision: f32|bf16 (bf16 on cuda only) */
+  char *device;       /* train.device: cpu|cuda */
+  char *precision;    /* train.precision: f32|bf16 (bf16 on cuda only) */
+  char *reduce_dtype; /* train.reduce_dtype: f32|bf16 (bf16 on cuda only): DDP's gradient sums */
   /* Which options were given (file or command line), by table index. */
   unsigned char given[128];
 } px_config;

@@ -44,10 +44,18 @@ typedef struct px_ddp_opts {
   bool find_unused_parameters; /* parameters whose module did not run
                                     forward count as ready with zero gradient */
   int root;                    /* rank whose parameters everyone starts from */
+  px_dtype reduce_dtype;       /* PX_F32 (default): gradients are summed in f32;
+                                  PX_BF16: each bucket is cast to bf16, summed
+                                  in bf16 over NCCL and cast back (half the
+                                  bytes on the wire; a device model only) */
 } px_ddp_opts;
 
-#define PX_DDP_DEFAULTS \
-  ((px_ddp_opts){.bucket_bytes = 4u << 20, .first_bucket_bytes = 1u << 20, .find_unused_parameters = false, .root = 0})
+#define PX_DDP_DEFAULTS                           \
+  ((px_ddp_opts){.bucket_bytes = 4u << 20,        \
+                 .first_bucket_bytes = 1u << 20,  \
+                 .find_unused_parameters = false, \
+                 .root = 0,                       \
+                 .reduce_dtype = PX_F32})
 
 typedef struct px_ddp px_ddp;
 

@@ -13,7 +13,10 @@
 // one: the buckets are slices of the device gradient buffer, each
 // all-reduced on the communication stream after the backward kernels that
 // filled it (nccl.c orders them by an event), and the averaging scale runs
-// on the compute stream after every bucket's all-reduce.
+// on the compute stream after every bucket's all-reduce.  With reduce_dtype
+// PX_BF16 a bucket is cast to bf16 before its all-reduce (into d->bf16, the
+// same offsets) and cast back after it: half the bytes on the wire, sums
+// rounded to bf16 (PyTorch FSDP's reduce_dtype).
 #include "plexus/parallel.h"
 #include "parallel/internal.h"
 #include "parallel/rank_sum.h"
@@ -53,6 +56,7 @@ struct px_ddp {
   bool buffers_dirty; /* a training forward changed the buffers since their broadcast */
   px_status error;    /* first failure inside a hook */
   char error_msg[512];
+  uint16_t *bf16; /* reduce_dtype PX_BF16: the gradients' bf16 copy (device), bucket by bucket */
 };
 
 static int param_index(const px_model *md, const px_param *p) { return px_parallel_param_index(md, p); }
@@ -97,7 +101,18 @@ static void launch_ready_buckets(px_ddp *d) {
     px_comm_set_label(d->comm, label);
     b->t_start = px_time_now();
     b->t_done = 0;
-    px_status st = pxr_allreduce(&d->rsum, d->model->grad_data + b->offset, b->count, &b->req);
+    px_status st;
+    if (d->bf16) {
+      // Cast on the compute stream after the kernels that made the
+      // gradients; NCCL's stream waits for it (nccl.c's ready event).
+      st = PX_ERR_INTERNAL;
+#ifdef PX_HAVE_CUDA
+      st = px_cuda_to_bf16(d->bf16 + b->offset, d->model->grad_data + b->offset, b->count);
+      if (st == PX_OK) st = pxr_allreduce_native(&d->rsum, d->bf16 + b->offset, b->count, PX_BF16, &b->req);
+#endif
+    } else {
+      st = pxr_allreduce(&d->rsum, d->model->grad_data + b->offset, b->count, &b->req);
+    }
     if (st != PX_OK) {
       fail(d, st);
       b->req = NULL;
@@ -217,6 +232,13 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
     return px_error(PX_ERR_INVALID, "DDP: root rank %d outside [0, %d)", o.root, px_comm_size(comm));
   px_status st = check_device(model, comm);
   if (st != PX_OK) return st;
+  if (o.reduce_dtype != PX_F32 && o.reduce_dtype != PX_BF16)
+    return px_error(PX_ERR_UNSUPPORTED, "DDP: gradients are reduced in f32 or bf16, not %s",
+                    px_dtype_name(o.reduce_dtype));
+  if (o.reduce_dtype == PX_BF16 && model->device != PX_CUDA)
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "DDP: bf16 gradient reduction runs over NCCL on the GPU (--device cuda); "
+                    "on the CPU gradients are reduced in f32");
   st = px_parallel_check_layout(model, comm, "DDP");
   if (st != PX_OK) return st;
   // FluxMPI's synchronize!: everyone starts from the root's parameters and
@@ -233,6 +255,13 @@ px_status px_ddp_wrap(px_ddp **out, px_model *model, px_comm *comm, const px_ddp
   d->opts = o;
   d->sync = true;
   d->divisor = px_comm_size(comm);
+#ifdef PX_HAVE_CUDA
+  if (o.reduce_dtype == PX_BF16 &&
+      !(d->bf16 = px_cuda_malloc((model->n_param_elems ? model->n_param_elems : 1) * sizeof(uint16_t)))) {
+    px_ddp_free(d);
+    return px_error_wrap(PX_ERR_NOMEM, "DDP: the gradients' bf16 copy");
+  }
+#endif
   if ((st = build_buckets(d)) != PX_OK || (st = pxr_init(&d->rsum, comm)) != PX_OK) {
     px_ddp_free(d);
     return st;
@@ -261,6 +290,9 @@ void px_ddp_free(px_ddp *d) {
   free(d->param_ready);
   free(d->module_ran);
   pxr_fini(&d->rsum);
+#ifdef PX_HAVE_CUDA
+  px_cuda_free(d->bf16);
+#endif
   free(d);
 }
 
@@ -273,6 +305,13 @@ static px_status wait_all(px_ddp *d) {
     px_status st = pxr_wait(d->buckets[b].req);
     if (d->buckets[b].t_done == 0) d->buckets[b].t_done = px_time_now();
     d->buckets[b].req = NULL;
+#ifdef PX_HAVE_CUDA
+    // bf16 reduction: the sums back into the f32 gradients (the compute
+    // stream waits for the collective: nccl.c's finish).
+    if (st == PX_OK && d->bf16)
+      st = px_cuda_from_bf16(d->model->grad_data + d->buckets[b].offset, d->bf16 + d->buckets[b].offset,
+                             d->buckets[b].count);
+#endif
     if (st != PX_OK && first == PX_OK) first = st;
   }
   return first;

@@ -60,6 +60,11 @@ __global__ void k_to_bf16_v4(uint2 *dst, const float4 *src, size_t n4) {
   }
 }
 
+__global__ void k_from_bf16(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = px_bf16_to_f32(src[i]);
+}
+
 // rows x cols of src (row stride sld) into dst with row stride dld.
 __global__ void k_to_bf16_2d(uint16_t *dst, size_t dld, const float *src, size_t sld, size_t rows, size_t cols) {
   const size_t n = rows * cols;
@@ -132,6 +137,12 @@ extern "C" px_status px_cuda_to_bf16(uint16_t *dst, const float *src, size_t n) 
   if (n4) k_to_bf16_v4<<<blocks_for(n4), kThreads, 0, stream()>>>((uint2 *)dst, (const float4 *)src, n4);
   if (n > 4 * n4) k_to_bf16<<<blocks_for(n - 4 * n4), kThreads, 0, stream()>>>(dst + 4 * n4, src + 4 * n4, n - 4 * n4);
   return px_cuda_check_launch("to_bf16");
+}
+
+extern "C" px_status px_cuda_from_bf16(float *dst, const uint16_t *src, size_t n) {
+  if (n == 0) return PX_OK;
+  k_from_bf16<<<blocks_for(n), kThreads, 0, stream()>>>(dst, src, n);
+  return px_cuda_check_launch("from_bf16");
 }
 
 extern "C" px_status px_cuda_to_bf16_2d(uint16_t *dst, size_t dld, const float *src, size_t sld, size_t rows,

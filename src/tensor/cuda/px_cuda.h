@@ -100,6 +100,8 @@ px_status px_cuda_axpy(float *y, const float *x, size_t n, float a); /* y += a·
 px_status px_cuda_add(float *out, const float *a, const float *b, size_t n);
 /* f32 -> bf16, round to nearest even (the CPU's px_f32_to_bf16 bits). */
 px_status px_cuda_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* The f32 values of n bf16 bit patterns (exact). */
+px_status px_cuda_from_bf16(float *dst, const uint16_t *src, size_t n);
 /* rows x cols of src (row stride sld) cast into dst with row stride dld: a
  * bf16 copy whose rows start on 16-byte boundaries (dld a multiple of 8),
  * which cuBLAS's fast bf16 kernels need. */
