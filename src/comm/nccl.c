@@ -211,9 +211,9 @@ static void *abort_main(void *arg) {
  * aborts the NCCL communicator on a helper thread: ncclCommAbort frees
  * device memory, which waits for the work already queued on the device, so
  * with a stream held up (a host function, a kernel that never ends) it
- * returns only when that work does; measured on an H200, a 3 s stall held
- * the watchdog's caller 3.0 s instead of the 0.5 s timeout.  The caller gets
- * its error at the bound; n_free joins the thread. */
+ * returns only when that work does (in the watchdog test, a 3 s stall held
+ * the caller 3 s past a 0.5 s timeout).  The caller gets its error at the
+ * bound; n_free joins the thread. */
 static void abort_nccl(nccl_impl *im, const char *why) {
   if (im->aborted) return;
   im->aborted = true;

@@ -39,8 +39,8 @@ static inline px_status px_nn_cuda_operand(px_ctx *ctx, const float *x, size_t n
 // The same for a (rows, cols) matrix whose bf16 copy gets rows padded to a
 // multiple of 8 elements (*ld; cols when f32 or already a multiple): cuBLAS
 // runs bf16 operands whose rows are not 16-byte aligned on its slow
-// "align1" kernels (GPT-2's 50257-word head: 4-7 ms a GEMM on an H200
-// instead of ~1).
+// "align1" kernels (GPT-2's 50257-word head; docs/PERFORMANCE.md, "Figures
+// behind code comments").
 static inline px_status px_nn_cuda_operand_padded(px_ctx *ctx, const float *x, size_t rows, size_t cols,
                                                   px_nn_operand *out, int *ld) {
   *ld = (int)cols;
