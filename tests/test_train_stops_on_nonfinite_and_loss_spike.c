@@ -14,10 +14,20 @@
  *    norm is inf" when the norm is computed (clipping on).
  * 4. Adam at a huge learning rate (lr 100 on the blobs) diverges: without
  *    the loss-spike guard the run trains on to its last step (the loss
- *    ends far above its start: today's silent divergence, kept as the
- *    default); with loss_spike_factor 5 every rank stops at the same step
- *    S > warm-up with "loss spike at step S".
- * 5. Bad guard options are refused (factor 1, warm-up 0).
+ *    ends far above its start: the silent divergence, kept as the
+ *    default).
+ * 5. With loss_spike_factor 5, a jump inside the 10 warm-up steps is
+ *    caught: Adam at lr 1e6 takes the loss from 1.3 to 2e13 at step 2
+ *    (finite, so only the spike guard can see it) and every rank stops at
+ *    step 2 with "loss spike at step 2" and "the mean of the 1 step before
+ *    it" (before, the warm-up was not watched and the jump, inside the
+ *    running mean, hid every later step: the run ended with status OK).
+ * 6. A healthy run is not stopped in its warm-up, and a jump after it is
+ *    still caught against the moving average: Adam at lr 0.01 learns the
+ *    blobs (the loss falls from 1.3), then every label shifts by one class
+ *    from the first sample of step SHIFT_STEP (21) on: every rank stops at
+ *    the same step S >= 21 with "a moving average of".
+ * 7. Bad guard options are refused (factor 1, warm-up 0).
  *
  * If it fails: a rank trains on past a non-finite step, the ranks stop at
  * different steps (the rest would hang in the next collective), or the
@@ -29,9 +39,9 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { CASE_NAN_ONE, CASE_INF_LOSS, CASE_INF_GRAD, CASE_SPIKE_OFF, CASE_SPIKE_ON };
-static const char *case_names[] = {"NaN loss on one rank", "inf loss", "inf gradient norm", "lr 100, guard off",
-                                   "lr 100, guard on"};
+enum { CASE_NAN_ONE, CASE_INF_LOSS, CASE_INF_GRAD, CASE_SPIKE_OFF, CASE_SPIKE_EARLY, CASE_SPIKE_LATE };
+static const char *case_names[] = {"NaN loss on one rank", "inf loss",         "inf gradient norm",
+                                   "lr 100, guard off",    "lr 1e6, guard on", "labels shift, guard on"};
 
 /* ---- A dataset of 2-feature samples for the poison cases ----------------- */
 typedef struct poison {
@@ -83,6 +93,46 @@ static px_dataset *poison_open(int mode, size_t n, size_t bad) {
 }
 
 #define LR 100.0f
+#define LR_EARLY 1e6f /* the loss jumps at step 2, inside the warm-up */
+#define LR_LATE 0.01f /* a healthy rate: the loss falls */
+#define SHIFT_STEP 21 /* the first step whose labels are shifted */
+
+/* ---- The blobs with every label shifted by one class from a rank's sample
+ * shift_after on (workers 0: the loader reads on the training thread) ----- */
+typedef struct shifted {
+  px_dataset *inner;
+  size_t read, shift_after;
+} shifted;
+
+static px_status shifted_get(px_dataset *d, size_t i, px_batch *b, size_t slot, px_rng *rng) {
+  shifted *s = d->impl;
+  px_status st = s->inner->ops->get(s->inner, i, b, slot, rng);
+  if (st != PX_OK) return st;
+  int32_t *y = (int32_t *)b->y.data + slot;
+  if (s->read++ >= s->shift_after) *y = (*y + 1) % (int32_t)d->num_classes;
+  return PX_OK;
+}
+
+static void shifted_destroy(px_dataset *d) {
+  shifted *s = d->impl;
+  px_dataset_free(s->inner);
+  free(s);
+  free(d);
+}
+
+static const px_dataset_ops shifted_ops = {shifted_get, shifted_destroy};
+
+static px_dataset *shifted_open(px_dataset *inner, size_t shift_after) {
+  px_dataset *d = calloc(1, sizeof *d);
+  shifted *s = calloc(1, sizeof *s);
+  *d = *inner;
+  s->inner = inner;
+  s->shift_after = shift_after;
+  d->ops = &shifted_ops;
+  d->kind = "shifted blobs";
+  d->impl = s;
+  return d;
+}
 
 /* ---- One run on every rank ------------------------------------------------ */
 #define MAX_RANKS 2
@@ -106,14 +156,15 @@ static int run_rank(px_comm *comm, void *argp) {
   o.seed = 3;
   o.log_every = 1000;
   o.zero.stage = a->zero;
-  if (a->mode == CASE_SPIKE_OFF || a->mode == CASE_SPIKE_ON) {
+  if (a->mode == CASE_SPIKE_OFF || a->mode == CASE_SPIKE_EARLY || a->mode == CASE_SPIKE_LATE) {
     CHECK_OK(px_model_create(&md, px_chain_of(3, px_linear(8, 32, true), px_relu(), px_linear(32, 4, true)), 9));
     ds = blobs_open(256, 8, 4, 0.5f, 1, 2);
+    if (a->mode == CASE_SPIKE_LATE) ds = shifted_open(ds, (size_t)(SHIFT_STEP - 1) * 8);
     o.batch_size = 8;
     o.max_steps = 60;
     o.log_every = 60;  // train_loss: the mean over all 60 steps
-    o.optim = px_adam_defaults(LR);
-    o.loss_spike_factor = a->mode == CASE_SPIKE_ON ? a->spike_factor : 0.0;
+    o.optim = px_adam_defaults(a->mode == CASE_SPIKE_EARLY ? LR_EARLY : a->mode == CASE_SPIKE_LATE ? LR_LATE : LR);
+    o.loss_spike_factor = a->mode == CASE_SPIKE_OFF ? 0.0 : a->spike_factor;
   } else {
     // z = W2 (W1 x + b1) + b2, x = (3e38, 0), class 1.  Inf loss: W1 = [[1, 0], [-1, 0]], W2 = I, so
     // z = (3e38, -3e38) and the loss 6e38 overflows float.  Inf gradient: W1 = that / 1e6, W2 = 1000 I:
@@ -179,9 +230,9 @@ static void run_case(int mode, int world, int zero) {
     printf("  %-34s trains on: 60 steps, mean loss %.3g\n", label, a.train_loss[0]);
     return;
   }
-  const char *what = mode == CASE_INF_GRAD ? "the gradient norm is inf"
-    : mode == CASE_SPIKE_ON                ? "loss spike"
-                                           : "the loss is not finite";
+  const char *what = mode == CASE_INF_GRAD                ? "the gradient norm is inf"
+    : mode == CASE_SPIKE_EARLY || mode == CASE_SPIKE_LATE ? "loss spike"
+                                                          : "the loss is not finite";
   const long s0 = named_step(a.msg[0], what);
   for (int r = 0; r < world; r++) {
     const long s = named_step(a.msg[r], what);
@@ -200,8 +251,18 @@ static void run_case(int mode, int world, int zero) {
     CHECK(strstr(a.msg[0], "on 1 of 2 ranks") != NULL, "%s: \"%s\" does not say 1 of 2 ranks", label, a.msg[0]);
   if (mode == CASE_INF_LOSS)
     CHECK(strstr(a.msg[0], "inf") != NULL, "%s: \"%s\" does not show the inf", label, a.msg[0]);
-  if (mode == CASE_SPIKE_ON) CHECK(s0 > 10, "%s: stopped at step %ld, inside the 10 warm-up steps", label, s0);
+  if (mode == CASE_SPIKE_LATE) {
+    CHECK(s0 >= SHIFT_STEP, "%s: stopped at step %ld, before the labels shift (step %d)", label, s0, SHIFT_STEP);
+    CHECK(strstr(a.msg[0], "a moving average of") != NULL, "%s: \"%s\" does not give the moving average", label,
+          a.msg[0]);
+  }
+  if (mode == CASE_SPIKE_EARLY) {
+    CHECK(s0 == 2, "%s: stopped at step %ld, expected 2 (the jump)", label, s0);
+    CHECK(strstr(a.msg[0], "the mean of the 1 step before it") != NULL, "%s: \"%s\" does not give the warm-up's mean",
+          label, a.msg[0]);
+  }
   printf("  %-34s stops every rank at step %ld\n", label, s0);
+  if ((mode == CASE_SPIKE_EARLY || mode == CASE_SPIKE_LATE) && world == 1) printf("    %s\n", a.msg[0]);
 }
 
 static int bad_opts_rank(px_comm *comm, void *argp) {
@@ -225,7 +286,7 @@ static int bad_opts_rank(px_comm *comm, void *argp) {
 }
 
 int main(void) {
-  for (int mode = CASE_NAN_ONE; mode <= CASE_SPIKE_ON; mode++) {
+  for (int mode = CASE_NAN_ONE; mode <= CASE_SPIKE_LATE; mode++) {
     run_case(mode, 1, 0);
     run_case(mode, 2, 0);
     run_case(mode, 2, 1);

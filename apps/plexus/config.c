@@ -149,8 +149,9 @@ static const opt_def opts[] = {
   {"train", "seed", "seed", T_INT, F(seed), "0", NULL, 0, BIG, ALL,
    "seed of the weights, the data order, augmentation, dropout and sampling"},
   {"train", "loss_spike_factor", "loss-spike-factor", T_NUM, F(loss_spike_factor), "0", NULL, 0, 1e12, CFG_TRAIN,
-   "stop every rank, naming the step, when a step's loss exceeds F x its running mean (of the first 10 steps, "
-   "then a moving average); 0: off (a loss or gradient norm that is not finite always stops the run)"},
+   "stop every rank, naming the step, when a step's loss exceeds F x its running mean (from the second step: "
+   "the mean of the steps before it, after 10 steps a moving average); 0: off (a loss or gradient norm that is "
+   "not finite always stops the run)"},
 
   {"parallel", "backend", "backend", T_STR, F(backend), "auto", "auto|self|threads|mpi", 0, 0, ALL,
    "auto: MPI when started by mpirun/srun, else threads when --threads > 1, else one process"},

@@ -109,11 +109,12 @@ typedef struct px_train_opts {
    * the same step, before the optimizer updates, with an error naming the
    * step; always on.  The loss-spike guard, off by default, also stops the
    * run when the step's loss (the mean over the ranks) exceeds
-   * loss_spike_factor times its running mean: the mean of the first
-   * loss_spike_warmup steps of this call, then an exponential moving
-   * average (weight 0.1 for the newest step) of the steps that passed. */
+   * loss_spike_factor times its running mean, from the call's second step
+   * on: during the first loss_spike_warmup steps of this call the mean of
+   * the steps before, then an exponential moving average (weight 0.1 for
+   * the newest step) of the steps that passed. */
   double loss_spike_factor;  /* > 1 to watch; 0: off */
-  int64_t loss_spike_warmup; /* steps of this call that form the running mean before it watches (>= 1) */
+  int64_t loss_spike_warmup; /* steps of this call whose plain mean is the running mean (>= 1) */
   /* Where the run computes (docs/GPU.md).  PX_CUDA: one GPU per rank, the
    * GPU of local rank r being r % (GPUs of the node) (px_train_to_device);
    * the model, its gradients and the optimizer's state live there, each

@@ -335,17 +335,22 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
                         (long long)t->step + 1, (unsigned long long)t->epoch + 1, b_idx - 1, agree[2], t->world,
                         t->world == 1 ? "" : "s", isfinite(bad_loss) ? (double)step_loss / step_n : (double)bad_loss);
       if (t->o.loss_spike_factor > 0) {
-        if (spike_n >= t->o.loss_spike_warmup && step_mean > t->o.loss_spike_factor * spike_mean)
-          return px_error(PX_ERR_INVALID,
-                          "train: loss spike at step %lld (epoch %llu, batch %zu): the loss %g (mean "
-                          "over the ranks) is more than %g × its running mean %g (the loss-spike guard, --loss-spike-"
-                          "factor); every rank stops here, before the update: lower the learning rate or clip "
-                          "gradients (--clip-grad), and resume from the last checkpoint",
-                          (long long)t->step + 1, (unsigned long long)t->epoch + 1, b_idx - 1, step_mean,
-                          t->o.loss_spike_factor, spike_mean);
+        // Watched from this call's second step: during the warm-up against the mean of the warm-up steps
+        // before it (a jump at step 2 is caught; before, the warm-up was not watched and the jump, inside
+        // the mean, hid every later step), then against the moving average.  step_mean is the agreement's,
+        // the same on every rank: every rank stops at the same step.
+        const bool warm = spike_n < t->o.loss_spike_warmup;
+        if (spike_n >= 1 && step_mean > t->o.loss_spike_factor * spike_mean)
+          return px_error(
+            PX_ERR_INVALID,
+            "train: loss spike at step %lld (epoch %llu, batch %zu): the loss %g (mean "
+            "over the ranks) is more than %g × its running mean %g (%s the %lld step%s before it; the loss-"
+            "spike guard, --loss-spike-factor); every rank stops here, before the update: lower the learning "
+            "rate or clip gradients (--clip-grad), and resume from the last checkpoint",
+            (long long)t->step + 1, (unsigned long long)t->epoch + 1, b_idx - 1, step_mean, t->o.loss_spike_factor,
+            spike_mean, warm ? "the mean of" : "a moving average of", (long long)spike_n, spike_n == 1 ? "" : "s");
         // The mean of the warm-up steps, then an exponential moving average.
-        spike_mean += spike_n < t->o.loss_spike_warmup ? (step_mean - spike_mean) / (double)(spike_n + 1)
-                                                       : 0.1 * (step_mean - spike_mean);
+        spike_mean += warm ? (step_mean - spike_mean) / (double)(spike_n + 1) : 0.1 * (step_mean - spike_mean);
         spike_n++;
       }
       const bool stop_asked = agree[3] > 0;
