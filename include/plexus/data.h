@@ -262,10 +262,11 @@ typedef struct px_stage_result {
 
 /* The files a data kind reads from `path`: "mnist" (a directory: the four
  * IDX files, plain or .gz, that exist), "tokens" (a glob: the shards, sorted;
- * wildcards only in the last part), "text" (the file).  Other kinds
- * (images, imagenet) are PX_ERR_UNSUPPORTED.  An s3:// path is listed
- * (mnist: the IDX objects under the prefix; tokens: a glob in the last part
- * or a key prefix ending in part of a name; text: one key) and *files are
+ * wildcards only in the last part), "text" and "hdf5" (the file).  Other
+ * kinds are PX_ERR_UNSUPPORTED (images and imagenet: px_stage_images).  An
+ * s3:// path is listed (mnist: the IDX objects under the prefix; tokens: a
+ * glob in the last part or a key prefix ending in part of a name; text,
+ * hdf5: one key) and *files are
  * s3:// URLs, which px_stage_files copies by ranged GETs, recording each
  * object's ETag in place of the mtime.  *files is malloc'ed: free with
  * px_stage_files_free. */
@@ -277,7 +278,7 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
                          px_stage_verify verify, px_stage_result *res);
 /* Where the staged copy of `source` is read from: the set's directory
  * (mnist), or the directory and the source's last part (tokens' glob, a
- * text file; an s3:// key prefix of shards: that part and '*'). */
+ * text or HDF5 file; an s3:// key prefix of shards: that part and '*'). */
 px_status px_stage_path(const char *stage_dir, const char *kind, const char *source, char *out, size_t cap);
 /* Collective over comm: local rank 0 of each node (px_comm_local_rank)
  * stages `source` (made absolute) while the node's other ranks wait in an
@@ -423,7 +424,8 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
  * name the file and the dataset: a missing dataset (with the names the file
  * holds), a wrong rank, shape or type ("hdf5: dataset 'labels' in f.h5:
  * expected 1 dimension of N=60000 integers, found (60000, 2) float64"), a
- * label or token out of range. */
+ * label or token out of range.  An s3:// path is PX_ERR_UNSUPPORTED
+ * (libhdf5 reads local files): stage it (px_stage_source, kind "hdf5"). */
 typedef enum px_hdf5_layout { PX_HDF5_IMAGES = 0, PX_HDF5_TOKENS } px_hdf5_layout;
 
 typedef struct px_hdf5_opts {

@@ -91,7 +91,7 @@ static px_status push(char ***files, size_t *n, const char *path) {
 // their sizes and ETags (data/s3.h): "mnist" the four IDX objects under the
 // prefix (NAME, else NAME.gz), "tokens" the pattern's objects (a glob in
 // the last part, or a key prefix whose objects lie side by side), "text"
-// the one object.
+// and "hdf5" the one object.
 static px_status s3_source_files(const char *kind, const char *path, char ***urls, uint64_t **sizes, char ***etags,
                                  size_t *n) {
   *urls = *etags = NULL;
@@ -148,7 +148,7 @@ static px_status s3_source_files(const char *kind, const char *path, char ***url
     px_s3_etags_free(t, m);
     px_s3_list_free(u, z, m);
     free(prefix);
-  } else if (strcmp(kind, "tokens") == 0 || strcmp(kind, "text") == 0) {
+  } else if (strcmp(kind, "tokens") == 0 || strcmp(kind, "text") == 0 || strcmp(kind, "hdf5") == 0) {
     const bool tokens = strcmp(kind, "tokens") == 0;
     const char *wild = strpbrk(path, "*?[");
     if (tokens && wild && wild < slash)
@@ -161,10 +161,12 @@ static px_status s3_source_files(const char *kind, const char *path, char ***url
                       "--stage: tokens %s: give the shards as a glob (%s*.bin) or a prefix that "
                       "includes the start of their names (%sshard_): the staged copy is read as DIR/<that>*",
                       path, path, path);
-    st = px_s3_list_etags(path, tokens ? "--stage: tokens" : "--stage: text", urls, sizes, etags, n);
+    char what[32];
+    snprintf(what, sizeof what, "--stage: %s", kind);
+    st = px_s3_list_etags(path, what, urls, sizes, etags, n);
     if (st == PX_OK && !tokens && (*n != 1 || strcmp((*urls)[0], path) != 0))
-      st = px_error(PX_ERR_NOT_FOUND, "--stage: text %s: no object with exactly this key (%zu key(s) start with it)",
-                    path, *n);
+      st = px_error(PX_ERR_NOT_FOUND, "--stage: %s %s: no object with exactly this key (%zu key(s) start with it)",
+                    kind, path, *n);
     // A prefix's objects must be what DIR/<last part>* finds in the stage:
     // none of them below a further '/'.
     for (size_t j = 0; j < *n && st == PX_OK && tokens && !wild; j++)
@@ -176,7 +178,7 @@ static px_status s3_source_files(const char *kind, const char *path, char ***url
   } else {
     return px_error(PX_ERR_UNSUPPORTED,
                     "--stage: --data %s is not staged; staging covers mnist (IDX), tokens "
-                    "(shards) and text",
+                    "(shards), text and hdf5 (one file)",
                     kind);
   }
   if (st != PX_OK) {
@@ -244,12 +246,12 @@ px_status px_stage_source_files(const char *kind, const char *path, char ***file
     }
     for (size_t i = 0; i < g.gl_pathc && st == PX_OK; i++) st = push(files, n, g.gl_pathv[i]);
     globfree(&g);
-  } else if (strcmp(kind, "text") == 0) {
+  } else if (strcmp(kind, "text") == 0 || strcmp(kind, "hdf5") == 0) {
     st = push(files, n, path);
   } else {
     return px_error(PX_ERR_UNSUPPORTED,
                     "--stage: --data %s is not staged; staging covers mnist (IDX), tokens "
-                    "(shards) and text",
+                    "(shards), text and hdf5 (one file)",
                     kind);
   }
   if (st != PX_OK) {
