@@ -19,7 +19,9 @@ mid-object:
     directory's; a second run copies 0;
   - a text file as one object: 1 of 1, the local file's losses;
   - an HDF5 file (h5py) as one object: refused without --stage, saying to
-    stage it; staged 1 of 1 with the local file's losses; again 0 of 1.
+    stage it; staged 1 of 1 with the local file's losses; again 0 of 1;
+  - an image listing and its 8 PNGs (--data images): 9 of 9, the local
+    listing's losses; again 0 of 9.
 
 If it failed, both ranks would copy, later runs would download again, a
 truncated or replaced copy would be trained on, or the staged bytes would
@@ -63,6 +65,8 @@ def train(kind, path, out, env, stage=None):
     elif kind == "hdf5":
         args = ["--model", "cnn", "--channels", "4", "--data", "hdf5", "--h5-x", "images", "--h5-y", "labels",
                 "--batch-size", "16"]
+    elif kind == "images":
+        args = ["--model", "cnn", "--channels", "4", "--data", "images", "--image-channels", "1", "--batch-size", "4"]
     elif kind == "text":
         args = ["--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--context", "8", "--data",
                 "text", "--batch-size", "4"]
@@ -235,6 +239,23 @@ try:
     p, h2 = train("hdf5", h5url, os.path.join(tmp, "h2"), env, stage)
     check_stage(p, "hdf5, second run", copied=0, files=1)
     u.check(href and h2 == href, "hdf5, reused stage: losses differ")
+
+    # 9. An image listing and its PNGs (the fixture's imgs/): the root below
+    # the listing listed once; 9 of 9, the local listing's losses; again 0.
+    lcsv = os.path.join(srv.local, "imgs", "list.csv")
+    _, iref = train("images", lcsv, os.path.join(tmp, "iref"), env)
+    u.check(iref and len([r for r in iref if r[0] == "step"]) == 4, "images: 4 steps from the local files: %r" % iref)
+    p, i1 = train("images", "s3://%s/imgs/list.csv" % u.BUCKET, os.path.join(tmp, "i1"), env, stage)
+    istaged = check_stage(p, "images, first run", copied=9, files=9)
+    u.check(iref and i1 == iref, "images: losses from the stage %s differ from the local files' %s" % (i1, iref))
+    for name in sorted(os.listdir(os.path.join(srv.local, "imgs"))):
+        a = open(os.path.join(srv.local, "imgs", name), "rb").read()
+        b = open(os.path.join(istaged, name), "rb").read() if istaged and os.path.exists(os.path.join(istaged, name)) \
+            else b""
+        u.check(a == b, "images: the staged %s is not the object's bytes" % name)
+    p, i2 = train("images", "s3://%s/imgs/list.csv" % u.BUCKET, os.path.join(tmp, "i2"), env, stage)
+    check_stage(p, "images, second run", copied=0, files=9)
+    u.check(iref and i2 == iref, "images, reused stage: losses differ")
     print("stage sets:", sorted(os.listdir(stage)) if os.path.isdir(stage) else None)
 finally:
     srv.close()

@@ -233,7 +233,8 @@ px_status px_token_dataset_open(px_dataset **out, const char *pattern, int64_t T
  * Copy a dataset's files once per node into a fast local directory (the
  * course's /dev/shm) and read them from there.  A set lives in
  * stage_dir/<name>-<12 hex of the source's SHA-256>/: the files under their
- * base names and MANIFEST ("plexus-stage 1", the source, then per file its
+ * base names (an image listing's: their paths below its root,
+ * px_stage_images) and MANIFEST ("plexus-stage 1", the source, then per file its
  * CRC-32C, size, source mtime and name), written atomically after the last
  * copy.  A later run keeps each file whose source has the recorded size and
  * mtime and whose copy has the recorded size (PX_STAGE_VERIFY_SIZE) and, by
@@ -390,6 +391,26 @@ typedef struct px_image_opts {
  * synsets are errors naming the CSV and the line); images are decoded in
  * get, by the loader's workers. */
 px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
+
+/* Node-local staging (above) of an image listing: src->csv, every image it
+ * names (below src->root; NULL: the CSV's directory) and, in the ImageNet
+ * layout, the synset mapping src->synsets (the other fields are not used),
+ * as one set whose directory holds the listing and the mapping under their
+ * base names and each image under its path below the root (sub-directories
+ * made: ImageNet's synset folders), so the staged listing's directory is
+ * the staged images' root.  The listing's paths must be relative, without
+ * ".." or parts starting with '.' (errors name the CSV line); an image
+ * listed twice is copied once.  Local files, or s3:// (everything below
+ * the root listed once for the objects' sizes and ETags).  The set is
+ * reused, verified and re-copied file by file as any other (MANIFEST).
+ * Collective over comm as px_stage_source; every rank gets the staged
+ * listing in out->csv (open it with root NULL) and mapping in out->synsets
+ * ("" in the path,label layout); res is filled on the copying ranks. */
+typedef struct px_staged_images {
+  char csv[4096], synsets[4096];
+} px_staged_images;
+px_status px_stage_images(px_comm *comm, const char *stage_dir, const px_image_opts *src, px_stage_verify verify,
+                          px_staged_images *out, px_stage_result *res);
 
 /* ---- HDF5 ------------------------------------------------------------------
  * One HDF5 file (Debian's libhdf5), in one of two layouts:
