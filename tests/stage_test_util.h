@@ -35,7 +35,7 @@ static int stage_rank(px_comm *c, void *arg) {
 }
 
 /* Two ranks as threads stage `source`; the copies are counted on every rank. */
-static void stage2(stage_job *j) {
+static inline void stage2(stage_job *j) {
   memset(j->res, 0, sizeof j->res);
   int code = -1;
   CHECK_OK(px_comm_run(ST_RANKS, stage_rank, j, &code));
@@ -55,7 +55,7 @@ static inline size_t copies(const stage_job *j) {
 
 /* Shard k of the source: 20,000 + 7,000·k uint16 tokens (vocabulary 512),
  * `salt` changing the values. */
-static void write_shard(const char *dir, int k, uint32_t salt) {
+static inline void write_shard(const char *dir, int k, uint32_t salt) {
   size_t n = 20000 + 7000 * (size_t)k;
   uint32_t *t = malloc(n * sizeof *t);
   for (size_t i = 0; i < n; i++) t[i] = (uint32_t)((i * 2654435761u + (uint32_t)k * 97u + salt) % 512u);

@@ -4,7 +4,9 @@ exactly one stage line (local rank 0's) saying it copied all 3 files --
 and trains from the copy with the same losses, step by step, as from the
 source.  A second run copies nothing (reused 3); a staged shard truncated
 between runs is found, copied again (damaged 1) and the losses stay the
-same.
+same.  An HDF5 file (--data hdf5, written by h5py) is staged the same
+way: copied 1 of 1, the staged file is the source's bytes, the losses are
+the unstaged file's, and a second run copies nothing (reused 1).
 
 If it failed, every rank of a node would copy, later runs would copy again,
 a damaged copy would be trained on, or the staged data would not be the
@@ -16,6 +18,9 @@ import shutil
 import struct
 import random
 import tempfile
+
+import h5py  # python3-h5py (scripts/dev TEST_PKGS)
+import numpy as np
 
 import cli_util as cu
 
@@ -51,7 +56,28 @@ def stage_lines(p):
     return [l for l in (p.stdout + p.stderr).splitlines() if "plexus train: stage:" in l]
 
 
-def check_stage(p, label, copied, damaged=0):
+def write_h5(path):
+    rng = np.random.default_rng(7)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=rng.integers(0, 256, size=(96, 1, 8, 8), dtype=np.uint8), chunks=(32, 1, 8, 8),
+                         compression="gzip")
+        f.create_dataset("labels", data=rng.integers(0, 4, size=96).astype(np.int64))
+
+
+def train_h5(path, out, stage=None):
+    args = ["train", "--model", "cnn", "--channels", "4", "--data", "hdf5", "--data-path", path, "--h5-x", "images",
+            "--h5-y", "labels", "--steps", "4", "--batch-size", "16", "--seed", "3", "--log-every", "1",
+            "--progress", "lines", "--threads", "2", "--out", out]
+    if stage:
+        args += ["--stage", stage]
+    p = cu.run(args)
+    losses = []
+    if p.returncode == 0:
+        losses = [r["loss"] for r in cu.jsonl(os.path.join(out, "metrics.jsonl")) if r.get("type") == "step"]
+    return p, losses
+
+
+def check_stage(p, label, copied, damaged=0, files=SHARDS):
     lines = stage_lines(p)
     if not cu.check(len(lines) == 1, "%s: %d stage lines, expected exactly one (local rank 0's):\n%s" %
                     (label, len(lines), "\n".join(lines))):
@@ -60,7 +86,7 @@ def check_stage(p, label, copied, damaged=0):
     if not cu.check(m, "%s: unreadable stage line: %s" % (label, lines[0])):
         return
     got = tuple(int(g) for g in m.groups())
-    want = (0, copied, SHARDS, SHARDS - copied, damaged)
+    want = (0, copied, files, files - copied, damaged)
     cu.check(got == want, "%s: stage line says rank %d copied %d of %d, reused %d, damaged %d; expected %s" %
              ((label,) + got + (want,)))
 
@@ -98,6 +124,24 @@ def main():
         p, l3 = train(src, os.path.join(tmp, "t3"), stage)
         check_stage(p, "threads, truncated copy", copied=1, damaged=1)
         cu.check(l3 == ref, "threads, after re-copying a truncated shard: losses differ")
+
+        # An HDF5 file: one file, staged as text is.
+        h5 = os.path.join(src, "train.h5")
+        write_h5(h5)
+        p, href = train_h5(h5, os.path.join(tmp, "href"))
+        cu.check(p.returncode == 0 and len(href) == 4, "hdf5: the unstaged run failed or logged %d steps" % len(href))
+        hstage = os.path.join(shm, "hdf5")
+        p, h1 = train_h5(h5, os.path.join(tmp, "h1"), hstage)
+        check_stage(p, "hdf5, first run", copied=1, files=1)
+        cu.check(h1 == href, "hdf5: losses from the stage %s differ from the source's %s" % (h1, href))
+        hsets = os.listdir(hstage) if os.path.isdir(hstage) else []
+        staged_h5 = os.path.join(hstage, hsets[0], "train.h5") if len(hsets) == 1 else ""
+        cu.check(staged_h5 and os.path.exists(staged_h5) and open(staged_h5, "rb").read() == open(h5, "rb").read(),
+                 "hdf5: the stage %s does not hold the source's bytes as train.h5" % hsets)
+        p, h2 = train_h5(h5, os.path.join(tmp, "h2"), hstage)
+        check_stage(p, "hdf5, second run", copied=0, files=1)
+        cu.check(h2 == href, "hdf5, reused stage: losses differ")
+        print("hdf5: staged once, reused once, %d losses equal the unstaged file's" % len(href))
 
         if cu.mpiexec():
             p, mref = train(src, os.path.join(tmp, "mref"), mpi_ranks=2)

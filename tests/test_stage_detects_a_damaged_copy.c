@@ -6,8 +6,8 @@
  * limit --, a missing copy, and a MANIFEST that is not one.  The replaced
  * copy equals the source again.  Failures name what failed on every rank:
  * an s3:// pattern with wildcards above its last '/' is refused naming it
- * (before any request), an unstaged kind (images)
- * is refused, and a stage directory that cannot be made fails on both
+ * (before any request), images given to px_stage_source (a listing is
+ * staged by px_stage_images) is refused, and a stage directory that cannot be made fails on both
  * ranks (the waiting rank says the copying rank failed).
  *
  * If it failed, a run would train on a truncated or damaged shard left in
@@ -96,7 +96,8 @@ int main(void) {
         s3.err[0]);
   stage_job img = {.stage = stage, .kind = "images", .source = src};
   stage2(&img);
-  CHECK(img.st[0] == PX_ERR_UNSUPPORTED && strstr(img.err[0], "--data images is not staged"), "images: %s", img.err[0]);
+  CHECK(img.st[0] == PX_ERR_UNSUPPORTED && strstr(img.err[0], "--data images is staged by px_stage_images"),
+        "images: %s", img.err[0]);
   snprintf(p, sizeof p, "%.4000s_a_file", src);
   CHECK_OK(px_write_file_atomic(p, "x", 1));
   snprintf(q, sizeof q, "%.4100s/sub", p);  // below a regular file: cannot be made

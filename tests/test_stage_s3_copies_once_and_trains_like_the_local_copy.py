@@ -17,7 +17,11 @@ mid-object:
   - Fashion-MNIST's four IDX objects under s3://.../fmnist (beside a
     "folder" marker key fmnist/): 4 of 4, the CNN's losses equal the local
     directory's; a second run copies 0;
-  - a text file as one object: 1 of 1, the local file's losses.
+  - a text file as one object: 1 of 1, the local file's losses;
+  - an HDF5 file (h5py) as one object: refused without --stage, saying to
+    stage it; staged 1 of 1 with the local file's losses; again 0 of 1;
+  - an image listing and its 8 PNGs (--data images): 9 of 9, the local
+    listing's losses; again 0 of 9.
 
 If it failed, both ranks would copy, later runs would download again, a
 truncated or replaced copy would be trained on, or the staged bytes would
@@ -58,6 +62,11 @@ def train(kind, path, out, env, stage=None):
     if kind == "tokens":
         args = ["--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--context", "16",
                 "--vocab-size", "64", "--data", "tokens", "--batch-size", "4"]
+    elif kind == "hdf5":
+        args = ["--model", "cnn", "--channels", "4", "--data", "hdf5", "--h5-x", "images", "--h5-y", "labels",
+                "--batch-size", "16"]
+    elif kind == "images":
+        args = ["--model", "cnn", "--channels", "4", "--data", "images", "--image-channels", "1", "--batch-size", "4"]
     elif kind == "text":
         args = ["--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--context", "8", "--data",
                 "text", "--batch-size", "4"]
@@ -204,6 +213,49 @@ try:
     p, t1 = train("text", "s3://%s/text/corpus.txt" % u.BUCKET, os.path.join(tmp, "x1"), env, stage)
     check_stage(p, "text, first run", copied=1, files=1)
     u.check(tref and t1 == tref, "text: losses from the stage %s differ from the local file's %s" % (t1, tref))
+
+    # 8. An HDF5 file as one object: libhdf5 reads local files, so only staged.
+    import h5py  # python3-h5py (scripts/dev TEST_PKGS)
+    import numpy as np
+    h5 = os.path.join(tmp, "train.h5")
+    rng = np.random.default_rng(7)
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("images", data=rng.integers(0, 256, size=(96, 1, 8, 8), dtype=np.uint8), chunks=(32, 1, 8, 8),
+                         compression="gzip")
+        f.create_dataset("labels", data=rng.integers(0, 4, size=96).astype(np.int64))
+    with open(h5, "rb") as f:
+        s3.put_object(Bucket=u.BUCKET, Key="h5/train.h5", Body=f.read())
+    h5url = "s3://%s/h5/train.h5" % u.BUCKET
+    _, href = train("hdf5", h5, os.path.join(tmp, "href"), env)
+    u.check(href and len([r for r in href if r[0] == "step"]) == 4, "hdf5: 4 steps from the local file: %r" % href)
+    p, _ = train("hdf5", h5url, os.path.join(tmp, "h0"), env)
+    u.check(p.returncode != 0 and h5url in p.stderr and "--stage" in p.stderr and "No such file" not in p.stderr,
+            "hdf5 from S3 without --stage: exit %d, %s" % (p.returncode, p.stderr[-800:]))
+    p, h1 = train("hdf5", h5url, os.path.join(tmp, "h1"), env, stage)
+    hstaged = check_stage(p, "hdf5, first run", copied=1, files=1)
+    u.check(href and h1 == href, "hdf5: losses from the stage %s differ from the local file's %s" % (h1, href))
+    got = open(os.path.join(hstaged, "train.h5"), "rb").read() if hstaged else b""
+    u.check(got == open(h5, "rb").read(), "hdf5: the staged train.h5 is not the object's bytes")
+    p, h2 = train("hdf5", h5url, os.path.join(tmp, "h2"), env, stage)
+    check_stage(p, "hdf5, second run", copied=0, files=1)
+    u.check(href and h2 == href, "hdf5, reused stage: losses differ")
+
+    # 9. An image listing and its PNGs (the fixture's imgs/): the root below
+    # the listing listed once; 9 of 9, the local listing's losses; again 0.
+    lcsv = os.path.join(srv.local, "imgs", "list.csv")
+    _, iref = train("images", lcsv, os.path.join(tmp, "iref"), env)
+    u.check(iref and len([r for r in iref if r[0] == "step"]) == 4, "images: 4 steps from the local files: %r" % iref)
+    p, i1 = train("images", "s3://%s/imgs/list.csv" % u.BUCKET, os.path.join(tmp, "i1"), env, stage)
+    istaged = check_stage(p, "images, first run", copied=9, files=9)
+    u.check(iref and i1 == iref, "images: losses from the stage %s differ from the local files' %s" % (i1, iref))
+    for name in sorted(os.listdir(os.path.join(srv.local, "imgs"))):
+        a = open(os.path.join(srv.local, "imgs", name), "rb").read()
+        b = open(os.path.join(istaged, name), "rb").read() if istaged and os.path.exists(os.path.join(istaged, name)) \
+            else b""
+        u.check(a == b, "images: the staged %s is not the object's bytes" % name)
+    p, i2 = train("images", "s3://%s/imgs/list.csv" % u.BUCKET, os.path.join(tmp, "i2"), env, stage)
+    check_stage(p, "images, second run", copied=0, files=9)
+    u.check(iref and i2 == iref, "images, reused stage: losses differ")
     print("stage sets:", sorted(os.listdir(stage)) if os.path.isdir(stage) else None)
 finally:
     srv.close()

@@ -29,13 +29,17 @@ px_status px_app_open_data(const px_config *c, bool train, const char *vocab_out
 void px_app_data_free(px_app_data *d);
 
 /* --stage (data.stage): the configuration with its data paths pointing
- * into the node-local copy.  Collective over comm (px_stage_source: local
- * rank 0 of each node copies, the others wait).  out->cfg is a shallow copy
- * of c whose data_path and val_path point into *out; local rank 0 prints
- * one line per source saying what it copied and reused (unless --quiet). */
+ * into the node-local copy.  Collective over comm (px_stage_source, and
+ * px_stage_images for --data images / imagenet: local rank 0 of each node
+ * copies, the others wait).  out->cfg is a shallow copy of c whose
+ * data_path and val_path point into *out (images: the staged listings,
+ * image_root and val_image_root "" since a staged listing's directory is
+ * its root, synsets the staged mapping); local rank 0 prints one line per
+ * source saying what it copied and reused (unless --quiet). */
 typedef struct px_app_staged {
   px_config cfg;
-  char data_path[4096], val_path[4096];
+  char data_path[4096], val_path[4096], synsets[4096];
+  char no_root[1]; /* "" */
 } px_app_staged;
 px_status px_app_stage_data(px_comm *comm, const px_config *c, px_app_staged *out);
 px_status px_app_data_shape(const px_config *c, const px_app_data *d, px_data_shape *out);

@@ -104,7 +104,7 @@ static const opt_def opts[] = {
    "skip bad records (counted and reported each epoch) instead of stopping"},
   {"data", "stage", "stage", T_STR, F(stage), "", NULL, 0, 0, CFG_TRAIN,
    "copy the data's files once per node into this directory (/dev/shm) and train from the copy; later runs reuse "
-   "a verified copy (mnist, tokens, text)"},
+   "a verified copy (mnist, tokens, text, hdf5, images, imagenet)"},
   {"data", "stage_verify", "stage-verify", T_STR, F(stage_verify), "full", "full|size", 0, 0, CFG_TRAIN,
    "--stage: check a reused copy's size and CRC-32C (full) or its size only (size)"},
 
@@ -615,10 +615,11 @@ px_status px_config_validate(const px_config *c, int commands) {
     return px_error(PX_ERR_NOT_FOUND, "--data-path (data.path): %s does not exist", c->data_path);
   if (*c->val_path && !strpbrk(c->val_path, "*?[") && !path_exists(c->val_path))
     return px_error(PX_ERR_NOT_FOUND, "--val-path (data.val_path): %s does not exist", c->val_path);
-  if (*c->stage && strcmp(src, "mnist") != 0 && strcmp(src, "tokens") != 0 && strcmp(src, "text") != 0)
+  if (*c->stage && strcmp(src, "mnist") != 0 && strcmp(src, "tokens") != 0 && strcmp(src, "text") != 0 &&
+      strcmp(src, "hdf5") != 0 && strcmp(src, "images") != 0 && strcmp(src, "imagenet") != 0)
     return px_error(PX_ERR_UNSUPPORTED,
                     "--stage (data.stage): --data %s is not staged; staging covers mnist (IDX "
-                    "files), tokens (shards) and text",
+                    "files), tokens (shards), text, hdf5, images and imagenet (the listing and its images)",
                     src);
   if (strcmp(src, "imagenet") == 0 && !*c->synsets)
     return px_error(PX_ERR_INVALID, "--data imagenet needs --synsets (LOC_synset_mapping.txt)");

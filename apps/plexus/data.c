@@ -85,23 +85,64 @@ static px_status open_vocab(const px_config *c, const char *vocab_out, px_vocab 
   return st;
 }
 
-// One source: stage it, point *path at the copy, say what happened.
-static px_status stage_one(px_comm *comm, const px_config *c, const char *source, char *staged, size_t cap) {
-  const px_stage_verify verify = strcmp(c->stage_verify, "size") == 0 ? PX_STAGE_VERIFY_SIZE : PX_STAGE_VERIFY_FULL;
-  px_stage_result r;
-  px_status st = px_stage_source(comm, c->stage, c->data, source, verify, staged, cap, &r);
-  if (st != PX_OK || px_comm_local_rank(comm) != 0 || c->quiet) return st;
+static px_stage_verify stage_verify(const px_config *c) {
+  return strcmp(c->stage_verify, "size") == 0 ? PX_STAGE_VERIFY_SIZE : PX_STAGE_VERIFY_FULL;
+}
+
+// Local rank 0's line saying what staging `source` did.
+static void stage_said(px_comm *comm, const px_config *c, const char *source, const px_stage_result *res) {
+  if (px_comm_local_rank(comm) != 0 || c->quiet) return;
+  const px_stage_result r = *res;
   const double mb = (double)r.bytes_copied / 1e6;
   printf("plexus train: stage: rank %d (local rank 0): %s: copied %zu of %zu files (%.1f MB in %.2f s, %.0f MB/s), "
          "reused %zu, damaged %zu (copied again), into %s\n",
          px_comm_rank(comm), source, r.copied, r.files, mb, r.seconds, r.seconds > 0 ? mb / r.seconds : 0.0, r.reused,
          r.damaged, r.dir);
   fflush(stdout);
+}
+
+// One source: stage it, point *path at the copy, say what happened.
+static px_status stage_one(px_comm *comm, const px_config *c, const char *source, char *staged, size_t cap) {
+  px_stage_result r;
+  px_status st = px_stage_source(comm, c->stage, c->data, source, stage_verify(c), staged, cap, &r);
+  if (st == PX_OK) stage_said(comm, c, source, &r);
+  return st;
+}
+
+// An image listing (training or held-out), its images and the synset
+// mapping: the staged listing into csv_out (its directory is the staged
+// root), the staged mapping into out->synsets.
+static px_status stage_listing(px_comm *comm, const px_config *c, bool train, char *csv_out, size_t cap,
+                               px_app_staged *out) {
+  px_image_opts o = PX_IMAGE_DEFAULTS;
+  o.csv = train ? c->data_path : c->val_path;
+  const char *root = !train && *c->val_image_root ? c->val_image_root : c->image_root;  // as open_images reads it
+  o.root = *root ? root : NULL;
+  o.layout = strcmp(c->data, "imagenet") == 0 ? PX_CSV_IMAGENET : PX_CSV_PATH_LABEL;
+  o.synsets = *c->synsets ? c->synsets : NULL;
+  px_staged_images staged;
+  px_stage_result r;
+  px_status st = px_stage_images(comm, c->stage, &o, stage_verify(c), &staged, &r);
+  if (st != PX_OK) return st;
+  snprintf(csv_out, cap, "%s", staged.csv);
+  if (*staged.synsets) snprintf(out->synsets, sizeof out->synsets, "%s", staged.synsets);
+  stage_said(comm, c, o.csv, &r);
   return PX_OK;
 }
 
 px_status px_app_stage_data(px_comm *comm, const px_config *c, px_app_staged *out) {
   out->cfg = *c;
+  if (strcmp(c->data, "images") == 0 || strcmp(c->data, "imagenet") == 0) {
+    out->no_root[0] = '\0';
+    px_status st = stage_listing(comm, c, true, out->data_path, sizeof out->data_path, out);
+    if (st == PX_OK && *c->val_path) st = stage_listing(comm, c, false, out->val_path, sizeof out->val_path, out);
+    if (st != PX_OK) return st;
+    out->cfg.data_path = out->data_path;
+    if (*c->val_path) out->cfg.val_path = out->val_path;
+    out->cfg.image_root = out->cfg.val_image_root = out->no_root;
+    if (*out->synsets) out->cfg.synsets = out->synsets;
+    return PX_OK;
+  }
   px_status st = stage_one(comm, c, c->data_path, out->data_path, sizeof out->data_path);
   if (st != PX_OK) return st;
   out->cfg.data_path = out->data_path;

@@ -233,7 +233,8 @@ px_status px_token_dataset_open(px_dataset **out, const char *pattern, int64_t T
  * Copy a dataset's files once per node into a fast local directory (the
  * course's /dev/shm) and read them from there.  A set lives in
  * stage_dir/<name>-<12 hex of the source's SHA-256>/: the files under their
- * base names and MANIFEST ("plexus-stage 1", the source, then per file its
+ * base names (an image listing's: their paths below its root,
+ * px_stage_images) and MANIFEST ("plexus-stage 1", the source, then per file its
  * CRC-32C, size, source mtime and name), written atomically after the last
  * copy.  A later run keeps each file whose source has the recorded size and
  * mtime and whose copy has the recorded size (PX_STAGE_VERIFY_SIZE) and, by
@@ -262,10 +263,11 @@ typedef struct px_stage_result {
 
 /* The files a data kind reads from `path`: "mnist" (a directory: the four
  * IDX files, plain or .gz, that exist), "tokens" (a glob: the shards, sorted;
- * wildcards only in the last part), "text" (the file).  Other kinds
- * (images, imagenet) are PX_ERR_UNSUPPORTED.  An s3:// path is listed
- * (mnist: the IDX objects under the prefix; tokens: a glob in the last part
- * or a key prefix ending in part of a name; text: one key) and *files are
+ * wildcards only in the last part), "text" and "hdf5" (the file).  Other
+ * kinds are PX_ERR_UNSUPPORTED (images and imagenet: px_stage_images).  An
+ * s3:// path is listed (mnist: the IDX objects under the prefix; tokens: a
+ * glob in the last part or a key prefix ending in part of a name; text,
+ * hdf5: one key) and *files are
  * s3:// URLs, which px_stage_files copies by ranged GETs, recording each
  * object's ETag in place of the mtime.  *files is malloc'ed: free with
  * px_stage_files_free. */
@@ -277,7 +279,7 @@ px_status px_stage_files(const char *stage_dir, const char *source, char *const 
                          px_stage_verify verify, px_stage_result *res);
 /* Where the staged copy of `source` is read from: the set's directory
  * (mnist), or the directory and the source's last part (tokens' glob, a
- * text file; an s3:// key prefix of shards: that part and '*'). */
+ * text or HDF5 file; an s3:// key prefix of shards: that part and '*'). */
 px_status px_stage_path(const char *stage_dir, const char *kind, const char *source, char *out, size_t cap);
 /* Collective over comm: local rank 0 of each node (px_comm_local_rank)
  * stages `source` (made absolute) while the node's other ranks wait in an
@@ -390,6 +392,26 @@ typedef struct px_image_opts {
  * get, by the loader's workers. */
 px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
 
+/* Node-local staging (above) of an image listing: src->csv, every image it
+ * names (below src->root; NULL: the CSV's directory) and, in the ImageNet
+ * layout, the synset mapping src->synsets (the other fields are not used),
+ * as one set whose directory holds the listing and the mapping under their
+ * base names and each image under its path below the root (sub-directories
+ * made: ImageNet's synset folders), so the staged listing's directory is
+ * the staged images' root.  The listing's paths must be relative, without
+ * ".." or parts starting with '.' (errors name the CSV line); an image
+ * listed twice is copied once.  Local files, or s3:// (everything below
+ * the root listed once for the objects' sizes and ETags).  The set is
+ * reused, verified and re-copied file by file as any other (MANIFEST).
+ * Collective over comm as px_stage_source; every rank gets the staged
+ * listing in out->csv (open it with root NULL) and mapping in out->synsets
+ * ("" in the path,label layout); res is filled on the copying ranks. */
+typedef struct px_staged_images {
+  char csv[4096], synsets[4096];
+} px_staged_images;
+px_status px_stage_images(px_comm *comm, const char *stage_dir, const px_image_opts *src, px_stage_verify verify,
+                          px_staged_images *out, px_stage_result *res);
+
 /* ---- HDF5 ------------------------------------------------------------------
  * One HDF5 file (Debian's libhdf5), in one of two layouts:
  *   images: x names an (N, H, W) or (N, C, H, W) dataset of uint8 or float32
@@ -423,7 +445,8 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
  * name the file and the dataset: a missing dataset (with the names the file
  * holds), a wrong rank, shape or type ("hdf5: dataset 'labels' in f.h5:
  * expected 1 dimension of N=60000 integers, found (60000, 2) float64"), a
- * label or token out of range. */
+ * label or token out of range.  An s3:// path is PX_ERR_UNSUPPORTED
+ * (libhdf5 reads local files): stage it (px_stage_source, kind "hdf5"). */
 typedef enum px_hdf5_layout { PX_HDF5_IMAGES = 0, PX_HDF5_TOKENS } px_hdf5_layout;
 
 typedef struct px_hdf5_opts {

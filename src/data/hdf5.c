@@ -42,6 +42,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "plexus/data.h"
 
+#include "data/s3.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
@@ -630,6 +632,12 @@ px_status px_hdf5_dataset_open(px_dataset **out, const px_hdf5_opts *o) {
   *out = NULL;
   px_status st = check_opts(o);
   if (st != PX_OK) return st;
+  // libhdf5 reads a local file; an object is copied to local disk first.
+  if (px_s3_is_url(o->path))
+    return px_error(PX_ERR_UNSUPPORTED,
+                    "hdf5 %s: an HDF5 file is read from local disk, not from S3; stage it (plexus train --stage "
+                    "DIR: copied once per node, then read there) or copy it to local disk",
+                    o->path);
   struct stat sb;
   if (stat(o->path, &sb) != 0) {
     int err = errno;
