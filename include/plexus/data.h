@@ -392,6 +392,11 @@ typedef struct px_image_opts {
  * get, by the loader's workers. */
 px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
 
+/* Where px_stage_images put the staged listing and synset mapping. */
+typedef struct px_staged_images {
+  char csv[4096], synsets[4096];
+} px_staged_images;
+
 /* Node-local staging (above) of an image listing: src->csv, every image it
  * names (below src->root; NULL: the CSV's directory) and, in the ImageNet
  * layout, the synset mapping src->synsets (the other fields are not used),
@@ -406,9 +411,6 @@ px_status px_image_dataset_open(px_dataset **out, const px_image_opts *opts);
  * Collective over comm as px_stage_source; every rank gets the staged
  * listing in out->csv (open it with root NULL) and mapping in out->synsets
  * ("" in the path,label layout); res is filled on the copying ranks. */
-typedef struct px_staged_images {
-  char csv[4096], synsets[4096];
-} px_staged_images;
 px_status px_stage_images(px_comm *comm, const char *stage_dir, const px_image_opts *src, px_stage_verify verify,
                           px_staged_images *out, px_stage_result *res);
 
