@@ -97,7 +97,9 @@ if p is not None:
 p, took = run("group", n=4)
 if p is not None:
     check(p.returncode != 0, "group: the job exited 0")
-    check(took < 2 + 8, f"group: took {took:.1f} s")
+    # The time includes starting 4 oversubscribed processes on what may be
+    # 2 busy cores (a fresh Debian under ctest -j2 took 12.4 s in all).
+    check(took < 2 + 18, f"group: took {took:.1f} s")
     check("rank 1 (host " + host + "): watchdog: allreduce (step 3, bucket 1)" in p.stderr and
           "waiting on ranks [1] of this group of 2 (world ranks [3])" in p.stderr and
           f"world rank 3 on host {host} sent no word of waiting in a collective" in p.stderr,

@@ -15,10 +15,10 @@ import os
 import sys
 import time
 
-import boto3
-
 sys.path.insert(0, os.path.dirname(__file__))
-import s3_util as u  # noqa: E402
+import s3_util as u  # noqa: E402  (first: without moto and boto3 it skips, exit 77, saying why)
+
+import boto3  # noqa: E402
 
 
 def last_line(err):
