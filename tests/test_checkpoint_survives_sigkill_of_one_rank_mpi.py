@@ -9,8 +9,10 @@ checkpoint directory, which picks the newest good one, checks every rank's
 file and that every element is in exactly one piece), and a half-written
 one (a .partial directory: the kill landed inside a save) is reported as
 incomplete -- by consolidate's note and by `plexus inspect` -- and never
-loaded.  At least 5 of the 20 kills must land inside a save, or the test
-proves little and says so.
+loaded.  Even trials kill at a random moment; odd ones wait until a save
+has begun (a .partial directory appears) and kill within 3 ms.  At least 5
+of the 20 kills must land inside a save, or the test proves little and
+says so.
 
 If it fails, a save with one rank dead can leave a complete-looking
 checkpoint with that rank's file torn or missing (rank 0 installing the
@@ -129,7 +131,20 @@ try:
             proc.communicate()
             continue
         victim = rng.randrange(3)
-        time.sleep(rng.uniform(0.0, 0.25))
+        if trial % 2:
+            # Odd trials aim at a save: wait until a .partial directory is
+            # there (a save has begun), then kill within a few ms.  How
+            # many purely random kills land inside a save depends on how
+            # long a step takes next to a save (ASan, a loaded machine),
+            # which once left only 4 of 20 inside.
+            aim = time.time() + 10
+            while time.time() < aim and proc.poll() is None:
+                if any(".partial" in n for n in os.listdir(ck)):
+                    break
+                time.sleep(0.0005)
+            time.sleep(rng.uniform(0.0, 0.003))
+        else:
+            time.sleep(rng.uniform(0.0, 0.25))
         os.kill(ranks[victim], signal.SIGKILL)
         killed_ranks.append(victim)
         try:
