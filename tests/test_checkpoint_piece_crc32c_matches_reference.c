@@ -4,7 +4,11 @@
  * of every length 0..300 at every alignment 0..7, in one call or split in
  * two, it equals the byte-at-a-time reference (px_crc32c, src/log); and so
  * on long buffers (around the 24 KiB rounds of the three-stream path, whose
- * lanes are joined by a product mod P), whole and split mid-lane.
+ * lanes are joined by a product mod P), whole and split mid-lane.  Two
+ * CRCs joined with px_ckpt_crc32c_combine equal the CRC of the joined
+ * bytes, and px_ckpt_crc32c_wide (the halves on two threads, from 8 MiB)
+ * equals px_ckpt_crc32c on buffers just below, at and above 8 MiB, odd
+ * lengths included.
  *
  * If it failed, indexes written on one machine would not verify on another
  * (or a corrupted piece could pass). */
@@ -12,6 +16,7 @@
 #include "plexus/log.h"
 #include "px_test.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int main(void) {
@@ -47,5 +52,26 @@ int main(void) {
       const size_t k = 8192 + 1000 + a;
       CHECK(px_ckpt_crc32c(px_ckpt_crc32c(0, big + a, k), big + a + k, n - k) == ref, "split %zu+%zu", k, n - k);
     }
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    const size_t n = lens[i], k = n / 2 + 7;
+    CHECK(px_ckpt_crc32c_combine(px_ckpt_crc32c(0, big, k), px_ckpt_crc32c(0, big + k, n - k), n - k) ==
+            px_crc32c(0, big, n),
+          "combine %zu+%zu", k, n - k);
+  }
+  // The two-thread CRC of large pieces.
+  const size_t wide = PX_CKPT_CRC_WIDE_MIN + 4099;
+  unsigned char *w = malloc(wide);
+  CHECK(w != NULL, "out of memory");
+  if (w) {
+    for (size_t i = 0; i < wide; i++) {
+      x = x * 1103515245u + 12345u;
+      w[i] = (unsigned char)(x >> 16);
+    }
+    const size_t wl[] = {PX_CKPT_CRC_WIDE_MIN - 1, PX_CKPT_CRC_WIDE_MIN, PX_CKPT_CRC_WIDE_MIN + 1, wide - 3, wide};
+    for (size_t i = 0; i < sizeof wl / sizeof wl[0]; i++)
+      CHECK(px_ckpt_crc32c_wide(w, wl[i]) == px_ckpt_crc32c(0, w, wl[i]), "wide: length %zu", wl[i]);
+    CHECK(px_ckpt_crc32c_wide(w + 3, wide - 3) == px_crc32c(0, w + 3, wide - 3), "wide against the reference");
+    free(w);
+  }
   return px_test_finish("test_checkpoint_piece_crc32c_matches_reference");
 }

@@ -268,6 +268,14 @@ px_status px_ckpt_loader_finish(px_ckpt_loader *L);
 uint32_t px_ckpt_crc32c(uint32_t crc, const void *data, size_t n);
 // The table-driven path alone (what a CPU without SSE4.2 runs), for tests.
 uint32_t px_ckpt_crc32c_portable(uint32_t crc, const void *data, size_t n);
+// The CRC-32C of A followed by B from crc_a = CRC(A) and crc_b = CRC(B), B
+// of len_b bytes (zlib's crc32_combine with Castagnoli's polynomial).
+uint32_t px_ckpt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+// px_ckpt_crc32c(0, data, n), from PX_CKPT_CRC_WIDE_MIN bytes on with the
+// second half on a thread of its own (the two joined with _combine): a
+// loader checks a large piece at twice the speed where a core is free.
+#define PX_CKPT_CRC_WIDE_MIN ((size_t)8 << 20)
+uint32_t px_ckpt_crc32c_wide(const void *data, size_t n);
 
 // This rank's part of the index: a JSON array, one entry per piece (or
 // whole tensor) of its safetensors items, malloc'ed into *json.

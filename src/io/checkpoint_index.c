@@ -585,7 +585,7 @@ static px_status read_file_pieces(px_ckpt_loader *L, const char *name, const cJS
       const need *q = &needs[k];
       const unsigned char *at = into + (q->begin - needs[i].begin);
       const size_t len = (size_t)(q->end - q->begin);
-      const uint32_t got = px_ckpt_crc32c(0, at, len);
+      const uint32_t got = px_ckpt_crc32c_wide(at, len);
       if (got != q->crc) {
         const char *tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->entry, "tensor"));
         st = px_error(PX_ERR_FORMAT,

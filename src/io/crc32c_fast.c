@@ -5,11 +5,12 @@
 // and a table 8 bytes at a time (slicing-by-8) elsewhere.  Both give the same value as px_crc32c.
 #include "io/checkpoint.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
 static uint32_t table[8][256];
-static int table_ready;  // benign race: every thread writes the same table
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void table_build(void) {
   for (uint32_t i = 0; i < 256; i++) {
@@ -19,11 +20,10 @@ static void table_build(void) {
   }
   for (int s = 1; s < 8; s++)
     for (uint32_t i = 0; i < 256; i++) table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xFFu];
-  table_ready = 1;
 }
 
 static uint32_t crc_table8(uint32_t crc, const unsigned char *p, size_t n) {
-  if (!table_ready) table_build();
+  pthread_once(&table_once, table_build);
   while (n >= 8) {
     uint32_t lo, hi;
     memcpy(&lo, p, 4);
@@ -68,8 +68,13 @@ static uint32_t xpow8n(size_t n) {                    // x^(8n) mod P
   return p;
 }
 
-static uint32_t shift_lane, shift_lane2;  // x^(8·LANE), x^(16·LANE); benign race as for the table
-static int shifts_ready;
+static uint32_t shift_lane, shift_lane2;  // x^(8·LANE), x^(16·LANE)
+static pthread_once_t shifts_once = PTHREAD_ONCE_INIT;
+
+static void shifts_build(void) {
+  shift_lane = xpow8n(LANE);
+  shift_lane2 = xpow8n(2 * LANE);
+}
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PX_HAVE_SSE42_PATH 1
@@ -87,11 +92,7 @@ __attribute__((target("sse4.2"))) static uint64_t crc_sse42_1(uint64_t c, const 
 __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const unsigned char *p, size_t n) {
   uint64_t c = crc;
   if (n >= 3 * LANE) {
-    if (!shifts_ready) {
-      shift_lane = xpow8n(LANE);
-      shift_lane2 = xpow8n(2 * LANE);
-      shifts_ready = 1;
-    }
+    pthread_once(&shifts_once, shifts_build);
     while (n >= 3 * LANE) {
       uint64_t c1 = 0, c2 = 0;
       const unsigned char *q = p;
@@ -118,15 +119,48 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const 
 }
 #endif
 
+#ifdef PX_HAVE_SSE42_PATH
+static int have_sse42;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static void cpu_check(void) { have_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0; }
+#endif
+
 uint32_t px_ckpt_crc32c(uint32_t crc, const void *data, size_t n) {
   const unsigned char *p = data;
   crc = ~crc;
 #ifdef PX_HAVE_SSE42_PATH
-  static int have = -1;
-  if (have < 0) have = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-  if (have) return ~crc_sse42(crc, p, n);
+  pthread_once(&cpu_once, cpu_check);
+  if (have_sse42) return ~crc_sse42(crc, p, n);
 #endif
   return ~crc_table8(crc, p, n);
+}
+
+uint32_t px_ckpt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+  return multmodp(xpow8n(len_b), crc_a) ^ crc_b;
+}
+
+// The second half of a px_ckpt_crc32c_wide, on its own thread.
+typedef struct half {
+  const unsigned char *p;
+  size_t n;
+  uint32_t crc;
+} half;
+
+static void *crc_half(void *arg) {
+  half *h = arg;
+  h->crc = px_ckpt_crc32c(0, h->p, h->n);
+  return NULL;
+}
+
+uint32_t px_ckpt_crc32c_wide(const void *data, size_t n) {
+  const unsigned char *p = data;
+  if (n < PX_CKPT_CRC_WIDE_MIN) return px_ckpt_crc32c(0, p, n);
+  half h = {p + n / 2, n - n / 2, 0};
+  pthread_t t;
+  if (pthread_create(&t, NULL, crc_half, &h) != 0) return px_ckpt_crc32c(0, p, n);
+  const uint32_t a = px_ckpt_crc32c(0, p, n / 2);
+  pthread_join(t, NULL);
+  return px_ckpt_crc32c_combine(a, h.crc, h.n);
 }
 
 uint32_t px_ckpt_crc32c_portable(uint32_t crc, const void *data, size_t n) { return ~crc_table8(~crc, data, n); }
