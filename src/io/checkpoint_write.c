@@ -112,13 +112,8 @@ px_status px_ckpt_write_file(const char *path, const char *ckpt, const char *nam
   return px_ckpt_write_file_crc(path, ckpt, name, chunks, n, digest, NULL);
 }
 
-typedef struct big_item big_item;
-static void hash_slice(big_item *b, int chunk, const unsigned char *p, size_t k);
-
-// Writes the concatenation of chunks to path (a new file) and fsyncs it;
-// with b, hashes each slice into b right before writing it.
-static px_status write_sync(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n,
-                            big_item *b) {
+// Writes the concatenation of chunks to path (a new file) and fsyncs it.
+static px_status write_sync(const char *path, const char *ckpt, const char *name, const px_io_chunk *chunks, int n) {
   char why[128];
   const char *step = "create";
   int err = 0;
@@ -135,9 +130,7 @@ static px_status write_sync(const char *path, const char *ckpt, const char *name
       const unsigned char *p = chunks[i].data;
       size_t left = chunks[i].size;
       while (left) {
-        const size_t slice = b ? HASH_BLOCK : WRITEBACK_SLICE;
-        size_t k = left < slice ? left : slice;
-        if (b) hash_slice(b, i, p, k);
+        size_t k = left < WRITEBACK_SLICE ? left : WRITEBACK_SLICE;
         if (write_all(fd, p, k) != 0) goto fail;
         p += k;
         left -= k;
@@ -176,7 +169,7 @@ px_status px_ckpt_write_file_crc(const char *path, const char *ckpt, const char 
   pthread_t hasher;
   // Small files are hashed here: a thread costs more than it saves.
   bool threaded = total >= ((size_t)4 << 20) && pthread_create(&hasher, NULL, hash_chunks, &job) == 0;
-  px_status st = write_sync(path, ckpt, name, chunks, n, NULL);
+  px_status st = write_sync(path, ckpt, name, chunks, n);
   if (threaded) pthread_join(hasher, NULL);
   else if (st == PX_OK) hash_chunks(&job);
   if (st == PX_OK) memcpy(digest, job.digest, PX_SHA256_BYTES);
@@ -243,17 +236,9 @@ static size_t item_bytes(const px_ckpt_item *it) {
   return n;
 }
 
-// A large item: its bytes as chunks, written by a thread of its own, which
-// hashes each HASH_BLOCK slice (SHA-256 and the chunk's CRC-32C) right
-// before writing it, while the slice is in cache.  Until 2026-11-28 the
-// caller's thread hashed every large item (two at a time, with
-// px_sha256_update2) while the writer threads wrote them: each byte came
-// from memory twice, and the kernel's copy into the page cache from memory
-// was the largest cost of a save (perf: copy_folio_from_iter_atomic 0.36 s
-// of CPU for 629 MB, SHA-256 0.28 s).  CPU per save of 629 MB at 1 and 2
-// ranks: 0.67-0.76 s before, 0.50 s after (docs/PERFORMANCE.md, "Sharded
-// checkpoints").
-struct big_item {
+// A large item: its bytes as chunks, written by a thread of its own while
+// the caller's thread hashes it (paired with another one: px_sha256_update2).
+typedef struct big_item {
   const char *final, *name;
   char *file, *label;
   px_st_image img;
@@ -263,20 +248,61 @@ struct big_item {
   int n_chunks;
   uint32_t *crc;  // per chunk, when wanted
   px_sha256 sha;
+  int at;  // hashing: the chunk, and the bytes of it done
+  size_t off;
   px_status st;
   char msg[1024];  // the writer thread's error message
-};
-
-static void hash_slice(big_item *b, int chunk, const unsigned char *p, size_t k) {
-  px_sha256_update(&b->sha, p, k);
-  if (b->crc) b->crc[chunk] = px_ckpt_crc32c(b->crc[chunk], p, k);
-}
+} big_item;
 
 static void *write_big(void *arg) {
   big_item *b = arg;
-  b->st = write_sync(b->file, b->final, b->name, b->chunks, b->n_chunks, b);
+  b->st = write_sync(b->file, b->final, b->name, b->chunks, b->n_chunks);
   if (b->st != PX_OK) snprintf(b->msg, sizeof b->msg, "%s", px_last_error());
   return NULL;
+}
+
+// The next at most HASH_BLOCK bytes of b still to hash (within one chunk).
+static size_t next_span(big_item *b, const unsigned char **p) {
+  while (b->at < b->n_chunks && b->off == b->chunks[b->at].size) {
+    b->at++;
+    b->off = 0;
+  }
+  if (b->at == b->n_chunks) return 0;
+  size_t k = b->chunks[b->at].size - b->off;
+  *p = (const unsigned char *)b->chunks[b->at].data + b->off;
+  return k < HASH_BLOCK ? k : HASH_BLOCK;
+}
+
+static void hashed(big_item *b, const unsigned char *p, size_t k) {
+  if (b->crc) b->crc[b->at] = px_ckpt_crc32c(b->crc[b->at], p, k);
+  b->off += k;
+}
+
+// Hashes every big item, two at a time while two are left: x and y (x <
+// y) are the pair; every item below y but x is done; y == n: x alone.
+static void hash_big(big_item *bs, int n) {
+  int x = 0, y = 1;
+  while (x < n) {
+    const unsigned char *px = NULL, *py = NULL;
+    const size_t kx = next_span(&bs[x], &px);
+    if (!kx) {
+      x = y;
+      y = x + 1;
+      continue;
+    }
+    const size_t ky = y < n ? next_span(&bs[y], &py) : 0;
+    if (y < n && !ky) {
+      y++;
+      continue;
+    }
+    if (y < n) {
+      px_sha256_update2(&bs[x].sha, px, kx, &bs[y].sha, py, ky);
+      hashed(&bs[y], py, ky);
+    } else {
+      px_sha256_update(&bs[x].sha, px, kx);
+    }
+    hashed(&bs[x], px, kx);
+  }
 }
 
 static void big_free(big_item *b) {
@@ -295,8 +321,8 @@ px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_
   bool *threaded = n_big >= 2 ? calloc((size_t)n_big, sizeof *threaded) : NULL;
   px_status st = PX_OK;
   if (n_big >= 2 && (!bs || !tid || !threaded)) st = px_error(PX_ERR_NOMEM, "checkpoint %s: out of memory", final);
-  // Two large items or more: each written and hashed by a thread of its
-  // own; then the small ones, one by one.
+  // Two large items or more: each written by a thread of its own, all
+  // hashed here, two at a time; then the small ones, one by one.
   int nb = 0;
   for (int i = 0; i < n_items && st == PX_OK && n_big >= 2; i++) {
     const px_ckpt_item *it = &items[i];
@@ -331,6 +357,7 @@ px_status px_ckpt_write_items(const char *tmp, const char *final, const px_ckpt_
   }
   if (st == PX_OK && n_big >= 2) {
     for (int k = 0; k < nb; k++) threaded[k] = pthread_create(&tid[k], NULL, write_big, &bs[k]) == 0;
+    hash_big(bs, nb);
     for (int k = 0; k < nb; k++) {
       if (threaded[k]) pthread_join(tid[k], NULL);
       else write_big(&bs[k]);
