@@ -548,6 +548,26 @@ static size_t remove_strays_in(const char *dir, const char *rel, const named *by
 
 // The size and version (entry.ver) of a source file now: a local file's
 // stat; an S3 object's listing (given, or asked for here: one LIST).
+// The size and ETag (malloc'ed; "" when S3 gave none) of the one object whose
+// key is exactly url's, listed alone.
+static px_status s3_one_object(const char *url, uint64_t *size, char **etag) {
+  char **u = NULL, **t = NULL;
+  uint64_t *z = NULL;
+  size_t n = 0;
+  *etag = NULL;
+  px_status st = px_s3_list_etags(url, "--stage", &u, &z, &t, &n);
+  if (st == PX_OK && (n != 1 || strcmp(u[0], url) != 0))
+    st = px_error(PX_ERR_NOT_FOUND, "--stage: %s: no object with exactly this key", url);
+  if (st == PX_OK) {
+    *size = z[0];
+    *etag = strdup(t[0] ? t[0] : "");
+    if (!*etag) st = px_error(PX_ERR_NOMEM, "--stage: out of memory");
+  }
+  px_s3_etags_free(t, n);
+  px_s3_list_free(u, z, n);
+  return st;
+}
+
 static px_status source_state(const char *file, const uint64_t *s3_size, const char *s3_etag, uint64_t *size, char *ver,
                               size_t cap) {
   if (px_s3_is_url(file)) {
@@ -556,18 +576,10 @@ static px_status source_state(const char *file, const uint64_t *s3_size, const c
       s3_ver(s3_etag, ver, cap);
       return PX_OK;
     }
-    char **u = NULL, **t = NULL;
-    uint64_t *z = NULL;
-    size_t m = 0;
-    px_status st = px_s3_list_etags(file, "--stage", &u, &z, &t, &m);
-    if (st == PX_OK && (m != 1 || strcmp(u[0], file) != 0))
-      st = px_error(PX_ERR_NOT_FOUND, "--stage: %s: no object with exactly this key", file);
-    if (st == PX_OK) {
-      *size = z[0];
-      s3_ver(t[0], ver, cap);
-    }
-    px_s3_etags_free(t, m);
-    px_s3_list_free(u, z, m);
+    char *etag = NULL;
+    px_status st = s3_one_object(file, size, &etag);
+    if (st == PX_OK) s3_ver(etag, ver, cap);
+    free(etag);
     return st;
   }
   struct stat ss;
@@ -886,20 +898,7 @@ static px_status s3_state(const char *url, const named *by, size_t m, const uint
     *etag = strdup(etags[j] ? etags[j] : "");
     return *etag ? PX_OK : px_error(PX_ERR_NOMEM, "--stage: out of memory");
   }
-  char **u = NULL, **t = NULL;
-  uint64_t *z = NULL;
-  size_t n = 0;
-  px_status st = px_s3_list_etags(url, "--stage", &u, &z, &t, &n);
-  if (st == PX_OK && (n != 1 || strcmp(u[0], url) != 0))
-    st = px_error(PX_ERR_NOT_FOUND, "--stage: %s: no object with exactly this key", url);
-  if (st == PX_OK) {
-    *size = z[0];
-    *etag = strdup(t[0] ? t[0] : "");
-    if (!*etag) st = px_error(PX_ERR_NOMEM, "--stage: out of memory");
-  }
-  px_s3_etags_free(t, n);
-  px_s3_list_free(u, z, n);
-  return st;
+  return s3_one_object(url, size, etag);
 }
 
 typedef struct image_set {
