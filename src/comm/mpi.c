@@ -813,26 +813,21 @@ px_status px_comm_init_mpi(px_comm **out) {
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     // Open MPI's shared-memory transport moves a large message between two
     // processes of a node with one process_vm_readv (CMA: "single copy") by
-    // default.  That call pins every page it reads; measured here it moves
-    // 1 MiB in 72 us (14.5 GB/s) where memcpy takes 18 us, and the double
-    // copy through the shared segment ("none") made every blocking
-    // collective faster from 64 KiB to 16 MiB (all-reduce of 1 MiB 87 -> 54
-    // us, send/recv 70 -> 24 us, broadcast 70 -> 21 us); only the all-reduce
-    // of 256 MiB was slower (107 -> 123 ms).  The double copy moves a
-    // message in fragments (max_send_size, 32 KiB by default), and a
-    // non-blocking collective moves only while its ranks are inside MPI:
-    // DDP's 1 MiB bucket, tested at each layer's backward hook, then took
-    // 9-14 ms instead of CMA's 2-3 and finished after backward
-    // (test_ddp_buckets_complete_during_backward_mpi).  Fragments of 128 KiB
-    // bring it back within backward (4-11 ms) and make the blocking
-    // collectives a little faster still (1 MiB all-reduce 48 us); 512 KiB
-    // was 3-4x slower than 32 KiB.  DDP at 2 ranks: the small MLP 48k
-    // samples/s with CMA, 62-68k with the double copy, 71-73k with 128 KiB
-    // fragments; the CNNs and the large MLP the same within noise
-    // (docs/PERFORMANCE.md, "Figures behind code comments").  Unless the
-    // user chose (mpirun --mca btl_vader_single_copy_mechanism cma, or the
-    // variables in the environment), ask for the double copy in 128 KiB
-    // fragments.
+    // default, and that call pins every page it reads: measured here it ran
+    // at a quarter of memcpy's speed, and the double copy through the
+    // shared segment ("none") made every blocking collective faster from 64
+    // KiB to 16 MiB (only the 256 MiB all-reduce was slower).  The double
+    // copy moves a message in fragments, and a non-blocking collective
+    // moves only while its ranks are inside MPI: with the default 32 KiB
+    // fragments DDP's 1 MiB bucket, tested at each layer's backward hook,
+    // finished after backward (test_ddp_buckets_complete_during_backward_mpi);
+    // with 128 KiB fragments it finishes during backward and the blocking
+    // collectives gain a little more (512 KiB was much slower).  DDP of a
+    // small MLP at 2 ranks was 1.3-1.5x faster; the CNNs and the large MLP
+    // did not change (the figures: docs/PERFORMANCE.md, "Figures behind code
+    // comments").  Unless the user chose (mpirun --mca
+    // btl_vader_single_copy_mechanism cma, or the variables in the
+    // environment), ask for the double copy in 128 KiB fragments.
 #if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
     setenv("OMPI_MCA_btl_sm_single_copy_mechanism", "none", 0);
     setenv("OMPI_MCA_btl_sm_max_send_size", "131072", 0);

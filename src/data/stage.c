@@ -546,8 +546,6 @@ static size_t remove_strays_in(const char *dir, const char *rel, const named *by
   return removed;
 }
 
-// The size and version (entry.ver) of a source file now: a local file's
-// stat; an S3 object's listing (given, or asked for here: one LIST).
 // The size and ETag (malloc'ed; "" when S3 gave none) of the one object whose
 // key is exactly url's, listed alone.
 static px_status s3_one_object(const char *url, uint64_t *size, char **etag) {
@@ -568,6 +566,8 @@ static px_status s3_one_object(const char *url, uint64_t *size, char **etag) {
   return st;
 }
 
+// The size and version (entry.ver) of a source file now: a local file's
+// stat; an S3 object's listing (given, or asked for here: one LIST).
 static px_status source_state(const char *file, const uint64_t *s3_size, const char *s3_etag, uint64_t *size, char *ver,
                               size_t cap) {
   if (px_s3_is_url(file)) {

@@ -421,9 +421,9 @@ static void copy_hits(const px_ckpt_loader *L, size_t from, size_t to) {
   }
 }
 
-// From this many bytes on, the final copy runs on two threads: one core
-// copies about 19 GB/s here, so a 600 MB load spent 33 ms in it
-// (docs/PERFORMANCE.md, "Sharded checkpoints").
+// From this many bytes on, the final copy runs on two threads: a large load
+// spent a noticeable share of its time in it on one (docs/PERFORMANCE.md,
+// "Figures behind code comments").
 #define COPY_SPLIT_MIN ((size_t)64 << 20)
 
 typedef struct copy_job {
