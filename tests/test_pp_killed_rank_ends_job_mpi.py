@@ -137,7 +137,12 @@ def one(victim, tmp):
         cu.check(named or mpi_first, "kill rank %d: no message names the stage, micro-batch and action:\n%s" %
                  (victim, err[-3000:]))
         if named:
+            # In a collective of a sub-group (the tied embedding's all-reduce
+            # of the first and last stage) the ranks are the group's, with
+            # the world's in brackets: "waiting on ranks [1] of this group of
+            # 2 (world ranks [2])".
             cu.check(any("waiting on ranks [%d]" % victim in ln for ln in named) or
+                     any("(world ranks [%d])" % victim in ln for ln in named) or
                      any("waiting on ranks: unknown" in ln for ln in named),
                      "kill rank %d: the watchdog names other ranks:\n%s" % (victim, "\n".join(named)))
     finally:
