@@ -164,11 +164,12 @@ static void check_allreduce_huge(px_comm *c) {
   free(buf), free(want);
 }
 
-/* Outputs of 4 MiB and more are written with non-temporal stores: the same
- * bits, from ragged starts (recv one element past an aligned address). */
+/* Outputs of STREAM_BYTES (16 MiB) and more are written with non-temporal
+ * stores: the same bits, from ragged starts (recv one element past an
+ * aligned address). */
 static void check_reduce_scatter_streamed(px_comm *c) {
   int n = px_comm_size(c), r = px_comm_rank(c);
-  const size_t count = 1048579;  // F32: 4 MiB + 12 B; F64: 8 MiB + 24 B
+  const size_t count = 4194307;  // F32 and I32: 16 MiB + 12 B; F64: 32 MiB + 24 B
   const px_dtype ts[] = {PX_F32, PX_F64, PX_I32};
   const px_reduce_op os[] = {PX_SUM, PX_AVG, PX_MAX};
   for (int q = 0; q < 3; q++) {

@@ -1,6 +1,6 @@
 /* Claim: on 2, 3 and 4 threads, an all-gather large enough to be pushed in
  * claimed pieces with non-temporal stores (threads_coll.c, an output of
- * more than 4 MiB, an odd block so that pieces end mid cache line) puts
+ * more than 16 MiB, STREAM_BYTES; an odd block so that pieces end mid cache line) puts
  * every rank's block, byte for byte, into every rank's recv, out of place
  * and in place, and writes nothing past the end of any recv; a smaller one
  * in claimed pieces without streaming does the same.  If it failed, ZeRO's
@@ -48,9 +48,11 @@ static void check_allgather(px_comm *c, size_t count, bool in_place) {
 
 static int rank_main(px_comm *c, void *arg) {
   (void)arg;
-  // Past 4 MiB of output: streamed pieces.  Then claimed pieces in the cache.
-  const size_t counts[] = {2097169, 65599};
-  for (int k = 0; k < 2; k++) {
+  // Past 16 MiB of output (STREAM_BYTES): streamed pieces.  Then claimed
+  // pieces in the cache, below it (4 MiB and more at 2-4 ranks: streamed
+  // until 2026-11-28, when the threshold was 4 MiB).
+  const size_t counts[] = {8388625, 2097169, 65599};
+  for (int k = 0; k < 3; k++) {
     check_allgather(c, counts[k], false);
     check_allgather(c, counts[k], true);
   }

@@ -1,6 +1,6 @@
 /* Claim: on 2, 3 and 4 threads, a reduce-scatter large enough to be
  * reduced in claimed pieces with non-temporal stores (threads_coll.c: a
- * recv of 4 MiB or more; threads_reduce.c: each piece read as four lanes
+ * recv of STREAM_BYTES, 16 MiB, or more; threads_reduce.c: each piece read as four lanes
  * a quarter apart, plus a tail of count % 4 elements) gives every rank the
  * serial rank-order bits x0 ∘ x1 ∘ ... ∘ x(N-1) of its block, for F32 SUM,
  * F64 AVG, F32 MAX and I32 SUM, with a last piece whose length is not a
@@ -15,9 +15,9 @@
 #include <string.h>
 
 #define GUARD 256
-/* 1 Mi + 4099 elements a block: 4 MiB and more of F32, and a last claimed
+/* 4 Mi + 4099 elements a block: 16 MiB and more of F32, and a last claimed
  * piece of 4099 elements (64 KiB pieces of 16384 F32 or 8192 F64). */
-#define COUNT ((size_t)(1u << 20) + 4099)
+#define COUNT ((size_t)(4u << 20) + 4099)
 
 static double val(int r, size_t i) {
   uint32_t x = (uint32_t)i * 2654435761u ^ (uint32_t)(r + 1) * 0x9e3779b9u;

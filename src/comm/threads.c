@@ -58,7 +58,7 @@
 // written N times (N+1 blocks of traffic against the 2N of every rank
 // pulling every block into its own recv).  A broadcast is a memcpy from
 // the root's buffer.  The reductions are one fused pass
-// (threads_reduce.c); outputs past STREAM_BYTES are written with
+// (threads_reduce.c); outputs from STREAM_BYTES (16 MiB) are written with
 // non-temporal stores (reductions, the all-gather's pushes) or by memcpy,
 // which streams large copies past the cache by itself.
 //

@@ -24,10 +24,14 @@
 #define SMALL_BYTES (16u << 10)
 #endif
 /* Outputs from this many bytes are written with non-temporal stores
- * (threads_reduce.c): twice this machine's L2 per core, so they would not
- * stay in the cache for the caller anyway. */
+ * (threads_reduce.c, the all-gather's pushes): half the L3 of the Zen 4
+ * they were measured on, past which an output would not stay in the cache
+ * for the caller anyway.  Smaller outputs fit the L3, and streaming them
+ * to memory made the all-gather of 4 and 8 MiB several times slower than
+ * ordinary stores (4 MiB was the threshold until 2026-11-28; the figures:
+ * docs/PERFORMANCE.md, "Figures behind code comments"). */
 #ifndef STREAM_BYTES
-#define STREAM_BYTES (4u << 20)
+#define STREAM_BYTES (16u << 20)
 #endif
 /* A wait polls with a cpu pause for SPIN_PAUSE_NS, then with sched_yield
  * until its budget is spent (SPIN_NS; fewer when ranks outnumber cores,
