@@ -6,8 +6,8 @@
  * against the same reference); they give the same bits for 1, 2 and 3
  * threads; a second backward without a forward accumulates the same
  * gradients again.  Shapes cover the register blocks' remainders (channels
- * not a multiple of 4, planes whose flat length is not a multiple of the
- * chunk), ResNet-20's 16-channel 32×32 layer, more samples than dW blocks
+ * not a multiple of 4 or 8, planes whose flat length leaves 0, 1 or 2
+ * vectors after the chunks of 3, for vectors of 8 and of 16 floats), ResNet-20's 16-channel 32×32 layer, more samples than dW blocks
  * (uneven blocks), a 1×1 plane, one sample, and a layer too wide for two dW
  * partials (512 → 512, through the kernels with PX_CONV_DIRECT=1: by
  * default layers past 64 channels take im2col + GEMM).  If this fails, a convolution in ResNet-style
@@ -163,10 +163,12 @@ int main(void) {
   const geom cases[] = {
     {3, 5, 6, 7, 9, true},      // channels and flat length off every block size
     {4, 16, 16, 32, 32, true},  // ResNet-20's first stage
-    {19, 3, 8, 8, 8, true},     // 19 samples over 16 dW blocks; 8×8 takes 2-vector chunks
+    {19, 3, 8, 8, 8, true},     // 19 samples over 16 dW blocks; 8×8: chunks of 3 vectors and one of 2 (16 floats)
     {1, 4, 5, 1, 1, true},      // a 1×1 plane: every tap but the centre reads padding
     {1, 2, 3, 2, 13, false},    // one sample, no bias, a wide flat plane
     {2, 512, 512, 4, 4, true},  // too wide for two dW partials (512·512·9 > 2^21 floats)
+    {2, 32, 32, 16, 16, true},  // ResNet-20's second stage: whole chunks of 3 vectors (8 and 16 floats)
+    {3, 20, 12, 5, 8, true},    // chunks of 3 and one of 1 vector (8 and 16 floats); 12 = 8 + 4 output channels
   };
   for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) check_case(&cases[ci], ci);
   return px_test_finish("test_conv3x3_direct_matches_definition_and_im2col_any_threads");

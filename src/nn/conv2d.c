@@ -277,27 +277,27 @@ static float *conv_cols(conv2d *c, px_ctx *ctx, size_t KP, int need, bool fresh)
 }
 
 // Forward through the direct kernels: pad every sample, then (sample,
-// block of PX_C3_OB output channels) items spread over the threads.
+// block of g.ob output channels) items spread over the threads.
 static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, float *Y) {
   const px_module *m = &c->base;
   const int C = c->in_c, O = c->out_c, T = team_size();
   px_c3 g;
   px_c3_geom(H, W, &g);
-  const int blocks = (O + PX_C3_OB - 1) / PX_C3_OB;
+  const int blocks = (O + g.ob - 1) / g.ob;
   const int64_t items = N * blocks;
   const bool par = T > 1 && items > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
   float *xp = px_arena_alloc(ctx->arena, (size_t)N * C * g.PS * sizeof(float));
-  float *wr = px_arena_alloc(ctx->arena, px_c3_wr_floats(O, C) * sizeof(float));
-  float *tiles = px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * PX_C3_OB * g.Qr * sizeof(float));
+  float *wr = px_arena_alloc(ctx->arena, px_c3_wr_floats(&g, O, C) * sizeof(float));
+  float *tiles = px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * g.ob * g.Qr * sizeof(float));
   if (!xp || !wr || !tiles) return PX_ERR_NOMEM;
-  px_c3_weights_fwd(m->params[0].data, O, C, wr);
+  px_c3_weights_fwd(&g, m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x), *b = c->has_bias ? m->params[1].data : NULL;
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W, xps = (size_t)C * g.PS;
 #pragma omp parallel if (par)
   {
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
-    float *tile = tiles + (size_t)omp_get_thread_num() * PX_C3_OB * g.Qr;
+    float *tile = tiles + (size_t)omp_get_thread_num() * g.ob * g.Qr;
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; it++) {
       const int64_t n = it / blocks;
@@ -559,19 +559,22 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   const bool par = T > 1 && N > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
   const bool have_xp = c->xp != NULL;
   float *xp = have_xp ? c->xp : px_arena_alloc(ctx->arena, (size_t)N * xps * sizeof(float));
-  float *dyp = px_arena_alloc(ctx->arena, (size_t)N * yps * sizeof(float));
-  float *wr = DX ? px_arena_alloc(ctx->arena, px_c3_wr_floats(C, O) * sizeof(float)) : NULL;
-  float *tiles = DX ? px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * PX_C3_OB * g.Qr * sizeof(float)) : NULL;
+  // dy's planes start g.dy_lead floats past the arena's 64-byte alignment:
+  // dW's loads of its rows are then aligned (px_c3_dw).
+  float *dyp = px_arena_alloc(ctx->arena, ((size_t)N * yps + g.dy_lead) * sizeof(float));
+  if (dyp) dyp += g.dy_lead;
+  float *wr = DX ? px_arena_alloc(ctx->arena, px_c3_wr_floats(&g, C, O) * sizeof(float)) : NULL;
+  float *tiles = DX ? px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * g.ob * g.Qr * sizeof(float)) : NULL;
   int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
   if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
   if (B < 1) B = 1;
   float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));  /* (B, O, C, 9) */
   double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
   if (!xp || !dyp || (DX && (!wr || !tiles)) || !dW_part || !db_part) return PX_ERR_NOMEM;
-  if (DX) px_c3_weights_dx(m->params[0].data, O, C, wr);
+  if (DX) px_c3_weights_dx(&g, m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x);
   const bool bias = c->has_bias;
-  const int cblocks = (C + PX_C3_OB - 1) / PX_C3_OB, oblocks = (O + PX_C3_OB - 1) / PX_C3_OB;
+  const int cblocks = (C + g.ob - 1) / g.ob, oblocks = (O + g.ob - 1) / g.ob;
   const int64_t dx_items = DX ? N * cblocks : 0, dw_items = B * oblocks;
 #pragma omp parallel if (par)
   {
@@ -580,7 +583,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
       if (!have_xp) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
       px_c3_pad(&g, DY + (size_t)n * out_sample, O, dyp + (size_t)n * yps);
     }
-    float *tile = DX ? tiles + (size_t)omp_get_thread_num() * PX_C3_OB * g.Qr : NULL;
+    float *tile = DX ? tiles + (size_t)omp_get_thread_num() * g.ob * g.Qr : NULL;
 #pragma omp for schedule(static) nowait
     for (int64_t it = 0; it < dx_items; it++) {
       const int64_t n = it / cblocks;
@@ -593,7 +596,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
       px_c3_dw(&g, xp + (size_t)n0 * xps, C, dyp + (size_t)n0 * yps, O, bl, (int)(n1 - n0), dW_part + (size_t)bi * OK);
       if (bias)
         for (int64_t n = n0; n < n1; n++)
-          for (int o = bl * PX_C3_OB; o < (bl + 1) * PX_C3_OB && o < O; o++) {
+          for (int o = bl * g.ob; o < (bl + 1) * g.ob && o < O; o++) {
             const float *row = DY + (size_t)n * out_sample + (size_t)o * H * W;
             double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
