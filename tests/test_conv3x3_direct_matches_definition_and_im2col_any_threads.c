@@ -10,7 +10,8 @@
  * vectors after the chunks of 3, for vectors of 8 and of 16 floats), ResNet-20's 16-channel 32×32 layer, more samples than dW blocks
  * (uneven blocks), a 1×1 plane, one sample, and a layer too wide for two dW
  * partials (512 → 512, through the kernels with PX_CONV_DIRECT=1: by
- * default layers past 64 channels take im2col + GEMM).  If this fails, a convolution in ResNet-style
+ * default layers past 64 channels take im2col + GEMM where the kernels
+ * have 8-float vectors).  If this fails, a convolution in ResNet-style
  * networks computes something other than PyTorch's Conv2d(k=3, padding=1),
  * or its gradients depend on the thread count. */
 #define _POSIX_C_SOURCE 200112L /* setenv */
@@ -118,7 +119,7 @@ static void check_case(const geom *g, int ci) {
             rdw, rdb);
   const int threads0 = px_get_num_threads();
   // r[0..2]: direct with 1, 2, 3 threads; r[3]: im2col + GEMM, 1 thread.
-  // PX_CONV_DIRECT=1: the direct kernels even past 64 channels (case 5).
+  // PX_CONV_DIRECT=1: the direct kernels even past 64 channels with 8-float vectors (case 5).
   for (int k = 0; k < 4; k++) {
     setenv("PX_CONV_DIRECT", k < 3 ? "1" : "0", 1);
     run_layer(md, g, x, dyv, k < 3 ? k + 1 : 1, &r[k]);
@@ -163,7 +164,7 @@ int main(void) {
   const geom cases[] = {
     {3, 5, 6, 7, 9, true},      // channels and flat length off every block size
     {4, 16, 16, 32, 32, true},  // ResNet-20's first stage
-    {19, 3, 8, 8, 8, true},     // 19 samples over 16 dW blocks; 8×8: chunks of 3 vectors and one of 2 (16 floats)
+    {19, 3, 8, 8, 8, true},     // 19 samples in uneven dW blocks; 8×8: chunks of 3 vectors and one of 2 (16 floats)
     {1, 4, 5, 1, 1, true},      // a 1×1 plane: every tap but the centre reads padding
     {1, 2, 3, 2, 13, false},    // one sample, no bias, a wide flat plane
     {2, 512, 512, 4, 4, true},  // too wide for two dW partials (512·512·9 > 2^21 floats)

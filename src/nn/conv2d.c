@@ -69,6 +69,7 @@
 // 16 blocks still feed 16 threads.
 #define DW_BLOCKS 16
 #define PART_BUDGET ((size_t)1 << 22) /* floats of dW partials (16 MiB) */
+#define DW_MIN_VECTORS 32             /* direct kernels: vectors of positions a dW block sums at least */
 #define ROW_CHUNK 64                  /* output rows per GEMM chunk on the wide path */
 
 typedef struct conv2d {
@@ -83,23 +84,24 @@ typedef struct conv2d {
   float *xp; /* direct path: x padded (N, C, PS) by forward for backward, or NULL */
 } conv2d;
 
-// The direct 3×3 kernels apply.  By default only up to 64 channels in and
-// out, where they were measured faster (ResNet-20, the zoo's and the
-// benchmark's CNNs); on ResNet-18 with them for every layer (128-512
-// channels, where OpenBLAS's GEMMs are efficient) the step took longer
-// (docs/PERFORMANCE.md, "Figures behind code comments").  PX_CONV_DIRECT=0:
-// never; =1: every 3×3 stride-1 padding-1 layer.  By default only where
-// they run at full speed (px_c3_fast): a -march=native build, or the
-// portable build's AVX2 + FMA copy (conv2d_3x3_avx2.c) on a CPU with AVX2
-// and FMA.  On an x86-64 CPU without them, im2col + GEMM as before: the
-// baseline copy (SSE2, no register pinning) has not been measured against
-// OpenBLAS's kernels for such a CPU.
+// The direct 3×3 kernels apply.  By default only where they run at full
+// speed (px_c3_fast): a -march=native build, or the portable build's AVX2 +
+// FMA or AVX-512 copy on a CPU that has it; on an x86-64 CPU without them,
+// im2col + GEMM (the baseline copy, SSE2 with no register pinning, has not
+// been measured against OpenBLAS's kernels for such a CPU).  With 8-float
+// vectors only up to 64 channels in and out, where they were measured
+// faster (ResNet-20, the zoo's and the benchmark's CNNs); on ResNet-18 with
+// them for every layer (128-512 channels, where OpenBLAS's GEMMs are
+// efficient) the step took longer.  With 16-float vectors (px_c3_wide) at
+// every width: ResNet-18's 128-512-channel layers 1.3-2.0× faster than
+// im2col + GEMM (docs/PERFORMANCE.md, "Figures behind code comments").
+// PX_CONV_DIRECT=0: never; =1: every 3×3 stride-1 padding-1 layer.
 static bool use_direct(const conv2d *c) {
   if (c->k != 3 || c->stride != 1 || c->pad != 1) return false;
   const char *e = getenv("PX_CONV_DIRECT");
   if (e && strcmp(e, "0") == 0) return false;
   if (e && strcmp(e, "1") == 0) return true;
-  return px_c3_fast() && c->in_c <= 64 && c->out_c <= 64;
+  return px_c3_fast() && (px_c3_wide() || (c->in_c <= 64 && c->out_c <= 64));
 }
 
 // First and one-past-last output column ow whose input column
@@ -565,7 +567,18 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   if (dyp) dyp += g.dy_lead;
   float *wr = DX ? px_arena_alloc(ctx->arena, px_c3_wr_floats(&g, C, O) * sizeof(float)) : NULL;
   float *tiles = DX ? px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * g.ob * g.Qr * sizeof(float)) : NULL;
-  int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
+  // Blocks of samples: DW_BLOCKS, or fewer where a block would hold under
+  // DW_MIN_VECTORS vectors of positions (samples × vectors per plane): each
+  // block's kernel call sums its lanes once per (output, input channel, tap)
+  // at the end, and with one 14×14 sample a block those sums took as long as
+  // the FMAs (256 channels, batch 8: dW at 129 GFLOP/s, the forward 203).
+  // Fewer blocks everywhere was slower where planes are large (ResNet-20's
+  // 32-channel layer, 16 samples a block: 3.15 -> 3.55 ms for dx + dW).
+  const int dw_oblocks = (O + g.ob - 1) / g.ob;
+  const int64_t per_plane = (int64_t)(g.Qr / (size_t)g.vl);
+  const int64_t min_n = (DW_MIN_VECTORS + per_plane - 1) / per_plane;
+  int64_t B = N / (min_n > 1 ? min_n : 1);
+  if (B > DW_BLOCKS) B = DW_BLOCKS;
   if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
   if (B < 1) B = 1;
   float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));  /* (B, O, C, 9) */
@@ -574,7 +587,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   if (DX) px_c3_weights_dx(&g, m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x);
   const bool bias = c->has_bias;
-  const int cblocks = (C + g.ob - 1) / g.ob, oblocks = (O + g.ob - 1) / g.ob;
+  const int cblocks = (C + g.ob - 1) / g.ob, oblocks = dw_oblocks;
   const int64_t dx_items = DX ? N * cblocks : 0, dw_items = B * oblocks;
 #pragma omp parallel if (par)
   {

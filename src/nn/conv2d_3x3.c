@@ -140,6 +140,12 @@ bool px_c3_fast(void) {
 #endif
 }
 
+bool px_c3_wide(void) {
+  px_c3 g;
+  px_c3_geom(1, 1, &g);
+  return g.vl == 16;
+}
+
 #define C3_NONE "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)"
 const char *px_conv_kernel_info(void) {
 #if defined(PX_C3_AVX2_VARIANT)
