@@ -57,9 +57,9 @@ typedef struct conv_case {
 } conv_case;
 
 static const conv_case default_cases[] = {
-  {16, 16, 32, 32, 1}, {32, 32, 16, 16, 1}, {64, 64, 8, 8, 1},    // ResNet-20, stride 1
-  {16, 32, 32, 32, 2}, {32, 64, 16, 16, 2},                       // ResNet-20, stride 2
-  {1, 32, 28, 28, 1},  {32, 64, 14, 14, 1},                       // the zoo's CNN
+  {16, 16, 32, 32, 1}, {32, 32, 16, 16, 1}, {64, 64, 8, 8, 1},  // ResNet-20, stride 1
+  {16, 32, 32, 32, 2}, {32, 64, 16, 16, 2},                     // ResNet-20, stride 2
+  {1, 32, 28, 28, 1},  {32, 64, 14, 14, 1},                     // the zoo's CNN
 };
 
 typedef struct bench_opts {
@@ -280,8 +280,8 @@ static int bench_case(const bench_opts *o, const conv_case *c, int ci) {
   const int B = o->batch, Ho = (c->H - 1) / c->stride + 1, Wo = (c->W - 1) / c->stride + 1;
   const size_t nx = (size_t)B * c->C * c->H * c->W, ny = (size_t)B * c->O * Ho * Wo;
   const double flops = 2.0 * B * c->C * c->O * 9.0 * Ho * Wo;  // forward; backward twice that
-  float *x = malloc(nx * sizeof *x);      // (B, C, H, W)
-  float *dyv = malloc(ny * sizeof *dyv);  // (B, O, Ho, Wo)
+  float *x = malloc(nx * sizeof *x);                           // (B, C, H, W)
+  float *dyv = malloc(ny * sizeof *dyv);                       // (B, O, Ho, Wo)
   if (!x || !dyv) {
     fprintf(stderr, "bench_conv: out of memory for case %d,%d,%d,%d,%d\n", c->C, c->O, c->H, c->W, c->stride);
     free(x);
