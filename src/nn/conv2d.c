@@ -571,7 +571,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   // DW_MIN_VECTORS vectors of positions (samples × vectors per plane): each
   // block's kernel call sums its lanes once per (output, input channel, tap)
   // at the end, and with one 14×14 sample a block those sums took as long as
-  // the FMAs (256 channels, batch 8: dW at 129 GFLOP/s, the forward 203).
+  // the FMAs (256 channels, batch 8: dx + dW at 129 GFLOP/s, the forward 203).
   // Fewer blocks everywhere was slower where planes are large (ResNet-20's
   // 32-channel layer, 16 samples a block: 3.15 -> 3.55 ms for dx + dW).
   const int dw_oblocks = (O + g.ob - 1) / g.ob;
