@@ -1,4 +1,4 @@
-/* Claim: the direct 3×3 stride-1 padding-1 convolution kernels
+/* Claim: the direct 3×3 padding-1 convolution kernels, stride 1 and 2
  * (src/nn/conv2d_3x3.c) compute the convolution's definition, forward and
  * backward (y, dx, dW, db), to float32 rounding (within 1e-5 of the scale of
  * each result, against a float64 loop-by-definition reference), as the
@@ -11,8 +11,9 @@
  * (uneven blocks), a 1×1 plane, one sample, and a layer too wide for two dW
  * partials (512 → 512, through the kernels with PX_CONV_DIRECT=1: by
  * default layers past 64 channels take im2col + GEMM where the kernels
- * have 8-float vectors).  If this fails, a convolution in ResNet-style
- * networks computes something other than PyTorch's Conv2d(k=3, padding=1),
+ * have 8-float vectors), and at stride 2 ResNet-20's 16 → 32 downsampling
+ * layer, odd plane sizes, a 2×1 plane and uneven dW blocks.  If this fails, a convolution in ResNet-style
+ * networks computes something other than PyTorch's Conv2d(k=3, padding=1, stride=1 or 2),
  * or its gradients depend on the thread count. */
 #define _POSIX_C_SOURCE 200112L /* setenv */
 #include "px_test.h"
@@ -22,30 +23,36 @@
 typedef struct geom {
   int N, C, O, H, W;
   bool bias;
+  int stride;
 } geom;
+
+static int stride_of(const geom *g) { return g->stride; }
+static int out_h(const geom *g) { return (g->H - 1) / stride_of(g) + 1; }
+static int out_w(const geom *g) { return (g->W - 1) / stride_of(g) + 1; }
 
 static void fill(float *x, size_t n, uint64_t seed) {
   px_rng r = px_rng_make(seed, 7);
   for (size_t i = 0; i < n; i++) x[i] = 2.0f * px_rng_uniform(&r) - 1.0f;
 }
 
-// y = b + W ⋆ x (3×3, padding 1), and the adjoint for dy, in double.
+// y = b + W ⋆ x (3×3, padding 1, the case's stride), and the adjoint for
+// dy, in double.
 static void reference(const geom *g, const float *x, const float *w, const float *b, const float *dy, double *y,
                       double *dx, double *dw, double *db) {
-  const int H = g->H, W = g->W;
+  const int H = g->H, W = g->W, s = stride_of(g), Ho = out_h(g), Wo = out_w(g);
   memset(dx, 0, sizeof *dx * (size_t)g->N * g->C * H * W);
   memset(dw, 0, sizeof *dw * (size_t)g->O * g->C * 9);
   memset(db, 0, sizeof *db * (size_t)g->O);
   for (int n = 0; n < g->N; n++)
     for (int o = 0; o < g->O; o++)
-      for (int i = 0; i < H; i++)
-        for (int j = 0; j < W; j++) {
-          const size_t yi = (((size_t)n * g->O + o) * H + i) * W + j;
+      for (int i = 0; i < Ho; i++)
+        for (int j = 0; j < Wo; j++) {
+          const size_t yi = (((size_t)n * g->O + o) * Ho + i) * Wo + j;
           double acc = b ? b[o] : 0.0;
           for (int c = 0; c < g->C; c++)
             for (int a = 0; a < 3; a++)
               for (int e = 0; e < 3; e++) {
-                const int ih = i - 1 + a, iw = j - 1 + e;
+                const int ih = i * s - 1 + a, iw = j * s - 1 + e;
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
                 const size_t xi = (((size_t)n * g->C + c) * H + ih) * W + iw;
                 const size_t wi = ((size_t)o * g->C + c) * 9 + a * 3 + e;
@@ -73,7 +80,7 @@ typedef struct run {
 
 // Forward, zero_grad, backward with the given threads; results copied out.
 static void run_layer(px_model *md, const geom *g, const float *x, const float *dyv, int threads, run *out) {
-  const size_t nx = (size_t)g->N * g->C * g->H * g->W, ny = (size_t)g->N * g->O * g->H * g->W;
+  const size_t nx = (size_t)g->N * g->C * g->H * g->W, ny = (size_t)g->N * g->O * out_h(g) * out_w(g);
   const size_t nw = (size_t)g->O * g->C * 9;
   px_set_num_threads(threads);
   px_tensor t = px_tensor_f32((float *)x, 4, g->N, g->C, g->H, g->W), y, dx;
@@ -99,7 +106,7 @@ static void run_layer(px_model *md, const geom *g, const float *x, const float *
 }
 
 static void check_case(const geom *g, int ci) {
-  const size_t nx = (size_t)g->N * g->C * g->H * g->W, ny = (size_t)g->N * g->O * g->H * g->W;
+  const size_t nx = (size_t)g->N * g->C * g->H * g->W, ny = (size_t)g->N * g->O * out_h(g) * out_w(g);
   const size_t nw = (size_t)g->O * g->C * 9;
   float *x = malloc(nx * sizeof *x), *dyv = malloc(ny * sizeof *dyv);
   double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx), *rdw = malloc(nw * sizeof *rdw);
@@ -114,7 +121,7 @@ static void check_case(const geom *g, int ci) {
   fill(x, nx, 100 + ci);
   fill(dyv, ny, 200 + ci);
   px_model *md;
-  CHECK_OK(px_model_create(&md, px_conv2d(g->C, g->O, 3, 1, 1, g->bias), 11 + ci));
+  CHECK_OK(px_model_create(&md, px_conv2d(g->C, g->O, 3, stride_of(g), 1, g->bias), 11 + ci));
   reference(g, x, px_model_find(md, "weight")->data, g->bias ? px_model_find(md, "bias")->data : NULL, dyv, ry, rdx,
             rdw, rdb);
   const int threads0 = px_get_num_threads();
@@ -162,14 +169,19 @@ static void check_case(const geom *g, int ci) {
 
 int main(void) {
   const geom cases[] = {
-    {3, 5, 6, 7, 9, true},      // channels and flat length off every block size
-    {4, 16, 16, 32, 32, true},  // ResNet-20's first stage
-    {19, 3, 8, 8, 8, true},     // 19 samples in uneven dW blocks; 8×8: chunks of 3 vectors and one of 2 (16 floats)
-    {1, 4, 5, 1, 1, true},      // a 1×1 plane: every tap but the centre reads padding
-    {1, 2, 3, 2, 13, false},    // one sample, no bias, a wide flat plane
-    {2, 512, 512, 4, 4, true},  // too wide for two dW partials (512·512·9 > 2^21 floats)
-    {2, 32, 32, 16, 16, true},  // ResNet-20's second stage: whole chunks of 3 vectors (8 and 16 floats)
-    {3, 20, 12, 5, 8, true},    // chunks of 3 and one of 1 vector (8 and 16 floats); 12 = 8 + 4 output channels
+    {3, 5, 6, 7, 9, true, 1},      // channels and flat length off every block size
+    {4, 16, 16, 32, 32, true, 1},  // ResNet-20's first stage
+    {19, 3, 8, 8, 8, true, 1},     // 19 samples in uneven dW blocks; 8×8: chunks of 3 vectors and one of 2 (16 floats)
+    {1, 4, 5, 1, 1, true, 1},      // a 1×1 plane: every tap but the centre reads padding
+    {1, 2, 3, 2, 13, false, 1},    // one sample, no bias, a wide flat plane
+    {2, 512, 512, 4, 4, true, 1},  // too wide for two dW partials (512·512·9 > 2^21 floats)
+    {2, 32, 32, 16, 16, true, 1},  // ResNet-20's second stage: whole chunks of 3 vectors (8 and 16 floats)
+    {3, 20, 12, 5, 8, true, 1},    // chunks of 3 and one of 1 vector (8 and 16 floats); 12 = 8 + 4 output channels
+    // Stride 2 (the phase planes):
+    {4, 16, 32, 32, 32, true, 2},  // ResNet-20's first downsampling layer
+    {5, 3, 6, 7, 9, true, 2},      // odd plane sizes: the last phase row and column only half there
+    {2, 5, 3, 2, 1, false, 2},     // a 2×1 plane: one output pixel
+    {19, 12, 9, 10, 6, true, 2},   // uneven dW blocks, channels off every block size
   };
   for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) check_case(&cases[ci], ci);
   return px_test_finish("test_conv3x3_direct_matches_definition_and_im2col_any_threads");

@@ -41,10 +41,10 @@
 // so the bits would depend on the thread count.  Fixed chunks keep them
 // independent of it, as the blocked path does.
 //
-// 3×3 stride-1 padding-1 layers of up to 64 channels take direct kernels
-// instead (conv2d_3x3.c: no im2col, no GEMM packing, no col2im);
-// PX_CONV_DIRECT=0 in the environment turns them off (im2col + GEMM for
-// every layer), =1 takes them for every 3×3 stride-1 layer (use_direct).
+// 3×3 padding-1 layers of stride 1 or 2 take direct kernels instead
+// (conv2d_3x3.c: no im2col, no GEMM packing, no col2im; use_direct says
+// which widths); PX_CONV_DIRECT=0 in the environment turns them off
+// (im2col + GEMM for every layer), =1 takes them for every such layer.
 // They keep the rules above: each sample's forward and dx are one thread's
 // work in a fixed order, and dW is summed per block of samples into
 // partials added in block order.
@@ -95,9 +95,13 @@ typedef struct conv2d {
 // efficient) the step took longer.  With 16-float vectors (px_c3_wide) at
 // every width: ResNet-18's 128-512-channel layers 1.3-2.0× faster than
 // im2col + GEMM (docs/PERFORMANCE.md, "Figures behind code comments").
-// PX_CONV_DIRECT=0: never; =1: every 3×3 stride-1 padding-1 layer.
+// Stride 2 (ResNet's downsampling 3×3 layers) through the phase planes
+// (conv2d_3x3.c), by the same width rule: ResNet-20's two such layers
+// about 2× faster than im2col + GEMM (docs/PERFORMANCE.md, "Figures behind
+// code comments").
+// PX_CONV_DIRECT=0: never; =1: every 3×3 padding-1 layer of stride 1 or 2.
 static bool use_direct(const conv2d *c) {
-  if (c->k != 3 || c->stride != 1 || c->pad != 1) return false;
+  if (c->k != 3 || (c->stride != 1 && c->stride != 2) || c->pad != 1) return false;
   const char *e = getenv("PX_CONV_DIRECT");
   if (e && strcmp(e, "0") == 0) return false;
   if (e && strcmp(e, "1") == 0) return true;
@@ -284,17 +288,17 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   const px_module *m = &c->base;
   const int C = c->in_c, O = c->out_c, T = team_size();
   px_c3 g;
-  px_c3_geom(H, W, &g);
+  px_c3_geom(H, W, c->stride, &g);
   const int blocks = (O + g.ob - 1) / g.ob;
   const int64_t items = N * blocks;
-  const bool par = T > 1 && items > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
+  const bool par = T > 1 && items > 1 && PX_PAR((size_t)N * C * O * g.Ho * g.Wo / 64);
   float *xp = px_arena_alloc(ctx->arena, (size_t)N * C * g.PS * sizeof(float));
   float *wr = px_arena_alloc(ctx->arena, px_c3_wr_floats(&g, O, C) * sizeof(float));
   float *tiles = px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * g.ob * g.Qr * sizeof(float));
   if (!xp || !wr || !tiles) return PX_ERR_NOMEM;
   px_c3_weights_fwd(&g, m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x), *b = c->has_bias ? m->params[1].data : NULL;
-  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W, xps = (size_t)C * g.PS;
+  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * g.Ho * g.Wo, xps = (size_t)C * g.PS;
 #pragma omp parallel if (par)
   {
 #pragma omp for schedule(static)
@@ -555,18 +559,25 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   const int64_t N = c->x.shape[0];
   const int H = (int)c->x.shape[2], W = (int)c->x.shape[3], C = c->in_c, O = c->out_c, T = team_size();
   px_c3 g;
-  px_c3_geom(H, W, &g);
-  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W;
-  const size_t xps = (size_t)C * g.PS, yps = (size_t)O * g.PS, OK = (size_t)O * C * 9;
-  const bool par = T > 1 && N > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
+  px_c3_geom(H, W, c->stride, &g);
+  const bool s2 = g.stride == 2;
+  const int HWo = g.Ho * g.Wo;
+  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * HWo;
+  const size_t xps = (size_t)C * g.PS, yps = (size_t)O * g.dy_ps, qps = (size_t)O * g.dx_ps, OK = (size_t)O * C * 9;
+  const bool par = T > 1 && N > 1 && PX_PAR((size_t)N * C * O * HWo / 64);
   const bool have_xp = c->xp != NULL;
   float *xp = have_xp ? c->xp : px_arena_alloc(ctx->arena, (size_t)N * xps * sizeof(float));
   // dy's planes start g.dy_lead floats past the arena's 64-byte alignment:
   // dW's loads of its rows are then aligned (px_c3_dw).
   float *dyp = px_arena_alloc(ctx->arena, ((size_t)N * yps + g.dy_lead) * sizeof(float));
   if (dyp) dyp += g.dy_lead;
-  float *wr = DX ? px_arena_alloc(ctx->arena, px_c3_wr_floats(&g, C, O) * sizeof(float)) : NULL;
-  float *tiles = DX ? px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * g.ob * g.Qr * sizeof(float)) : NULL;
+  // Stride 2: dx from dy in its own layout (px_c3_pad_dx2), one weight
+  // layout per phase; stride 1: dx from dyp, the weights flipped.
+  float *dyq = DX && s2 ? px_arena_alloc(ctx->arena, (size_t)N * qps * sizeof(float)) : NULL;
+  const size_t wrn = px_c3_wr_floats(&g, C, O);
+  float *wr = DX ? px_arena_alloc(ctx->arena, (s2 ? 4 : 1) * wrn * sizeof(float)) : NULL;
+  const size_t tile_floats = (size_t)g.ob * (s2 ? g.dx_Qr : g.Qr);
+  float *tiles = DX ? px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * tile_floats * sizeof(float)) : NULL;
   // Blocks of samples: DW_BLOCKS, or fewer where a block would hold under
   // DW_MIN_VECTORS vectors of positions (samples × vectors per plane): each
   // block's kernel call sums its lanes once per (output, input channel, tap)
@@ -583,8 +594,14 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   if (B < 1) B = 1;
   float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));  /* (B, O, C, 9) */
   double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
-  if (!xp || !dyp || (DX && (!wr || !tiles)) || !dW_part || !db_part) return PX_ERR_NOMEM;
-  if (DX) px_c3_weights_dx(&g, m->params[0].data, O, C, wr);
+  if (!xp || !dyp || (DX && (!wr || !tiles || (s2 && !dyq))) || !dW_part || !db_part) return PX_ERR_NOMEM;
+  const float *wph[4] = {wr, NULL, NULL, NULL};
+  if (DX && s2)
+    for (int ph = 0; ph < 4; ph++) {
+      px_c3_weights_dx2(&g, m->params[0].data, O, C, ph, wr + (size_t)ph * wrn);
+      wph[ph] = wr + (size_t)ph * wrn;
+    }
+  else if (DX) px_c3_weights_dx(&g, m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x);
   const bool bias = c->has_bias;
   const int cblocks = (C + g.ob - 1) / g.ob, oblocks = dw_oblocks;
@@ -594,13 +611,15 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
       if (!have_xp) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
-      px_c3_pad(&g, DY + (size_t)n * out_sample, O, dyp + (size_t)n * yps);
+      px_c3_pad_dy(&g, DY + (size_t)n * out_sample, O, dyp + (size_t)n * yps);
+      if (dyq) px_c3_pad_dx2(&g, DY + (size_t)n * out_sample, O, dyq + (size_t)n * qps);
     }
-    float *tile = DX ? tiles + (size_t)omp_get_thread_num() * g.ob * g.Qr : NULL;
+    float *tile = DX ? tiles + (size_t)omp_get_thread_num() * tile_floats : NULL;
 #pragma omp for schedule(static) nowait
     for (int64_t it = 0; it < dx_items; it++) {
       const int64_t n = it / cblocks;
-      px_c3_conv(&g, dyp + (size_t)n * yps, O, wr, C, (int)(it % cblocks), NULL, DX + (size_t)n * in_sample, tile);
+      if (s2) px_c3_dx2(&g, dyq + (size_t)n * qps, O, wph, C, (int)(it % cblocks), DX + (size_t)n * in_sample, tile);
+      else px_c3_conv(&g, dyp + (size_t)n * yps, O, wr, C, (int)(it % cblocks), NULL, DX + (size_t)n * in_sample, tile);
     }
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < dw_items; it++) {
@@ -610,10 +629,10 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
       if (bias)
         for (int64_t n = n0; n < n1; n++)
           for (int o = bl * g.ob; o < (bl + 1) * g.ob && o < O; o++) {
-            const float *row = DY + (size_t)n * out_sample + (size_t)o * H * W;
+            const float *row = DY + (size_t)n * out_sample + (size_t)o * HWo;
             double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-            for (int q = 0; q < H * W; q++) sum += row[q];
+            for (int q = 0; q < HWo; q++) sum += row[q];
             db_part[(size_t)bi * O + o] += sum;
           }
     }

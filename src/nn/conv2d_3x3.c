@@ -1,4 +1,4 @@
-// Direct 3×3 convolution, stride 1, padding 1, with register blocking.
+// Direct 3×3 convolution, stride 1 or 2, padding 1, with register blocking.
 //
 // Why: ResNet-20's layers (16–64 channels at 32×32 … 8×8) make im2col +
 // GEMM GEMMs with M = 16..64 where OpenBLAS's packing, the im2col copy (9×
@@ -8,14 +8,26 @@
 // cache.
 //
 // Layout (conv2d_3x3.h): every plane padded by one zero pixel and stored flat
-// with rows of Wp = W + 2, so tap (i, j) of output position q = h·Wp + w is
-// the padded plane at q + i·Wp + j: a 1-D convolution over the flat plane,
+// with rows of Wr = W + 2, so tap (i, j) of output position q = h·Wr + w is
+// the padded plane at q + i·Wr + j: a 1-D convolution over the flat plane,
 // vectorized along q with no row edges.  The two extra columns per row (and
-// the round-up of Q to the chunk) are computed and discarded.
+// the round-up of Q to a vector) are computed and discarded.  Stride 2
+// splits the padded plane into its four phases (even/odd rows × even/odd
+// columns), rows of Wr = Wo + 1: tap (i, j) then reads phase (i mod 2,
+// j mod 2) at q + (i div 2)·Wr + (j div 2), and the same kernel runs with
+// that offset table (off).
 //
 //   forward:  y[o]  = b[o] + Σ_c Σ_t W[o, c, t] · xp[c][q + off t]
-//   dx:       dx[c] = Σ_o Σ_t W[o, c, 8 - t] · dyp[o][q + off t]        (the same kernel, weights flipped)
-//   dW:       dW[o, c, t] += Σ_q dyp[o][Wp + 1 + q] · xp[c][q + off t]  (dyp's padding zeroes the discarded q)
+//   dx:       dx[c] = Σ_o Σ_t W[o, c, 8 - t] · dyp[o][q + off t]        (stride 1: the same kernel, weights flipped)
+//   dW:       dW[o, c, t] += Σ_q dyp[o][dy_at + q] · xp[c][q + off t]  (dy's zeros cancel the discarded q)
+//
+// dx at stride 2 is four convolutions of dy, one per phase (a, b) of the
+// padded dx: a position of that phase, (2h' + a, 2w' + b), takes tap (i, j)
+// exactly when i ≡ a and j ≡ b (mod 2), from dy[h' - i div 2][w' - j div 2];
+// with dy laid out with a zero row above and a zero column on its left
+// (px_c3_pad_dx2) those are offsets (1 - i div 2)·Wr + (1 - j div 2), so
+// each phase is the same kernel with its 4, 2, 2 or 1 taps, and its planes
+// are scattered back into dx.
 //
 // Register blocks: forward and dx keep OB output channels × NV vectors of
 // positions across the whole sum over input channels and taps; dW keeps OB
@@ -71,36 +83,143 @@ static int c3_isa(void) {
   return h;
 }
 
-void px_c3_geom(int H, int W, px_c3 *g) {
+void px_c3_geom(int H, int W, int stride, px_c3 *g) {
+  memset(g, 0, sizeof *g);
   g->isa = c3_isa();
   g->vl = g->isa == PX_C3_AVX512 ? 16 : g->isa == PX_C3_AVX2 ? 8 : BASE_VL;
   g->ob = g->isa == PX_C3_AVX512 ? 8 : g->isa == PX_C3_AVX2 ? 4 : BASE_OB;
+  const size_t vl = (size_t)g->vl;
   g->H = H;
   g->W = W;
-  g->Wp = W + 2;
-  g->Q = (size_t)H * g->Wp;
-  // The forward/dx kernel's chunks: 3 vectors, then the 1 or 2 left.
-  const size_t vl = (size_t)g->vl;
+  g->stride = stride == 2 ? 2 : 1;
+  if (g->stride == 1) {
+    g->Ho = H;
+    g->Wo = W;
+    g->Wr = W + 2;
+  } else {
+    g->Ho = (H - 1) / 2 + 1;
+    g->Wo = (W - 1) / 2 + 1;
+    g->Wr = g->Wo + 1;
+  }
+  const ptrdiff_t Wr = g->Wr;
+  g->Q = (size_t)g->Ho * (size_t)Wr;
+  // The forward kernel's chunks: 3 vectors, then the 1 or 2 left.
   g->Qr = round_up(g->Q, vl);
-  g->dy_lead = (vl - (size_t)(g->Wp + 1) % vl) % vl;
-  size_t need = g->Qr + 2 * (size_t)g->Wp + 2, img = (size_t)(H + 2) * g->Wp;
-  g->PS = round_up(need > img ? need : img, vl);
+  if (g->stride == 1) {
+    size_t need = g->Qr + 2 * (size_t)Wr + 2, img = (size_t)(H + 2) * (size_t)Wr;
+    g->PS = round_up(need > img ? need : img, vl);
+    for (int t = 0; t < 9; t++) g->off[t] = (t / 3) * Wr + t % 3;
+    g->dy_at = (size_t)Wr + 1;
+    g->dy_ps = g->PS;
+  } else {
+    // A phase plane: (Ho + 1) rows of Wr; the taps read up to Wr + 1 past q.
+    size_t need = g->Qr + (size_t)Wr + 1, img = (size_t)(g->Ho + 1) * (size_t)Wr;
+    g->PSq = round_up(need > img ? need : img, vl);
+    g->PS = 4 * g->PSq;
+    for (int t = 0; t < 9; t++) {
+      const int i = t / 3, j = t % 3;
+      g->off[t] = (ptrdiff_t)(((i & 1) * 2 + (j & 1)) * g->PSq) + (i >> 1) * Wr + (j >> 1);
+    }
+    g->dy_at = 0;
+    g->dy_ps = g->Qr;
+    // dx: each phase of the padded dx has (Ho + 1) rows of Wr positions;
+    // dy in the dx2 layout has Ho + 2 rows of Wr, read up to Wr + 1 past q.
+    g->dx_Qr = round_up((size_t)(g->Ho + 1) * (size_t)Wr, vl);
+    need = g->dx_Qr + (size_t)Wr + 1;
+    img = (size_t)(g->Ho + 2) * (size_t)Wr;
+    g->dx_ps = round_up(need > img ? need : img, vl);
+    for (int ph = 0; ph < 4; ph++) {
+      const int a = ph >> 1, b = ph & 1;
+      int k = 0;
+      for (int i = a; i < 3; i += 2)
+        for (int j = b; j < 3; j += 2) {
+          g->dx_tap[ph][k] = 3 * i + j;
+          g->dx_off[ph][k] = (1 - (i >> 1)) * Wr + (1 - (j >> 1));
+          k++;
+        }
+      g->dx_nt[ph] = k;
+    }
+  }
+  g->dy_lead = (vl - g->dy_at % vl) % vl;
 }
 
 void px_c3_pad(const px_c3 *g, const float *x, int C, float *xp) {
-  const int H = g->H, W = g->W, Wp = g->Wp;
+  const int H = g->H, W = g->W, Wr = g->Wr;
+  if (g->stride == 2) {
+    // Padded row Y = y + 1 goes to phase row (Y mod 2, Y div 2); of its
+    // columns X = x + 1, the odd x (even X) to phase column 0 at X/2 ≥ 1, the
+    // even x to phase column 1 at x/2.  Rows and columns past the image: zeros.
+    const int Hq = g->Ho + 1, n_odd = W / 2, n_even = (W + 1) / 2;
+    for (int c = 0; c < C; c++) {
+      const float *s = x + (size_t)c * H * W;
+      float *base = xp + (size_t)c * g->PS;
+      for (int a = 0; a < 2; a++)
+        for (int h = 0; h < Hq; h++) {
+          float *r0 = base + (size_t)(2 * a) * g->PSq + (size_t)h * Wr;
+          float *r1 = base + (size_t)(2 * a + 1) * g->PSq + (size_t)h * Wr;
+          const int y = 2 * h + a - 1;
+          if (y < 0 || y >= H) {
+            memset(r0, 0, (size_t)Wr * sizeof *r0);
+            memset(r1, 0, (size_t)Wr * sizeof *r1);
+            continue;
+          }
+          const float *sr = s + (size_t)y * W;
+          r0[0] = 0.0f;
+          for (int w = 0; w < n_odd; w++) r0[1 + w] = sr[2 * w + 1];
+          for (int w = 1 + n_odd; w < Wr; w++) r0[w] = 0.0f;
+          for (int w = 0; w < n_even; w++) r1[w] = sr[2 * w];
+          for (int w = n_even; w < Wr; w++) r1[w] = 0.0f;
+        }
+      const size_t done = (size_t)Hq * Wr;
+      for (int ph = 0; ph < 4; ph++) memset(base + (size_t)ph * g->PSq + done, 0, (g->PSq - done) * sizeof(float));
+    }
+    return;
+  }
   for (int c = 0; c < C; c++) {
     float *p = xp + (size_t)c * g->PS;
     const float *s = x + (size_t)c * H * W;
-    memset(p, 0, (size_t)(Wp + 1) * sizeof *p);  // top border row and the first left border
+    memset(p, 0, (size_t)(Wr + 1) * sizeof *p);  // top border row and the first left border
     for (int h = 0; h < H; h++) {
-      float *row = p + (size_t)(h + 1) * Wp + 1;
+      float *row = p + (size_t)(h + 1) * Wr + 1;
       memcpy(row, s + (size_t)h * W, (size_t)W * sizeof *row);
       row[W] = 0.0f;      // right border
       row[W + 1] = 0.0f;  // next row's left border
     }
-    const size_t done = (size_t)(H + 1) * Wp + 1;
+    const size_t done = (size_t)(H + 1) * Wr + 1;
     memset(p + done, 0, (g->PS - done) * sizeof *p);
+  }
+}
+
+void px_c3_pad_dy(const px_c3 *g, const float *dy, int O, float *dyp) {
+  if (g->stride == 1) {
+    px_c3_pad(g, dy, O, dyp);
+    return;
+  }
+  const int Ho = g->Ho, Wo = g->Wo, Wr = g->Wr;
+  for (int o = 0; o < O; o++) {
+    float *p = dyp + (size_t)o * g->dy_ps;
+    const float *s = dy + (size_t)o * Ho * Wo;
+    for (int h = 0; h < Ho; h++) {
+      memcpy(p + (size_t)h * Wr, s + (size_t)h * Wo, (size_t)Wo * sizeof *p);
+      p[(size_t)h * Wr + Wo] = 0.0f;
+    }
+    memset(p + g->Q, 0, (g->dy_ps - g->Q) * sizeof *p);
+  }
+}
+
+void px_c3_pad_dx2(const px_c3 *g, const float *dy, int O, float *dyq) {
+  const int Ho = g->Ho, Wo = g->Wo, Wr = g->Wr;
+  for (int o = 0; o < O; o++) {
+    float *p = dyq + (size_t)o * g->dx_ps;
+    const float *s = dy + (size_t)o * Ho * Wo;
+    memset(p, 0, (size_t)Wr * sizeof *p);  // the zero row above
+    for (int h = 0; h < Ho; h++) {
+      float *row = p + (size_t)(h + 1) * Wr;
+      row[0] = 0.0f;  // the zero column on the left
+      memcpy(row + 1, s + (size_t)h * Wo, (size_t)Wo * sizeof *row);
+    }
+    const size_t done = (size_t)(Ho + 1) * Wr;
+    memset(p + done, 0, (g->dx_ps - done) * sizeof *p);
   }
 }
 
@@ -130,6 +249,17 @@ void px_c3_weights_dx(const px_c3 *g, const float *Wt, int O, int C, float *wr) 
         }
 }
 
+void px_c3_weights_dx2(const px_c3 *g, const float *Wt, int O, int C, int ph, float *wr) {
+  const int ob = g->ob, blocks = (C + ob - 1) / ob, nt = g->dx_nt[ph];
+  for (int b = 0; b < blocks; b++)
+    for (int o = 0; o < O; o++)
+      for (int k = 0; k < nt; k++)
+        for (int r = 0; r < ob; r++) {
+          const int c = b * ob + r;
+          wr[(((size_t)b * O + o) * nt + k) * ob + r] = c < C ? Wt[((size_t)o * C + c) * 9 + g->dx_tap[ph][k]] : 0.0f;
+        }
+}
+
 bool px_c3_fast(void) {
 #if defined(PX_C3_AVX2_VARIANT)
   return c3_isa() != PX_C3_BASE;
@@ -142,7 +272,7 @@ bool px_c3_fast(void) {
 
 bool px_c3_wide(void) {
   px_c3 g;
-  px_c3_geom(1, 1, &g);
+  px_c3_geom(1, 1, 1, &g);
   return g.vl == 16;
 }
 
@@ -162,19 +292,67 @@ const char *px_conv_kernel_info(void) {
 #endif
 }
 
-void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk, const float *bias,
-                float *out, float *tile) {
+static void c3_run(const px_c3 *g, const px_c3_pass *p, int blk, float *tile) {
 #ifdef PX_C3_AVX2_VARIANT
   if (g->isa == PX_C3_AVX512) {
-    px_c3_conv_avx512(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
+    px_c3_run_avx512(p, blk, tile);
     return;
   }
   if (g->isa == PX_C3_AVX2) {
-    px_c3_conv_avx2(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
+    px_c3_run_avx2(p, blk, tile);
     return;
   }
 #endif
-  px_c3_conv_base(g, in_p, in_c, wr, out_c, blk, bias, out, tile);
+  (void)g;
+  px_c3_run_base(p, blk, tile);
+}
+
+void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk, const float *bias,
+                float *out, float *tile) {
+  px_c3_pass p =
+    {.in = in_p, .in_ps = g->PS, .in_c = in_c, .nt = 9, .out_c = out_c, .wr = wr, .bias = bias, .Qr = g->Qr};
+  memcpy(p.off, g->off, sizeof p.off);
+  c3_run(g, &p, blk, tile);
+  const int Ho = g->Ho, Wo = g->Wo, Wr = g->Wr, o0 = blk * g->ob;
+  for (int r = 0; r < g->ob && o0 + r < out_c; r++) {
+    float *y = out + (size_t)(o0 + r) * Ho * Wo;
+    const float *s = tile + (size_t)r * g->Qr;
+    for (int h = 0; h < Ho; h++) memcpy(y + (size_t)h * Wo, s + (size_t)h * Wr, (size_t)Wo * sizeof *y);
+  }
+}
+
+void px_c3_dx2(const px_c3 *g, const float *dyq, int O, const float *const wr[4], int C, int blk, float *dx,
+               float *tile) {
+  const int H = g->H, W = g->W, Wr = g->Wr, Hq = g->Ho + 1, c0 = blk * g->ob;
+  for (int ph = 0; ph < 4; ph++) {
+    px_c3_pass p = {.in = dyq,
+                    .in_ps = g->dx_ps,
+                    .in_c = O,
+                    .nt = g->dx_nt[ph],
+                    .out_c = C,
+                    .wr = wr[ph],
+                    .bias = NULL,
+                    .Qr = g->dx_Qr};
+    for (int k = 0; k < p.nt; k++) p.off[k] = g->dx_off[ph][k];
+    c3_run(g, &p, blk, tile);
+    // Phase (a, b) position (h', w') is the padded dx's (2h' + a, 2w' + b):
+    // dx's (2h' + a - 1, 2w' + b - 1) where that lies inside.
+    const int a = ph >> 1, b = ph & 1;
+    for (int r = 0; r < g->ob && c0 + r < C; r++) {
+      float *d = dx + (size_t)(c0 + r) * H * W;
+      const float *s = tile + (size_t)r * g->dx_Qr;
+      for (int h = 0; h < Hq; h++) {
+        const int y = 2 * h + a - 1;
+        if (y < 0 || y >= H) continue;
+        float *dr = d + (size_t)y * W;
+        const float *sr = s + (size_t)h * Wr;
+        if (b == 0)  // x = 2w - 1: the odd columns, w from 1
+          for (int w = 0; w < W / 2; w++) dr[2 * w + 1] = sr[w + 1];
+        else  // x = 2w: the even columns
+          for (int w = 0; w < (W + 1) / 2; w++) dr[2 * w] = sr[w];
+      }
+    }
+  }
 }
 
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, float *dW) {

@@ -11,48 +11,91 @@
 // layer's buffers are laid out for, and px_c3_conv / px_c3_dw call it.
 enum { PX_C3_BASE, PX_C3_AVX2, PX_C3_AVX512 };
 
-// One sample's planes in the padded flat layout: plane c holds the image
-// with a zero border of one pixel, rows of Wp = W + 2 floats, then zeros up
-// to PS floats.  Output pixel (h, w) is flat position q = h·Wp + w, and tap
-// (i, j) of it reads the padded plane at q + i·Wp + j; positions with w ≥ W
-// or q ≥ Q = H·Wp are computed and thrown away (or, in dW, meet zeros).
+// One sample's planes in the padded flat layout.  Stride 1: plane c holds
+// the image with a zero border of one pixel, rows of Wr = W + 2 floats,
+// then zeros up to PS floats; output pixel (h, w) is flat position
+// q = h·Wr + w, and tap (i, j) of it reads the plane at q + i·Wr + j.
+// Stride 2: channel c holds the padded image's four phase planes (even or
+// odd rows × even or odd columns), each (Ho + 1) rows of Wr = Wo + 1
+// floats and PSq floats long (PS = 4·PSq); output pixel (h, w) is
+// q = h·Wr + w, and tap (i, j) reads phase (i mod 2, j mod 2) at q +
+// (i div 2)·Wr + (j div 2): the same 1-D form, with other offsets (off).
+// Either way positions with w ≥ Wo or q ≥ Q = Ho·Wr are computed and thrown
+// away (or, in dW, meet zeros).
 typedef struct px_c3 {
-  int H, W, Wp;
-  int isa, vl, ob;  /* the kernel copy (PX_C3_*), its floats per vector and output channels per block */
-  size_t Q, Qr, PS; /* Qr: Q rounded up to a vector; PS: plane stride, a multiple of vl */
-  size_t dy_lead;   /* floats before dy_p's first plane that align dW's loads of it (px_c3_dw) */
+  int H, W, stride;
+  int Ho, Wo, Wr;      /* output plane; Wr: row stride of the flat layout */
+  int isa, vl, ob;     /* the kernel copy (PX_C3_*), its floats per vector and output channels per block */
+  size_t Q, Qr, PS;    /* Qr: Q rounded up to a vector; PS: a channel's floats, a multiple of vl */
+  size_t PSq;          /* stride 2: one phase plane's floats */
+  ptrdiff_t off[9];    /* tap 3i + j reads position q + off[3i + j] of its channel */
+  size_t dy_at, dy_ps; /* dW's dy: position q at dy_at of a plane, planes dy_ps apart */
+  size_t dy_lead;      /* floats before dy_p's first plane that align dW's loads of it (px_c3_dw) */
+  // Stride 2, dx: four convolutions of dy (dx2 layout: a zero row above and
+  // below, a zero column on the left, rows of Wr, planes dx_ps apart), one
+  // per phase of the padded dx, each over (Ho + 1)·Wr positions (dx_Qr
+  // rounded up), with the taps of that phase (dx_nt of them: 4, 2, 2, 1).
+  size_t dx_ps, dx_Qr;
+  int dx_nt[4], dx_tap[4][4];
+  ptrdiff_t dx_off[4][4];
 } px_c3;
 
-// The geometry of an H × W plane for the kernel copy this CPU runs.
-void px_c3_geom(int H, int W, px_c3 *g);
-// xp (C, PS) = x (C, H, W) padded as above.
+// The geometry of an H × W plane (stride 1 or 2, padding 1) for the kernel
+// copy this CPU runs.
+void px_c3_geom(int H, int W, int stride, px_c3 *g);
+// xp (C, PS) = x (C, H, W) padded (stride 1) or split into phases (stride 2) as above.
 void px_c3_pad(const px_c3 *g, const float *x, int C, float *xp);
+// dy (O, Ho, Wo) laid out for px_c3_dw: stride 1, padded like x (dy_ps = PS,
+// dy_at = Wr + 1: the same planes also feed dx); stride 2, rows of Wr with a
+// zero column, zeros after them (dy_at = 0).
+void px_c3_pad_dy(const px_c3 *g, const float *dy, int O, float *dyp);
+// Stride 2: dy (O, Ho, Wo) in the dx2 layout (dx_ps floats a plane).
+void px_c3_pad_dx2(const px_c3 *g, const float *dy, int O, float *dyq);
 // Weights rearranged for px_c3_conv: blocks of g->ob output channels,
 // [block][in channel][tap][ob], zeros past the last output channel.
 size_t px_c3_wr_floats(const px_c3 *g, int out_c, int in_c);
 // forward: out = O channels over in = C, taps as they are.
 void px_c3_weights_fwd(const px_c3 *g, const float *Wt, int O, int C, float *wr);
-// input gradient: out = C channels over in = O, taps flipped (Wt (O, C, 3, 3)).
+// input gradient, stride 1: out = C channels over in = O, taps flipped (Wt (O, C, 3, 3)).
 void px_c3_weights_dx(const px_c3 *g, const float *Wt, int O, int C, float *wr);
-// out[blk·ob .. +ob) (H, W) planes = bias + Σ_in Σ_tap wr · in_p, for block
+// input gradient, stride 2: phase ph's taps, [block of C][o][k < dx_nt[ph]][ob];
+// px_c3_wr_floats(g, C, O) floats hold any phase's.
+void px_c3_weights_dx2(const px_c3 *g, const float *Wt, int O, int C, int ph, float *wr);
+// out[blk·ob .. +ob) (Ho, Wo) planes = bias + Σ_in Σ_tap wr · in_p, for block
 // blk of out_c channels; in_p (in_c, PS) padded; tile: g->ob·Qr floats.
 void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk, const float *bias,
                 float *out, float *tile);
-// dW[o][c][tap] += Σ_{n in [0, n_samples)} Σ_q dy_p[n][o][Wp + 1 + q] · x_p[n][c][q + off(tap)]
-// for o in block blk (g->ob rows) of O; x_p (n, C, PS), dy_p (n, O, PS)
-// padded; dW (O, C, 9).  Sums over q and the samples in registers, then
-// adds each (o, c, tap) once: the order is fixed by the arguments alone.
-// Fastest where dy_p lies g->dy_lead floats past a 64-byte boundary (its
-// rows' loads are then aligned: on ResNet-20's layers with AVX-512, 1.2-1.3×
-// faster than unaligned).
+// Stride 2: dx's channels blk·ob .. of C (H, W) planes from dyq (O, dx_ps)
+// and the four phases' weights; tile: g->ob·dx_Qr floats.
+void px_c3_dx2(const px_c3 *g, const float *dyq, int O, const float *const wr[4], int C, int blk, float *dx,
+               float *tile);
+// dW[o][c][tap] += Σ_{n in [0, n_samples)} Σ_q dy_p[n][o][dy_at + q] · x_p[n][c][q + off(tap)]
+// for o in block blk (g->ob rows) of O; x_p (n, C, PS) from px_c3_pad, dy_p
+// (n, O, dy_ps) from px_c3_pad_dy; dW (O, C, 9).  Sums over q and the samples
+// in registers, then adds each (o, c, tap) once: the order is fixed by the
+// arguments alone.  Fastest where dy_p lies g->dy_lead floats past a 64-byte
+// boundary (its rows' loads are then aligned: on ResNet-20's layers with
+// AVX-512, 1.2-1.3× faster than unaligned).
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, float *dW);
 
-// The copies of px_c3_conv and px_c3_dw: for the compiler's default target
+// One run of the forward kernel: in (in_c planes in_ps apart), nt taps at
+// off[] with weights wr [block][in][nt][ob], into tile rows of Qr
+// positions (a multiple of the vector width).
+typedef struct px_c3_pass {
+  const float *in;
+  size_t in_ps;
+  int in_c, nt, out_c;
+  const float *wr, *bias;
+  ptrdiff_t off[9];
+  size_t Qr;
+} px_c3_pass;
+
+// The copies of the kernels (px_c3_run: the forward kernel over a pass's
+// positions into the tile; px_c3_dw): for the compiler's default target
 // (conv2d_3x3.c), for AVX2 + FMA (conv2d_3x3_avx2.c) and for AVX-512F + FMA
 // (conv2d_3x3_avx512.c), the last two in a portable x86-64 build.
 #define PX_C3_COPY(sfx)                                                                                          \
-  void px_c3_conv_##sfx(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,        \
-                        const float *bias, float *out, float *tile);                                             \
+  void px_c3_run_##sfx(const px_c3_pass *p, int blk, float *tile);                                               \
   void px_c3_dw_##sfx(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, \
                       float *dW);
 PX_C3_COPY(base)
