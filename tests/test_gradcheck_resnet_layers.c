@@ -6,13 +6,18 @@
  * conv 1×1/2 - bn, summed), the residual with an identity shortcut, and the
  * convolutions ResNet adds to what test_gradcheck_conv_pool_norm covers:
  * the 7×7/2 pad-3 stem, the 1×1/2 projection, and a batch of one sample
- * with more than 64 output channels and taps (the "wide" backward path,
- * whose GEMMs are cut into chunks of 64 rows).
+ * with more than 64 output channels and taps (im2col + GEMM's "wide"
+ * backward path, whose GEMMs are cut into chunks of 64 rows, forced with
+ * PX_CONV_DIRECT=0; and the same layers by default, which on a CPU with
+ * AVX-512 take the direct 3×3 kernels at stride 1 and 2).
  * If this fails, that layer's backward is wrong (a padded window's argmax
  * pointing at the wrong pixel, a missing 1/(H·W), a shortcut whose gradient
  * is dropped or counted twice, a chunk of dW or dx left out) and a ResNet
  * trained with it descends in a wrong direction. */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include "gradcheck.h"
+
+#include <stdlib.h>
 
 static void check_padded_maxpool(void) {
   // 7×8: odd and even sides, so stride 2 ends on a padded column on one side only.
@@ -87,14 +92,24 @@ static void check_resnet_convs(void) {
   px_tensor t = px_tensor_f32(x, 4, 2, 3, 11, 10);
   gradcheck("conv 7x7 s=2 p=3", px_conv2d(3, 4, 7, 2, 3, false), &t, (gc_opts){.max_checks = 96});
   gradcheck("conv 1x1 s=2 (projection)", px_conv2d(3, 5, 1, 2, 0, false), &t, (gc_opts){.max_checks = 96});
-  // One sample: the wide path, with 80 output rows and K = 8·3·3 = 72 taps,
-  // so both of its GEMMs span two chunks of 64 rows.
+  // One sample: im2col + GEMM's wide path, with 80 output rows and K = 8·3·3
+  // = 72 taps, so both of its GEMMs span two chunks of 64 rows.
+  // PX_CONV_DIRECT=0: with 16-float vectors the direct kernels would take
+  // these 3×3 layers (the cases above check those).
+  setenv("PX_CONV_DIRECT", "0", 1);
   float x1[1 * 8 * 5 * 6];
   gc_fill_uniform(x1, sizeof x1 / sizeof *x1, 102, -1, 1);
   px_tensor t1 = px_tensor_f32(x1, 4, 1, 8, 5, 6);
   gradcheck("conv wide path (N=1, 8->80, 3x3 s=1 p=1)", px_conv2d(8, 80, 3, 1, 1, true), &t1,
             (gc_opts){.max_checks = 128});
   gradcheck("conv wide path (N=1, 8->80, 3x3 s=2 p=1)", px_conv2d(8, 80, 3, 2, 1, false), &t1,
+            (gc_opts){.max_checks = 128});
+  unsetenv("PX_CONV_DIRECT");
+  // The same layers by default: the direct kernels where they have 16-float
+  // vectors (any width, stride 1 and 2), im2col + GEMM elsewhere.
+  gradcheck("conv default path (N=1, 8->80, 3x3 s=1 p=1)", px_conv2d(8, 80, 3, 1, 1, true), &t1,
+            (gc_opts){.max_checks = 128});
+  gradcheck("conv default path (N=1, 8->80, 3x3 s=2 p=1)", px_conv2d(8, 80, 3, 2, 1, false), &t1,
             (gc_opts){.max_checks = 128});
 }
 
