@@ -42,6 +42,8 @@ import statistics
 import sys
 import time
 
+from bench_train_torch import blas_info  # the same report as bench_train_torch.py (no torch import)
+
 MIN_CALLS = 5
 
 # (C, O, H, W, stride), as bench_conv.c: ResNet-20's 3x3 layers (stride 1,
@@ -49,17 +51,6 @@ MIN_CALLS = 5
 DEFAULT_CASES = [(16, 16, 32, 32, 1), (32, 32, 16, 16, 1), (64, 64, 8, 8, 1),
                  (16, 32, 32, 32, 2), (32, 64, 16, 16, 2),
                  (1, 32, 28, 28, 1), (32, 64, 14, 14, 1)]
-
-
-def blas_info():
-    """OpenBLAS's build line and chosen kernels, as plexus's px_blas_info."""
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")  # the copy torch already loaded
-        lib.openblas_get_config.restype = ctypes.c_char_p
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        return "%s; kernels: %s" % (lib.openblas_get_config().decode(), lib.openblas_get_corename().decode())
-    except (OSError, AttributeError):
-        return "not OpenBLAS (or not found)"
 
 
 def parse_case(s):

@@ -3,13 +3,13 @@
 # side by side, on this machine.
 #
 #   bench/run_conv.sh                (from the repository root or anywhere)
-#   SECONDS=0.2 ROUNDS=1 THREADS=1 bench/run_conv.sh     (a quick look)
+#   SECONDS_PER_CASE=0.2 ROUNDS=1 THREADS=1 bench/run_conv.sh     (a quick look)
 #
 # Measures one layer at a time, Conv2d(C, O, 3, stride, padding 1, no bias)
 # at batch 64: ResNet-20's 3x3 layers (stride 1 and its two stride-2 ones)
 # and the zoo CNN's two (bench/bench_conv.c lists them), each pass apart:
 # forward, and backward (dx and dW, after one forward).  Each run reports
-# the median time of one call over about SECONDS seconds of calls.
+# the median time of one call over about SECONDS_PER_CASE seconds of calls.
 #
 # Builds bench_conv (CMake Release into build/ unless BUILD_DIR says
 # otherwise and unless it is configured already), then for each thread
@@ -31,11 +31,7 @@
 #   PYTHON      Python that has torch                 (default: /usr/bin/python3, Debian's python3-torch)
 #   THREADS     thread counts to run                  (default: "1 2")
 #   ROUNDS      runs of each side and thread count    (default: 3)
-#   SECONDS     timed seconds of each case and pass   (default: 0.5).  bash
-#               keeps a SECONDS of its own (seconds since the shell
-#               started), so give it as a prefix (SECONDS=0.2 bench/run_conv.sh)
-#               or as SECONDS_PER_CASE, which wins; `export SECONDS=...`
-#               inside bash does not carry a fraction
+#   SECONDS_PER_CASE  timed seconds of each case and pass (default: 0.5)
 #   ISAS        plexus's kernel settings, in columns  (default: "default avx2";
 #               "default" leaves PX_CONV_ISA unset, any other word w runs with
 #               PX_CONV_ISA=w: base, avx2 or avx512).  The ratio column is of
@@ -52,8 +48,6 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 THREADS=${THREADS:-"1 2"}
 ROUNDS=${ROUNDS:-3}
-# The environment's SECONDS as given (bash's own $SECONDS is an integer clock).
-SECONDS_PER_CASE=${SECONDS_PER_CASE:-$(printenv SECONDS || true)}
 SECONDS_PER_CASE=${SECONDS_PER_CASE:-0.5}
 ISAS=${ISAS:-"default avx2"}
 BATCH=${BATCH:-64}

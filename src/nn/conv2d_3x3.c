@@ -83,10 +83,13 @@ static int c3_isa(void) {
   return h;
 }
 
+// Floats per vector of a copy.
+static int c3_vl(int isa) { return isa == PX_C3_AVX512 ? 16 : isa == PX_C3_AVX2 ? 8 : BASE_VL; }
+
 void px_c3_geom(int H, int W, int stride, px_c3 *g) {
   memset(g, 0, sizeof *g);
   g->isa = c3_isa();
-  g->vl = g->isa == PX_C3_AVX512 ? 16 : g->isa == PX_C3_AVX2 ? 8 : BASE_VL;
+  g->vl = c3_vl(g->isa);
   g->ob = g->isa == PX_C3_AVX512 ? 8 : g->isa == PX_C3_AVX2 ? 4 : BASE_OB;
   const size_t vl = (size_t)g->vl;
   g->H = H;
@@ -270,11 +273,7 @@ bool px_c3_fast(void) {
 #endif
 }
 
-bool px_c3_wide(void) {
-  px_c3 g;
-  px_c3_geom(1, 1, 1, &g);
-  return g.vl == 16;
-}
+bool px_c3_wide(void) { return c3_vl(c3_isa()) == 16; }
 
 #define C3_NONE "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)"
 const char *px_conv_kernel_info(void) {
