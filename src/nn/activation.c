@@ -10,6 +10,7 @@
 // the same formulas.
 #include "plexus/nn.h"
 #include "nn/device.h"
+#include "nn/internal.h"
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -20,6 +21,8 @@ typedef struct act {
   px_module base;
   act_kind kind;
   px_tensor saved; /* x (relu, gelu) or y (tanh, sigmoid) */
+  bool input_relu; /* relu: the next input is already max(·, 0) (a fused BatchNorm's output; chain.c) */
+  bool passed;     /* relu: the last forward passed its input through */
 } act;
 
 #define SQRT_2_OVER_PI 0.7978845608028654f
@@ -52,6 +55,12 @@ static px_status act_backward_cuda(act *a, px_ctx *ctx, const px_tensor *dy, px_
 
 PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   act *a = (act *)m;
+  a->passed = a->input_relu;  // max(max(v, 0), 0) = max(v, 0): y is x itself
+  a->input_relu = false;
+  if (a->passed) {
+    *y = *x;
+    return PX_OK;
+  }
 #ifdef PX_HAVE_CUDA
   if (x->device == PX_CUDA) return act_forward_cuda(a, ctx, x, y);
 #endif
@@ -96,6 +105,10 @@ PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tenso
 PX_KERNEL static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   act *a = (act *)m;
   if (!dx) return PX_OK;
+  if (a->passed) {  // the fused BatchNorm before it masks dy with [y > 0] itself
+    *dx = *dy;
+    return PX_OK;
+  }
 #ifdef PX_HAVE_CUDA
   if (dy->device == PX_CUDA) return act_backward_cuda(a, ctx, dy, dx);
 #endif
@@ -151,6 +164,10 @@ static px_module *act_new(const px_module_ops *ops, act_kind kind) {
 }
 
 px_module *px_relu(void) { return act_new(&relu_ops, ACT_RELU); }
+
+bool px_is_relu(const px_module *m) { return m && m->ops == &relu_ops; }
+
+void px_relu_input_is_relu(px_module *m) { ((act *)m)->input_relu = true; }
 px_module *px_tanh(void) { return act_new(&tanh_ops, ACT_TANH); }
 px_module *px_sigmoid(void) { return act_new(&sigmoid_ops, ACT_SIGMOID); }
 px_module *px_gelu(bool tanh_approx) { return act_new(&gelu_ops, tanh_approx ? ACT_GELU_TANH : ACT_GELU); }

@@ -15,6 +15,14 @@
 //   eval (constants): dx = γ·istd·dy
 // Sums accumulate in double, as PyTorch's CPU kernel does.
 //
+// Fused ReLU (CPU, not synchronized): when a Chain runs a BatchNorm right
+// before a ReLU it asks for the ReLU here (px_batchnorm_fuse_relu_next),
+// and the normalising pass writes y = max(x·α + shift, 0) with the ReLU's
+// own formula; the ReLU then passes its input through (activation.c).
+// Backward masks dy with [y > 0] inside its two passes, which is the ReLU's
+// [x > 0] on the same values: the same bits as the two modules apart, one
+// pass over the activations fewer each way (docs/LAYERS.md).
+//
 // Synchronized (px_sync_batchnorm_convert, as torch.nn.SyncBatchNorm): in
 // training the statistics are those of the batch of ALL ranks of a comm:
 //   forward   Σx and n all-reduced -> μ;  Σ(x - μ)² all-reduced -> σ²
@@ -26,6 +34,7 @@
 // must run the same training forwards and backwards (DDP's contract).
 #include "plexus/nn.h"
 #include "plexus/parallel.h" /* px_sync_batchnorm_convert, px_comm */
+#include "nn/internal.h"
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -45,6 +54,9 @@ typedef struct batchnorm {
   bool batch_stats;   /* forward normalised with batch statistics */
   px_comm *sync;      /* synchronized: statistics over this comm's ranks (NULL: this rank's batch) */
   double n_total;     /* values per channel the statistics saw (all ranks) */
+  bool relu_next;     /* the caller's Chain runs a ReLU on y next: fuse it (this forward only) */
+  bool relu_applied;  /* the last forward wrote relu(y): backward masks dy with [y > 0] */
+  px_tensor y;        /* that output */
 } batchnorm;
 
 enum { BN_WEIGHT, BN_BIAS, BN_RUNNING_MEAN, BN_RUNNING_VAR };
@@ -72,7 +84,7 @@ static void bn_dims(const px_tensor *x, int64_t *N, int64_t *S) {
 //   channel_sum_dev2: Σ (x - μ)²
 //   channel_dy_sums:  Σ dy and Σ dy·(x - μ)   (x - μ in float)
 // `base` points at row 0 of channel c; rows are `stride` floats apart (C·S).
-static double channel_sum(const float *base, int64_t N, int64_t S, size_t stride) {
+PX_KERNEL static double channel_sum(const float *base, int64_t N, int64_t S, size_t stride) {
   double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
   int64_t i = 0;
   for (; i + 4 <= N; i += 4) {
@@ -93,7 +105,7 @@ static double channel_sum(const float *base, int64_t N, int64_t S, size_t stride
   return (s0 + s1) + (s2 + s3);
 }
 
-static double channel_sum_dev2(const float *base, int64_t N, int64_t S, size_t stride, double mu) {
+PX_KERNEL static double channel_sum_dev2(const float *base, int64_t N, int64_t S, size_t stride, double mu) {
   double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
   int64_t i = 0;
   for (; i + 4 <= N; i += 4) {
@@ -118,36 +130,62 @@ static double channel_sum_dev2(const float *base, int64_t N, int64_t S, size_t s
   return (s0 + s1) + (s2 + s3);
 }
 
-static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t S, size_t stride, float mu,
-                            double *sum_dy, double *dot) {
+// dy of a fused ReLU's output y: the ReLU module's backward formula, as a
+// select between two loaded values (a load under the condition does not
+// vectorise).
+static inline float relu_dy(float g, float y) { return y > 0.0f ? g : 0.0f; }
+#define RELU_DY(g, y, q) relu_dy((g)[q], (y)[q])
+
+// With `masked`, dy is read as [y > 0]·dy (a fused ReLU's backward: the
+// ReLU module's formula, yb the output rows); the flag is a constant in each
+// caller, so each copy is a plain loop.
+static inline __attribute__((always_inline)) void dy_sums_impl(const float *xb, const float *gb, const float *yb,
+                                                               bool masked, int64_t N, int64_t S, size_t stride,
+                                                               float mu, double *sum_dy, double *dot) {
+#define MASKED_DY(g, y, q) (masked ? RELU_DY(g, y, q) : (g)[q])
   double g0 = 0.0, g1 = 0.0, g2 = 0.0, g3 = 0.0, d0 = 0.0, d1 = 0.0, d2 = 0.0, d3 = 0.0;
   int64_t i = 0;
   for (; i + 4 <= N; i += 4) {
     const size_t o = (size_t)i * stride;
     const float *x0 = xb + o, *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
     const float *y0 = gb + o, *y1 = y0 + stride, *y2 = y1 + stride, *y3 = y2 + stride;
+    const float *m0 = masked ? yb + o : y0, *m1 = m0 + stride, *m2 = m1 + stride, *m3 = m2 + stride;
 #pragma omp simd reduction(+ : g0, g1, g2, g3, d0, d1, d2, d3)
     for (int64_t q = 0; q < S; q++) {
-      g0 += y0[q];
-      g1 += y1[q];
-      g2 += y2[q];
-      g3 += y3[q];
-      d0 += (double)y0[q] * (x0[q] - mu);
-      d1 += (double)y1[q] * (x1[q] - mu);
-      d2 += (double)y2[q] * (x2[q] - mu);
-      d3 += (double)y3[q] * (x3[q] - mu);
+      const float e0 = MASKED_DY(y0, m0, q), e1 = MASKED_DY(y1, m1, q), e2 = MASKED_DY(y2, m2, q),
+                  e3 = MASKED_DY(y3, m3, q);
+      g0 += e0;
+      g1 += e1;
+      g2 += e2;
+      g3 += e3;
+      d0 += (double)e0 * (x0[q] - mu);
+      d1 += (double)e1 * (x1[q] - mu);
+      d2 += (double)e2 * (x2[q] - mu);
+      d3 += (double)e3 * (x3[q] - mu);
     }
   }
   for (; i < N; i++) {
-    const float *x0 = xb + (size_t)i * stride, *y0 = gb + (size_t)i * stride;
+    const size_t o = (size_t)i * stride;
+    const float *x0 = xb + o, *y0 = gb + o, *m0 = masked ? yb + o : y0;
 #pragma omp simd reduction(+ : g0, d0)
     for (int64_t q = 0; q < S; q++) {
-      g0 += y0[q];
-      d0 += (double)y0[q] * (x0[q] - mu);
+      const float e0 = MASKED_DY(y0, m0, q);
+      g0 += e0;
+      d0 += (double)e0 * (x0[q] - mu);
     }
   }
   *sum_dy = (g0 + g1) + (g2 + g3);
   *dot = (d0 + d1) + (d2 + d3);
+}
+
+PX_KERNEL static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t S, size_t stride, float mu,
+                                      double *sum_dy, double *dot) {
+  dy_sums_impl(xb, gb, NULL, false, N, S, stride, mu, sum_dy, dot);
+}
+
+PX_KERNEL static void channel_dy_sums_relu(const float *xb, const float *gb, const float *yb, int64_t N, int64_t S,
+                                           size_t stride, float mu, double *sum_dy, double *dot) {
+  dy_sums_impl(xb, gb, yb, true, N, S, stride, mu, sum_dy, dot);
 }
 
 // y = x·α + (β - μ·α) per channel, with the statistics in b->mean, b->istd.
@@ -164,6 +202,27 @@ static void bn_apply(batchnorm *b, const px_tensor *x, px_tensor *y) {
     for (int64_t i = 0; i < N; i++) {
       const float *row = X + ((size_t)i * C + c) * S;
       float *out = Y + ((size_t)i * C + c) * S;
+#pragma omp simd
+      for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
+    }
+  }
+}
+
+// Channel c of y = x·α + shift, or of relu(x·α + shift) with the ReLU
+// module's formula.  No FMA contraction (ISO C: -ffp-contract=off), so every
+// copy of PX_KERNEL rounds as the baseline one.
+PX_KERNEL static void apply_channel(const float *X, float *Y, int c, int C, int64_t N, int64_t S, float alpha,
+                                    float shift, bool relu) {
+  for (int64_t i = 0; i < N; i++) {
+    const float *row = X + ((size_t)i * C + c) * S;
+    float *out = Y + ((size_t)i * C + c) * S;
+    if (relu) {
+#pragma omp simd
+      for (int64_t q = 0; q < S; q++) {
+        const float v = row[q] * alpha + shift;
+        out[q] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
 #pragma omp simd
       for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
     }
@@ -221,6 +280,9 @@ static px_status sync_forward(batchnorm *b, px_ctx *ctx, const px_tensor *x, px_
 
 static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   batchnorm *b = (batchnorm *)m;
+  const bool relu_next = b->relu_next;  // asked for this call only
+  b->relu_next = false;
+  b->relu_applied = false;
   char why[128];
   if (x->ndim < 2) return bn_shape_error(m, x, "must be (N, C), (N, C, L) or (N, C, H, W)");
   if (x->shape[1] != b->channels) {
@@ -267,6 +329,7 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
 #endif
   if (batch_stats && b->sync) return sync_forward(b, ctx, x, y, update_running);
 
+  const bool relu = relu_next;  // the plain CPU path fuses the ReLU; the others leave it to the module
   const float *X = px_f32(x), *gamma = m->params[BN_WEIGHT].data, *beta = m->params[BN_BIAS].data;
   float *rmean = m->params[BN_RUNNING_MEAN].data, *rvar = m->params[BN_RUNNING_VAR].data;
   float *Y = px_f32(y);
@@ -294,29 +357,33 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
     b->mean[c] = mu;
     b->istd[c] = istd;
     const float alpha = gamma[c] * istd, shift = beta[c] - mu * alpha;
-    for (int64_t i = 0; i < N; i++) {
-      const float *row = X + ((size_t)i * C + c) * S;
-      float *out = Y + ((size_t)i * C + c) * S;
-#pragma omp simd
-      for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
-    }
+    apply_channel(X, Y, c, C, N, S, alpha, shift, relu);
   }
   b->x = *x;
+  b->y = *y;
   b->batch_stats = batch_stats;
+  b->relu_applied = relu;
   return PX_OK;
 }
 
 // dx of channel c with batch statistics (plain and synchronized):
 // dx = γ·istd·(dy - mean_dy - (x - μ)·proj), mean_dy = Σdy/n and
 // proj = istd²·Σ(dy·(x - μ))/n over the batch (over every rank when synced).
-static void dx_channel(const float *X, const float *DY, float *DX, int c, int C, int64_t N, int64_t S, float mu,
-                       float mean_dy, float proj, float scale) {
+// Y: the fused ReLU's output (dy read as [y > 0]·dy), NULL: none.
+PX_KERNEL static void dx_channel(const float *X, const float *DY, const float *Y, float *DX, int c, int C, int64_t N,
+                                 int64_t S, float mu, float mean_dy, float proj, float scale) {
   for (int64_t i = 0; i < N; i++) {
     const size_t off = ((size_t)i * C + c) * S;
     const float *xr = X + off, *gr = DY + off;
     float *out = DX + off;
+    if (Y) {
+      const float *yr = Y + off;
 #pragma omp simd
-    for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
+      for (int64_t q = 0; q < S; q++) out[q] = (RELU_DY(gr, yr, q) - mean_dy - (xr[q] - mu) * proj) * scale;
+    } else {
+#pragma omp simd
+      for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
+    }
   }
 }
 
@@ -350,7 +417,7 @@ static px_status sync_backward(batchnorm *b, px_ctx *ctx, const float *DY, float
     const float mean_dy = (float)(sums[c] / n);
     const float proj = (float)(sums[C + c] * istd * istd / n);
     const float scale = gamma[c] * istd;
-    dx_channel(X, DY, DX, c, C, N, S, mu, mean_dy, proj, scale);
+    dx_channel(X, DY, NULL, DX, c, C, N, S, mu, mean_dy, proj, scale);
   }
   return PX_OK;
 }
@@ -377,12 +444,16 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
   }
 #endif
   if (b->sync && b->batch_stats) return sync_backward(b, ctx, DY, DX);
+  const float *Y = b->relu_applied ? px_f32(&b->y) : NULL;  // a fused ReLU: dy read as [y > 0]·dy
 #pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {
     const float mu = b->mean[c], istd = b->istd[c];
     // Σ dy and Σ dy·(x - μ)
     double sum_dy, dot;
-    channel_dy_sums(X + (size_t)c * S, DY + (size_t)c * S, N, S, (size_t)C * S, mu, &sum_dy, &dot);
+    if (Y)
+      channel_dy_sums_relu(X + (size_t)c * S, DY + (size_t)c * S, Y + (size_t)c * S, N, S, (size_t)C * S, mu, &sum_dy,
+                           &dot);
+    else channel_dy_sums(X + (size_t)c * S, DY + (size_t)c * S, N, S, (size_t)C * S, mu, &sum_dy, &dot);
     dgamma[c] += (float)(dot * istd);  // Σ dy·x̂
     dbeta[c] += (float)sum_dy;
     if (!DX) continue;
@@ -391,15 +462,21 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
       const float mean_dy = (float)(sum_dy / (double)n);
       const float proj = (float)(dot * istd * istd / (double)n);
       const float scale = gamma[c] * istd;
-      dx_channel(X, DY, DX, c, C, N, S, mu, mean_dy, proj, scale);
+      dx_channel(X, DY, Y, DX, c, C, N, S, mu, mean_dy, proj, scale);
     } else {
       const float scale = gamma[c] * istd;
       for (int64_t i = 0; i < N; i++) {
         const size_t off = ((size_t)i * C + c) * S;
         const float *gr = DY + off;
         float *out = DX + off;
+        if (Y) {
+          const float *yr = Y + off;
 #pragma omp simd
-        for (int64_t q = 0; q < S; q++) out[q] = gr[q] * scale;
+          for (int64_t q = 0; q < S; q++) out[q] = RELU_DY(gr, yr, q) * scale;
+        } else {
+#pragma omp simd
+          for (int64_t q = 0; q < S; q++) out[q] = gr[q] * scale;
+        }
       }
     }
   }
@@ -432,6 +509,12 @@ px_module *px_batchnorm(int channels, float eps, float momentum) {
   px_module_add_param(&b->base, "running_var", 1, shape, PX_INIT_ONES, 0.0f, true);
   return &b->base;
 }
+
+bool px_is_batchnorm(const px_module *m) { return m && m->ops == &batchnorm_ops; }
+
+void px_batchnorm_fuse_relu_next(px_module *m) { ((batchnorm *)m)->relu_next = true; }
+
+bool px_batchnorm_relu_applied(const px_module *m) { return ((const batchnorm *)m)->relu_applied; }
 
 static void convert(px_module *m, px_comm *comm, int *n) {
   if (m->ops == &batchnorm_ops) {

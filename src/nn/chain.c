@@ -1,5 +1,10 @@
 // Chain (sequential container): y = f_n(... f_1(x)), backward in reverse.
+//
+// A BatchNorm right before a ReLU runs fused: the BatchNorm applies the ReLU
+// in its normalising pass and masks dy in its backward, and the ReLU passes
+// values through (nn/internal.h; the same bits as apart).
 #include "plexus/nn.h"
+#include "nn/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,9 +12,13 @@
 static px_status chain_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   px_tensor cur = *x;
   for (int i = 0; i < m->n_children; i++) {
+    px_module *c = m->children[i];
+    const bool fuse = i + 1 < m->n_children && px_is_batchnorm(c) && px_is_relu(m->children[i + 1]);
+    if (fuse) px_batchnorm_fuse_relu_next(c);
     px_tensor next;
-    px_status st = px_module_forward(m->children[i], ctx, &cur, &next);
+    px_status st = px_module_forward(c, ctx, &cur, &next);
     if (st != PX_OK) return st;
+    if (fuse && px_batchnorm_relu_applied(c)) px_relu_input_is_relu(m->children[i + 1]);
     cur = next;
   }
   *y = cur;

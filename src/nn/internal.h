@@ -19,4 +19,17 @@ bool px_embedding_pending(const px_module *m);
 px_module *px_attention_with(int in_dim, int dim, int n_head, int head0, int heads_total, float attn_dropout,
                              px_module *c_attn, px_module *c_proj, px_module *resid_dropout);
 
+// BatchNorm followed by ReLU in a Chain, fused (chain.c): the chain asks the
+// BatchNorm for the ReLU before its forward (that forward only); the plain
+// CPU path applies it (batchnorm.c) and says so, and the chain then tells
+// the ReLU that its input is already max(·, 0): it passes it through, and
+// its backward passes dy through (the BatchNorm's backward masks it).
+// The other paths (CUDA, synchronized statistics) leave the ReLU to its
+// module.
+bool px_is_batchnorm(const px_module *m);
+bool px_is_relu(const px_module *m);
+void px_batchnorm_fuse_relu_next(px_module *bn);
+bool px_batchnorm_relu_applied(const px_module *bn);
+void px_relu_input_is_relu(px_module *relu);
+
 #endif
