@@ -3,7 +3,9 @@
  * BatchNorm's backward masks dy with [y > 0]), computes the same bits as the
  * two modules run apart: output, input gradient, every parameter gradient
  * and the running statistics, in training and in eval, on (N, C, H, W) and
- * (N, C), at 1 and 2 threads.
+ * (N, C), at 1 and 2 threads, also where the BatchNorm's output is exactly
+ * 0 (a constant channel in training, inputs equal to the running mean in
+ * eval, β = 0), which the ReLU's mask must leave out.
  * And the fused path really ran.  If this fails, the fusion changed what a
  * CNN or ResNet computes (a mask taken from the wrong tensor, dy not masked
  * in one of the backward passes, the ReLU applied twice to dy).
@@ -30,6 +32,12 @@ static px_module *cnn(bool apart) {
 static px_module *mlp(bool apart) {
   return px_chain_of(4, px_linear(5, 7, true), bn_alone(px_batchnorm(7, 1e-5f, 0.1f), apart), px_relu(),
                      px_linear(7, 3, true));
+}
+
+// BN (N, C) - ReLU - linear (4 -> 3): the input goes straight into the
+// BatchNorm, so the test can place exact zeros in its output.
+static px_module *bn_first(bool apart) {
+  return px_chain_of(3, bn_alone(px_batchnorm(4, 1e-5f, 0.1f), apart), px_relu(), px_linear(4, 3, true));
 }
 
 static void fill(float *v, size_t n, uint64_t seed, float lo, float hi) {
@@ -81,7 +89,10 @@ static void run_free(run *r) {
   free(r->buf);
 }
 
-static void check_model(const char *label, px_module *(*build)(bool), px_tensor x, uint64_t seed) {
+// ties: bn_first's parameters and buffers set for exact zeros in the
+// BatchNorm's output: β = 0, and running_mean[c] = x[0, c] (eval: row 0 gives
+// x·α + (0 - x·α) = 0); channel 0 of x is constant (training: μ = x exactly).
+static void check_model(const char *label, px_module *(*build)(bool), px_tensor x, uint64_t seed, bool ties) {
   px_model *fused, *apart;
   CHECK_OK(px_model_create(&fused, build(false), 1));
   CHECK_OK(px_model_create(&apart, build(true), 1));
@@ -92,6 +103,11 @@ static void check_model(const char *label, px_module *(*build)(bool), px_tensor 
   fill(fused->param_data, fused->n_param_elems, seed, -1.0f, 1.0f);
   memcpy(apart->param_data, fused->param_data, fused->n_param_elems * sizeof(float));
   fill(fused->buffer_data, fused->n_buffer_elems, seed + 1, 0.2f, 1.5f);  // running var > 0 (mean too)
+  if (ties) {  // bn_first: params weight (4), bias (4), ...; buffers running_mean (4), running_var (4)
+    for (int c = 0; c < 4; c++) fused->param_data[4 + c] = 0.0f;
+    memcpy(apart->param_data, fused->param_data, fused->n_param_elems * sizeof(float));
+    for (int c = 0; c < 4; c++) fused->buffer_data[c] = px_f32(&x)[c];
+  }
   const size_t nx = (size_t)px_tensor_numel(&x);
   float *dyv;
   // The loss gradient, sized from a first forward.
@@ -103,6 +119,8 @@ static void check_model(const char *label, px_module *(*build)(bool), px_tensor 
     fill(dyv, ny, seed + 2, -1.0f, 1.0f);
   }
   fill(fused->buffer_data, fused->n_buffer_elems, seed + 1, 0.2f, 1.5f);
+  if (ties)
+    for (int c = 0; c < 4; c++) fused->buffer_data[c] = px_f32(&x)[c];
   for (int train = 1; train >= 0; train--)
     for (int threads = 1; threads <= 2; threads++) {
       const char *mode = train ? "train" : "eval";
@@ -136,10 +154,14 @@ int main(void) {
   // planes (rows of 63: a vector tail).
   float x4[5 * 3 * 9 * 7];
   fill(x4, sizeof x4 / sizeof *x4, 11, -2.0f, 2.0f);
-  check_model("conv-bn-relu (N, C, H, W)", cnn, px_tensor_f32(x4, 4, 5, 3, 9, 7), 21);
+  check_model("conv-bn-relu (N, C, H, W)", cnn, px_tensor_f32(x4, 4, 5, 3, 9, 7), 21, false);
   float x2[6 * 5];
   fill(x2, sizeof x2 / sizeof *x2, 12, -2.0f, 2.0f);
-  check_model("linear-bn-relu (N, C)", mlp, px_tensor_f32(x2, 2, 6, 5, 0, 0), 31);
+  check_model("linear-bn-relu (N, C)", mlp, px_tensor_f32(x2, 2, 6, 5, 0, 0), 31, false);
+  float x3[7 * 4];
+  fill(x3, sizeof x3 / sizeof *x3, 13, -2.0f, 2.0f);
+  for (int i = 0; i < 7; i++) x3[i * 4] = 0.375f;  // channel 0 constant
+  check_model("bn-relu (N, C) with outputs of exactly 0", bn_first, px_tensor_f32(x3, 2, 7, 4, 0, 0), 41, true);
   px_set_num_threads(threads0);
   return px_test_finish("test_batchnorm_relu_fused_in_chain_equals_separate_bitwise");
 }

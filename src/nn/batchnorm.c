@@ -20,8 +20,10 @@
 // and the normalising pass writes y = max(x·α + shift, 0) with the ReLU's
 // own formula; the ReLU then passes its input through (activation.c).
 // Backward masks dy with [y > 0] inside its two passes, which is the ReLU's
-// [x > 0] on the same values: the same bits as the two modules apart, one
-// pass over the activations fewer each way (docs/LAYERS.md).
+// [x > 0] on the same values, y recomputed from the input with the forward's
+// α and shift (the same float operations, so the same y): the same bits as
+// the two modules apart, one pass over the activations fewer each way, and
+// y never read again (docs/LAYERS.md).
 //
 // Synchronized (px_sync_batchnorm_convert, as torch.nn.SyncBatchNorm): in
 // training the statistics are those of the batch of ALL ranks of a comm:
@@ -49,14 +51,14 @@ typedef struct batchnorm {
   int channels;
   float eps, momentum;
   // Saved by forward for backward.
-  px_tensor x;        /* input, (N, C, S) */
-  float *mean, *istd; /* (C,) the statistics used */
-  bool batch_stats;   /* forward normalised with batch statistics */
-  px_comm *sync;      /* synchronized: statistics over this comm's ranks (NULL: this rank's batch) */
-  double n_total;     /* values per channel the statistics saw (all ranks) */
-  bool relu_next;     /* the caller's Chain runs a ReLU on y next: fuse it (this forward only) */
-  bool relu_applied;  /* the last forward wrote relu(y): backward masks dy with [y > 0] */
-  px_tensor y;        /* that output */
+  px_tensor x;          /* input, (N, C, S) */
+  float *mean, *istd;   /* (C,) the statistics used */
+  bool batch_stats;     /* forward normalised with batch statistics */
+  px_comm *sync;        /* synchronized: statistics over this comm's ranks (NULL: this rank's batch) */
+  double n_total;       /* values per channel the statistics saw (all ranks) */
+  bool relu_next;       /* the caller's Chain runs a ReLU on y next: fuse it (this forward only) */
+  bool relu_applied;    /* the last forward wrote relu(y): backward masks dy with [y > 0] */
+  float *alpha, *shift; /* (C,) that forward's y = x·alpha + shift (with relu_applied) */
 } batchnorm;
 
 enum { BN_WEIGHT, BN_BIAS, BN_RUNNING_MEAN, BN_RUNNING_VAR };
@@ -130,30 +132,33 @@ PX_KERNEL static double channel_sum_dev2(const float *base, int64_t N, int64_t S
   return (s0 + s1) + (s2 + s3);
 }
 
-// dy of a fused ReLU's output y: the ReLU module's backward formula, as a
-// select between two loaded values (a load under the condition does not
-// vectorise).
-static inline float relu_dy(float g, float y) { return y > 0.0f ? g : 0.0f; }
-#define RELU_DY(g, y, q) relu_dy((g)[q], (y)[q])
+// dy of a fused ReLU's output: the ReLU module's backward formula, [y > 0]
+// with y = x·α + shift recomputed from the BatchNorm's input and the α,
+// shift its forward used (saved): the same float operations as the forward
+// (no FMA contraction in ISO C), so the same y and the same mask, without
+// reading y (one stream of three fewer in each backward pass).  A select
+// between two loaded values (a load under the condition does not vectorise).
+static inline float relu_dy(float g, float x, float alpha, float shift) {
+  const float y = x * alpha + shift;
+  return y > 0.0f ? g : 0.0f;
+}
 
-// With `masked`, dy is read as [y > 0]·dy (a fused ReLU's backward: the
-// ReLU module's formula, yb the output rows); the flag is a constant in each
-// caller, so each copy is a plain loop.
-static inline __attribute__((always_inline)) void dy_sums_impl(const float *xb, const float *gb, const float *yb,
-                                                               bool masked, int64_t N, int64_t S, size_t stride,
-                                                               float mu, double *sum_dy, double *dot) {
-#define MASKED_DY(g, y, q) (masked ? RELU_DY(g, y, q) : (g)[q])
+// With `masked`, dy is read as relu_dy (a fused ReLU's backward); the flag
+// is a constant in each caller, so each copy is a plain loop.
+static inline __attribute__((always_inline)) void dy_sums_impl(const float *xb, const float *gb, bool masked,
+                                                               float alpha, float shift, int64_t N, int64_t S,
+                                                               size_t stride, float mu, double *sum_dy, double *dot) {
+#define MASKED_DY(g, x, q) (masked ? relu_dy((g)[q], (x)[q], alpha, shift) : (g)[q])
   double g0 = 0.0, g1 = 0.0, g2 = 0.0, g3 = 0.0, d0 = 0.0, d1 = 0.0, d2 = 0.0, d3 = 0.0;
   int64_t i = 0;
   for (; i + 4 <= N; i += 4) {
     const size_t o = (size_t)i * stride;
     const float *x0 = xb + o, *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
     const float *y0 = gb + o, *y1 = y0 + stride, *y2 = y1 + stride, *y3 = y2 + stride;
-    const float *m0 = masked ? yb + o : y0, *m1 = m0 + stride, *m2 = m1 + stride, *m3 = m2 + stride;
 #pragma omp simd reduction(+ : g0, g1, g2, g3, d0, d1, d2, d3)
     for (int64_t q = 0; q < S; q++) {
-      const float e0 = MASKED_DY(y0, m0, q), e1 = MASKED_DY(y1, m1, q), e2 = MASKED_DY(y2, m2, q),
-                  e3 = MASKED_DY(y3, m3, q);
+      const float e0 = MASKED_DY(y0, x0, q), e1 = MASKED_DY(y1, x1, q), e2 = MASKED_DY(y2, x2, q),
+                  e3 = MASKED_DY(y3, x3, q);
       g0 += e0;
       g1 += e1;
       g2 += e2;
@@ -166,10 +171,10 @@ static inline __attribute__((always_inline)) void dy_sums_impl(const float *xb, 
   }
   for (; i < N; i++) {
     const size_t o = (size_t)i * stride;
-    const float *x0 = xb + o, *y0 = gb + o, *m0 = masked ? yb + o : y0;
+    const float *x0 = xb + o, *y0 = gb + o;
 #pragma omp simd reduction(+ : g0, d0)
     for (int64_t q = 0; q < S; q++) {
-      const float e0 = MASKED_DY(y0, m0, q);
+      const float e0 = MASKED_DY(y0, x0, q);
       g0 += e0;
       d0 += (double)e0 * (x0[q] - mu);
     }
@@ -180,12 +185,12 @@ static inline __attribute__((always_inline)) void dy_sums_impl(const float *xb, 
 
 PX_KERNEL static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t S, size_t stride, float mu,
                                       double *sum_dy, double *dot) {
-  dy_sums_impl(xb, gb, NULL, false, N, S, stride, mu, sum_dy, dot);
+  dy_sums_impl(xb, gb, false, 0.0f, 0.0f, N, S, stride, mu, sum_dy, dot);
 }
 
-PX_KERNEL static void channel_dy_sums_relu(const float *xb, const float *gb, const float *yb, int64_t N, int64_t S,
-                                           size_t stride, float mu, double *sum_dy, double *dot) {
-  dy_sums_impl(xb, gb, yb, true, N, S, stride, mu, sum_dy, dot);
+PX_KERNEL static void channel_dy_sums_relu(const float *xb, const float *gb, float alpha, float shift, int64_t N,
+                                           int64_t S, size_t stride, float mu, double *sum_dy, double *dot) {
+  dy_sums_impl(xb, gb, true, alpha, shift, N, S, stride, mu, sum_dy, dot);
 }
 
 // y = x·α + (β - μ·α) per channel, with the statistics in b->mean, b->istd.
@@ -305,6 +310,11 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
   b->mean = px_arena_alloc(ctx->arena, (size_t)C * sizeof(float));
   b->istd = px_arena_alloc(ctx->arena, (size_t)C * sizeof(float));
   if (!b->mean || !b->istd) return PX_ERR_NOMEM;
+  if (relu_next) {
+    b->alpha = px_arena_alloc(ctx->arena, (size_t)C * sizeof(float));
+    b->shift = px_arena_alloc(ctx->arena, (size_t)C * sizeof(float));
+    if (!b->alpha || !b->shift) return PX_ERR_NOMEM;
+  }
 
   b->n_total = (double)n;
 #ifdef PX_HAVE_CUDA
@@ -358,9 +368,12 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
     b->istd[c] = istd;
     const float alpha = gamma[c] * istd, shift = beta[c] - mu * alpha;
     apply_channel(X, Y, c, C, N, S, alpha, shift, relu);
+    if (relu) {
+      b->alpha[c] = alpha;
+      b->shift[c] = shift;
+    }
   }
   b->x = *x;
-  b->y = *y;
   b->batch_stats = batch_stats;
   b->relu_applied = relu;
   return PX_OK;
@@ -369,17 +382,18 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
 // dx of channel c with batch statistics (plain and synchronized):
 // dx = γ·istd·(dy - mean_dy - (x - μ)·proj), mean_dy = Σdy/n and
 // proj = istd²·Σ(dy·(x - μ))/n over the batch (over every rank when synced).
-// Y: the fused ReLU's output (dy read as [y > 0]·dy), NULL: none.
-PX_KERNEL static void dx_channel(const float *X, const float *DY, const float *Y, float *DX, int c, int C, int64_t N,
-                                 int64_t S, float mu, float mean_dy, float proj, float scale) {
+// relu: a fused ReLU (dy read as relu_dy with the forward's alpha, shift).
+PX_KERNEL static void dx_channel(const float *X, const float *DY, float *DX, int c, int C, int64_t N, int64_t S,
+                                 float mu, float mean_dy, float proj, float scale, bool relu, float alpha,
+                                 float shift) {
   for (int64_t i = 0; i < N; i++) {
     const size_t off = ((size_t)i * C + c) * S;
     const float *xr = X + off, *gr = DY + off;
     float *out = DX + off;
-    if (Y) {
-      const float *yr = Y + off;
+    if (relu) {
 #pragma omp simd
-      for (int64_t q = 0; q < S; q++) out[q] = (RELU_DY(gr, yr, q) - mean_dy - (xr[q] - mu) * proj) * scale;
+      for (int64_t q = 0; q < S; q++)
+        out[q] = (relu_dy(gr[q], xr[q], alpha, shift) - mean_dy - (xr[q] - mu) * proj) * scale;
     } else {
 #pragma omp simd
       for (int64_t q = 0; q < S; q++) out[q] = (gr[q] - mean_dy - (xr[q] - mu) * proj) * scale;
@@ -417,7 +431,7 @@ static px_status sync_backward(batchnorm *b, px_ctx *ctx, const float *DY, float
     const float mean_dy = (float)(sums[c] / n);
     const float proj = (float)(sums[C + c] * istd * istd / n);
     const float scale = gamma[c] * istd;
-    dx_channel(X, DY, NULL, DX, c, C, N, S, mu, mean_dy, proj, scale);
+    dx_channel(X, DY, DX, c, C, N, S, mu, mean_dy, proj, scale, false, 0.0f, 0.0f);
   }
   return PX_OK;
 }
@@ -444,15 +458,15 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
   }
 #endif
   if (b->sync && b->batch_stats) return sync_backward(b, ctx, DY, DX);
-  const float *Y = b->relu_applied ? px_f32(&b->y) : NULL;  // a fused ReLU: dy read as [y > 0]·dy
+  const bool relu = b->relu_applied;  // a fused ReLU: dy read as [y > 0]·dy
 #pragma omp parallel for schedule(static) if (PX_PAR(total))
   for (int c = 0; c < C; c++) {
     const float mu = b->mean[c], istd = b->istd[c];
     // Σ dy and Σ dy·(x - μ)
     double sum_dy, dot;
-    if (Y)
-      channel_dy_sums_relu(X + (size_t)c * S, DY + (size_t)c * S, Y + (size_t)c * S, N, S, (size_t)C * S, mu, &sum_dy,
-                           &dot);
+    if (relu)
+      channel_dy_sums_relu(X + (size_t)c * S, DY + (size_t)c * S, b->alpha[c], b->shift[c], N, S, (size_t)C * S, mu,
+                           &sum_dy, &dot);
     else channel_dy_sums(X + (size_t)c * S, DY + (size_t)c * S, N, S, (size_t)C * S, mu, &sum_dy, &dot);
     dgamma[c] += (float)(dot * istd);  // Σ dy·x̂
     dbeta[c] += (float)sum_dy;
@@ -462,17 +476,18 @@ static px_status bn_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_
       const float mean_dy = (float)(sum_dy / (double)n);
       const float proj = (float)(dot * istd * istd / (double)n);
       const float scale = gamma[c] * istd;
-      dx_channel(X, DY, Y, DX, c, C, N, S, mu, mean_dy, proj, scale);
+      dx_channel(X, DY, DX, c, C, N, S, mu, mean_dy, proj, scale, relu, relu ? b->alpha[c] : 0.0f,
+                 relu ? b->shift[c] : 0.0f);
     } else {
       const float scale = gamma[c] * istd;
       for (int64_t i = 0; i < N; i++) {
         const size_t off = ((size_t)i * C + c) * S;
         const float *gr = DY + off;
         float *out = DX + off;
-        if (Y) {
-          const float *yr = Y + off;
+        if (relu) {
+          const float *xr = X + off, alpha = b->alpha[c], shift = b->shift[c];
 #pragma omp simd
-          for (int64_t q = 0; q < S; q++) out[q] = RELU_DY(gr, yr, q) * scale;
+          for (int64_t q = 0; q < S; q++) out[q] = relu_dy(gr[q], xr[q], alpha, shift) * scale;
         } else {
 #pragma omp simd
           for (int64_t q = 0; q < S; q++) out[q] = gr[q] * scale;
