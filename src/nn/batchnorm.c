@@ -181,6 +181,7 @@ static inline __attribute__((always_inline)) void dy_sums_impl(const float *xb, 
   }
   *sum_dy = (g0 + g1) + (g2 + g3);
   *dot = (d0 + d1) + (d2 + d3);
+#undef MASKED_DY
 }
 
 PX_KERNEL static void channel_dy_sums(const float *xb, const float *gb, int64_t N, int64_t S, size_t stride, float mu,
@@ -191,26 +192,6 @@ PX_KERNEL static void channel_dy_sums(const float *xb, const float *gb, int64_t 
 PX_KERNEL static void channel_dy_sums_relu(const float *xb, const float *gb, float alpha, float shift, int64_t N,
                                            int64_t S, size_t stride, float mu, double *sum_dy, double *dot) {
   dy_sums_impl(xb, gb, true, alpha, shift, N, S, stride, mu, sum_dy, dot);
-}
-
-// y = x·α + (β - μ·α) per channel, with the statistics in b->mean, b->istd.
-static void bn_apply(batchnorm *b, const px_tensor *x, px_tensor *y) {
-  int64_t N, S;
-  bn_dims(x, &N, &S);
-  const int C = b->channels;
-  const float *X = px_f32(x), *gamma = b->base.params[BN_WEIGHT].data, *beta = b->base.params[BN_BIAS].data;
-  float *Y = px_f32(y);
-  const size_t total = (size_t)(N * S) * (size_t)C;
-#pragma omp parallel for schedule(static) if (PX_PAR(total))
-  for (int c = 0; c < C; c++) {
-    const float alpha = gamma[c] * b->istd[c], shift = beta[c] - b->mean[c] * alpha;
-    for (int64_t i = 0; i < N; i++) {
-      const float *row = X + ((size_t)i * C + c) * S;
-      float *out = Y + ((size_t)i * C + c) * S;
-#pragma omp simd
-      for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
-    }
-  }
 }
 
 // Channel c of y = x·α + shift, or of relu(x·α + shift) with the ReLU
@@ -231,6 +212,21 @@ PX_KERNEL static void apply_channel(const float *X, float *Y, int c, int C, int6
 #pragma omp simd
       for (int64_t q = 0; q < S; q++) out[q] = row[q] * alpha + shift;
     }
+  }
+}
+
+// y = x·α + (β - μ·α) per channel, with the statistics in b->mean, b->istd.
+static void bn_apply(batchnorm *b, const px_tensor *x, px_tensor *y) {
+  int64_t N, S;
+  bn_dims(x, &N, &S);
+  const int C = b->channels;
+  const float *X = px_f32(x), *gamma = b->base.params[BN_WEIGHT].data, *beta = b->base.params[BN_BIAS].data;
+  float *Y = px_f32(y);
+  const size_t total = (size_t)(N * S) * (size_t)C;
+#pragma omp parallel for schedule(static) if (PX_PAR(total))
+  for (int c = 0; c < C; c++) {
+    const float alpha = gamma[c] * b->istd[c], shift = beta[c] - b->mean[c] * alpha;
+    apply_channel(X, Y, c, C, N, S, alpha, shift, false);
   }
 }
 
@@ -339,7 +335,6 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
 #endif
   if (batch_stats && b->sync) return sync_forward(b, ctx, x, y, update_running);
 
-  const bool relu = relu_next;  // the plain CPU path fuses the ReLU; the others leave it to the module
   const float *X = px_f32(x), *gamma = m->params[BN_WEIGHT].data, *beta = m->params[BN_BIAS].data;
   float *rmean = m->params[BN_RUNNING_MEAN].data, *rvar = m->params[BN_RUNNING_VAR].data;
   float *Y = px_f32(y);
@@ -367,15 +362,15 @@ static px_status bn_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_te
     b->mean[c] = mu;
     b->istd[c] = istd;
     const float alpha = gamma[c] * istd, shift = beta[c] - mu * alpha;
-    apply_channel(X, Y, c, C, N, S, alpha, shift, relu);
-    if (relu) {
+    apply_channel(X, Y, c, C, N, S, alpha, shift, relu_next);  // only this path fuses the ReLU
+    if (relu_next) {
       b->alpha[c] = alpha;
       b->shift[c] = shift;
     }
   }
   b->x = *x;
   b->batch_stats = batch_stats;
-  b->relu_applied = relu;
+  b->relu_applied = relu_next;
   return PX_OK;
 }
 
