@@ -290,6 +290,10 @@ static int rank_main(px_comm *comm, void *arg) {
   if (px_optim_create(&b.optim, b.model->param_data, b.model->grad_data, b.model->n_param_elems, &oo) != PX_OK)
     return fail("optimizer");
   if (world > 1 && o.overlap >= 0 && px_ddp_wrap(&b.ddp, b.model, comm, &dopts) != PX_OK) return fail("DDP");
+  // Overlap off: the buckets stay quiet (train_step's one all-reduce is
+  // the step's only communication).  Before 2026-11-29 they did not, and
+  // the off side all-reduced every gradient twice.
+  if (b.ddp && o.overlap == 0) px_ddp_set_sync(b.ddp, false);
 
   // Data, generated once.
   const size_t B = (size_t)o.batch;

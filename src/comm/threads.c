@@ -88,6 +88,22 @@
 // deadlock a program that starts collectives on two communicators in
 // different orders on different ranks, which MPI allows.
 //
+// Held queues.  When the world's ranks, each with its share of OpenMP
+// threads, already fill the cores (2 ranks × 1 thread on 2 cores), the
+// progress thread can only run by taking a core from some rank's compute:
+// waking it, its spins in the rendezvous and the hand-backs cost more than
+// the operation (2-rank DDP of the MLP at batch 16 on 2 cores ran at 0.70
+// of twice one rank with it, 0.87-0.89 without: docs/PERFORMANCE.md,
+// "Figures behind code comments").  So there an i* operation is queued
+// *held*: the progress thread leaves the queue alone and the rank runs it
+// in its own wait, where its peers meet it.  A held operation still
+// completes without its rank's wait, as under MPI, where any blocked call
+// moves every pending operation: a wait anywhere in the job that is about
+// to block (its spin over: some rank is not coming) hands every held
+// queue to its progress thread, and a px_request_test that finds its
+// operation held for HOLD_TEST_NS does the same for its queue.
+// PX_COMM_THREADS_PROGRESS=thread|wait forces one way (default auto).
+//
 // Point-to-point (threads_p2p.c) is eager and never queued: a send copies
 // the message into the receiver's posted buffer or inbox and returns; a
 // posted receive spins, then blocks, on its `done` flag.
@@ -218,6 +234,7 @@ static px_status t_request_test(px_request *base, bool *done) {
   tjob *j = op->tc->job;
   (void)j;
   *done = atomic_load_explicit(&op->done, memory_order_acquire);
+  if (!*done && op->kind != K_SEND && op->kind != K_RECV) pxt_test_queued(op);
   return PX_OK;
 }
 
@@ -329,6 +346,15 @@ static void *rank_main(void *arg) {
 }
 
 px_status px_comm_threads_run(int n, px_rank_fn fn, void *arg, int *exit_code) {
+  const char *pv = getenv("PX_COMM_THREADS_PROGRESS");
+  tprogress progress = PROGRESS_AUTO;
+  if (pv && *pv) {
+    if (strcmp(pv, "thread") == 0) progress = PROGRESS_THREAD;
+    else if (strcmp(pv, "wait") == 0) progress = PROGRESS_WAIT;
+    else if (strcmp(pv, "auto") != 0)
+      return px_error(PX_ERR_INVALID, "px_comm_run: PX_COMM_THREADS_PROGRESS is \"%s\"; expected thread, wait or auto",
+                      pv);
+  }
   tjob *j = pxt_job_new();
   tgroup *g = j ? pxt_group_new_locked(j, n) : NULL;
   trank *ranks = calloc((size_t)n, sizeof *ranks);
@@ -346,6 +372,9 @@ px_status px_comm_threads_run(int n, px_rank_fn fn, void *arg, int *exit_code) {
   // needs, so spins yield and give up sooner.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   j->spin_yield = cores > 0 && n > cores;
+  j->nranks = n;
+  j->cores = cores > 0 ? cores : 0;
+  j->progress = progress;
   j->spin_ns = j->spin_yield ? SPIN_NS_OVERSUBSCRIBED : SPIN_NS;
   int made = 0;
   for (; made < n; made++) {

@@ -53,6 +53,18 @@ typedef enum tkind {
   K_RECV
 } tkind;
 
+/* Where a communicator's asynchronous operations run (threads.c's opening
+ * comment, "Asynchronous operations"): on its progress thread from the
+ * start, or held for the rank's own waits when the ranks' threads already
+ * fill the cores.  PX_COMM_THREADS_PROGRESS=thread|wait|auto (default). */
+typedef enum tprogress { PROGRESS_AUTO, PROGRESS_THREAD, PROGRESS_WAIT } tprogress;
+/* A held operation that a px_request_test finds still queued after this
+ * long is handed to the progress thread (a program that only tests must
+ * see it complete). */
+#define HOLD_TEST_NS 1000000
+
+struct tcomm;
+
 typedef struct tjob {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* broadcast on every change a blocked waiter may wait for */
@@ -70,6 +82,12 @@ typedef struct tjob {
   bool have_exit;
   int first_exit_code;
   bool *finished; /* (world size) the rank's function has returned */
+  /* Asynchronous progress. */
+  tprogress progress;
+  int nranks;          /* ranks of the world */
+  long cores;          /* online cores, 0 if unknown */
+  struct tcomm *comms; /* every live communicator of the job, under mu */
+  atomic_int held;     /* communicators whose queue is held for their rank */
 } tjob;
 
 struct tgroup;
@@ -147,7 +165,12 @@ typedef struct tcomm {
   pthread_cond_t qcv;
   bool started, stop;
   bool running; /* a thread is running the head of the queue */
+  /* The queue is held for this rank's waits: the progress thread leaves it
+   * alone until a wait blocks or a test finds it stale (threads.c).
+   * Written under job->mu; read without it by px_request_test. */
+  atomic_bool held;
   pthread_t thread;
+  struct tcomm *jnext; /* job->comms */
 } tcomm;
 
 /* One operation; a heap copy of it is the px_request of an i* call. */
@@ -166,8 +189,9 @@ struct top {
   px_comm *split_out;
   char label[PX_COMM_LABEL_MAX];
   double timeout;
-  bool posted;      /* a receive in its group's posted list */
-  atomic_bool done; /* set last (release); the waiter may then free it */
+  struct timespec queued_at; /* when an i* operation was queued */
+  bool posted;               /* a receive in its group's posted list */
+  atomic_bool done;          /* set last (release); the waiter may then free it */
   px_status status;
   char msg[2 * MSG_MAX]; /* room for the job's reason and what was given up */
   top *next;
@@ -195,6 +219,11 @@ void pxt_wake(tjob *j);
 bool pxt_spin_flag(tjob *j, atomic_bool *flag);
 /* Polls *p for the job's spin budget; true once it differs from `was`. */
 bool pxt_spin_change(tjob *j, atomic_uint *p, unsigned was);
+
+/* Under j->mu, by a wait about to block (threads_progress.c): hands every
+ * held queue of the job to its progress thread, so an operation that a
+ * peer waits for moves even while its own rank waits for something else. */
+void pxt_release_held_locked(tjob *j);
 
 /* Under j->mu.  The first failure wins; later ones are consequences. */
 void pxt_job_fail_locked(tjob *j, px_status st, const char *msg);
@@ -263,6 +292,12 @@ px_status pxt_run_blocking(top *op);
 px_status pxt_start_async(const top *proto, px_request **req);
 /* Waits for a queued operation, running the queue's head meanwhile. */
 void pxt_wait_queued(top *op);
+/* For px_request_test of a queued operation not yet done: hands its
+ * queue to the progress thread if it has been held for HOLD_TEST_NS. */
+void pxt_test_queued(top *op);
+/* Adds tc to (removes it from) its job's list of communicators. */
+void pxt_job_add_comm(tcomm *tc);
+void pxt_job_remove_comm_locked(tcomm *tc);
 
 /* threads_reduce.c: dst[i] = srcs[0][i] ∘ srcs[1][i] ∘ ... ∘ srcs[n-1][i]
  * (AVG: the sum, then divided by n), left to right, so the bits equal the

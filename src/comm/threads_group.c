@@ -26,6 +26,7 @@ tjob *pxt_job_new(void) {
   pthread_condattr_destroy(&ca);
   atomic_init(&j->sleepers, 0);
   atomic_init(&j->failed, false);
+  atomic_init(&j->held, 0);
   j->refs = 1;
   return j;
 }
@@ -137,8 +138,10 @@ px_comm *pxt_tcomm_new(tjob *j, tgroup *g, int rank, double timeout) {
   tc->srcs = srcs;
   tc->blk = blk;
   pthread_cond_init(&tc->qcv, NULL);
+  atomic_init(&tc->held, false);
   c->impl = tc;
   c->timeout = timeout;
+  pxt_job_add_comm(tc);
   return c;
 }
 
@@ -164,6 +167,7 @@ void pxt_tcomm_free(px_comm *c) {
     pxt_op_set_error(r, PX_ERR_COMM, "recv: the communicator was freed before the message arrived");
     atomic_store(&r->done, true);
   }
+  pxt_job_remove_comm_locked(tc);
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&j->mu);
   pthread_cond_destroy(&tc->qcv);

@@ -29,6 +29,7 @@ deadline pxt_deadline_in(double seconds) {
 
 /* 0, or ETIMEDOUT once the deadline has passed. */
 int pxt_job_wait(tjob *j, const deadline *d) {
+  pxt_release_held_locked(j);
   if (!d || !d->set) return pthread_cond_wait(&j->cv, &j->mu);
   return pthread_cond_timedwait(&j->cv, &j->mu, &d->at);
 }
@@ -105,6 +106,7 @@ void pxt_wait_flag(tjob *j, atomic_bool *flag) {
   } while (pxt_spin_more_as(j, &sp, true));
   pthread_mutex_lock(&j->mu);
   atomic_fetch_add(&j->sleepers, 1);
+  pxt_release_held_locked(j);
   while (!atomic_load(flag)) pthread_cond_wait(&j->cv, &j->mu);
   atomic_fetch_sub(&j->sleepers, 1);
   pthread_mutex_unlock(&j->mu);
