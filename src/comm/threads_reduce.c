@@ -102,8 +102,9 @@ static void stream_fence(void) {
  * the store so that AVG makes no second pass. */
 #define DEF_KERNEL(NAME, T, COMB, FIN)                                                                            \
   static void NAME(T *dst, const void *const *srcs, int n, size_t count, bool stream) {                           \
-    const T nn = (T)n;                                                                                            \
+    const T nn = (T)n, rnn = (T)1 / nn;                                                                           \
     (void)nn;                                                                                                     \
+    (void)rnn;                                                                                                    \
     const T *s0 = srcs[0];                                                                                        \
     if (stream) {                                                                                                 \
       /* Four lanes a quarter of count apart, read in lockstep: 4N streams               \
@@ -193,6 +194,12 @@ static void stream_fence(void) {
 /* AVG divides by n (integers truncate) exactly as the serial reference
  * does: by division, not by a reciprocal. */
 #define AVGFIN(x) ((x) / nn)
+/* Floating point with n a power of two: x / n and x × (1/n) are the same
+ * correctly rounded x·2^-k, so the multiplication gives the division's
+ * bits, and a vector division per element was the slowest part of the
+ * pass (DDP's averaging all-reduce: docs/PERFORMANCE.md, "Figures behind
+ * code comments"). */
+#define AVGP2FIN(x) ((x)*rnn)
 #define DEF_TYPE(SUF, T, ADD)           \
   DEF_KERNEL(sum_##SUF, T, ADD, NOFIN)  \
   DEF_KERNEL(avg_##SUF, T, ADD, AVGFIN) \
@@ -203,11 +210,13 @@ DEF_TYPE(f32, float, ADD_F)
 DEF_TYPE(f64, double, ADD_F)
 DEF_TYPE(i32, int32_t, ADD_I32)
 DEF_TYPE(i64, int64_t, ADD_I64)
+DEF_KERNEL(avgp2_f32, float, ADD_F, AVGP2FIN)
+DEF_KERNEL(avgp2_f64, double, ADD_F, AVGP2FIN)
 
-#define DISPATCH(SUF, T)                                           \
+#define DISPATCH(SUF, T, AVG)                                      \
   switch (op) {                                                    \
   case PX_SUM: sum_##SUF((T *)dst, srcs, n, count, stream); break; \
-  case PX_AVG: avg_##SUF((T *)dst, srcs, n, count, stream); break; \
+  case PX_AVG: (AVG)((T *)dst, srcs, n, count, stream); break;     \
   case PX_MIN: min_##SUF((T *)dst, srcs, n, count, stream); break; \
   case PX_MAX: max_##SUF((T *)dst, srcs, n, count, stream); break; \
   }
@@ -230,11 +239,12 @@ void pxt_reduce(void *dst, const void *const *srcs, int n, size_t count, px_dtyp
 
 void pxt_reduce_as(void *dst, const void *const *srcs, int n, size_t count, px_dtype dt, px_reduce_op op, bool stream) {
   for (int k = 0; k < n && stream; k++) stream = srcs[k] != dst;
+  const bool pow2 = (n & (n - 1)) == 0;
   switch (dt) {
-  case PX_F32: DISPATCH(f32, float) break;
-  case PX_F64: DISPATCH(f64, double) break;
-  case PX_I32: DISPATCH(i32, int32_t) break;
-  case PX_I64: DISPATCH(i64, int64_t) break;
+  case PX_F32: DISPATCH(f32, float, pow2 ? avgp2_f32 : avg_f32) break;
+  case PX_F64: DISPATCH(f64, double, pow2 ? avgp2_f64 : avg_f64) break;
+  case PX_I32: DISPATCH(i32, int32_t, avg_i32) break;
+  case PX_I64: DISPATCH(i64, int64_t, avg_i64) break;
   default: break;  // comm.c admits only the four above
   }
 }

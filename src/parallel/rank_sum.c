@@ -305,11 +305,11 @@ px_status pxr_reduce_scatter(pxr_ctx *x, float *send, float *recv, size_t piece,
   return PX_OK;
 }
 
-px_status pxr_allreduce_native(pxr_ctx *x, void *buf, size_t count, px_dtype dtype, pxr_sum **out) {
+px_status pxr_allreduce_native(pxr_ctx *x, void *buf, size_t count, px_dtype dtype, px_reduce_op op, pxr_sum **out) {
   *out = NULL;
   pxr_sum *s = calloc(1, sizeof *s); /* kind K_NATIVE */
   if (!s) return px_error(PX_ERR_NOMEM, "all-reduce: out of memory");
-  px_status st = px_comm_iallreduce(x->comm, buf, count, dtype, PX_SUM, &s->native);
+  px_status st = px_comm_iallreduce(x->comm, buf, count, dtype, op, &s->native);
   if (st != PX_OK) {
     free(s);
     return st;
