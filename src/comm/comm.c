@@ -41,14 +41,25 @@ const char *px_comm_op_name(px_reduce_op op) {
 }
 
 void px_comm_divide(void *buf, size_t count, px_dtype dtype, int n) {
+  // For a power-of-two n, x × (1/n) is x / n to the bit (threads_reduce.c,
+  // AVGP2FIN) without a division per element.
+  const bool pow2 = (n & (n - 1)) == 0;
   switch (dtype) {
   case PX_F32: {
     float *p = buf;
-    for (size_t i = 0; i < count; i++) p[i] /= (float)n;
+    const float r = 1.0f / (float)n;
+    if (pow2)
+      for (size_t i = 0; i < count; i++) p[i] *= r;
+    else
+      for (size_t i = 0; i < count; i++) p[i] /= (float)n;
   } break;
   case PX_F64: {
     double *p = buf;
-    for (size_t i = 0; i < count; i++) p[i] /= (double)n;
+    const double r = 1.0 / (double)n;
+    if (pow2)
+      for (size_t i = 0; i < count; i++) p[i] *= r;
+    else
+      for (size_t i = 0; i < count; i++) p[i] /= (double)n;
   } break;
   case PX_I32: {
     int32_t *p = buf;
