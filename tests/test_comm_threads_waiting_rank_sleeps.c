@@ -2,7 +2,7 @@
  * sleeps after a short spin instead of burning its core: over a 1 s stall
  * the waiting ranks together use well under a quarter of a core-second of
  * CPU, in a barrier, in a blocking receive and in px_request_wait on an
- * iallreduce (whose waiting happens on the progress thread), with 2 ranks
+ * iallreduce (whose waiting happens on the progress thread or on this one), with 2 ranks
  * and oversubscribed with 4.  Then the stalled peer arrives and the
  * operation completes normally.  If it failed, a rank stuck behind a slow
  * peer (a data-loader hiccup, a checkpoint write) would steal a core from

@@ -156,8 +156,6 @@ void pxt_op_init(top *op, px_comm *c, tkind kind) {
   memcpy(op->label, c->label, sizeof op->label);
 }
 
-/* A blocking collective: inline when nothing is queued on this
- * communicator, else behind the queued ones. */
 void pxt_test_queued(top *op) {
   tcomm *tc = op->tc;
   tjob *j = tc->job;
@@ -173,6 +171,8 @@ void pxt_test_queued(top *op) {
   pthread_mutex_unlock(&j->mu);
 }
 
+/* A blocking collective: inline when nothing is queued on this
+ * communicator, else behind the queued ones. */
 px_status pxt_run_blocking(top *op) {
   tcomm *tc = op->tc;
   tjob *j = tc->job;
