@@ -47,11 +47,11 @@ void pxr_fini(pxr_ctx *x);
  * (piece floats; may be send + r·piece).  The other pieces of send are
  * scratch until it completes (they hold other ranks' contributions after).  *out: wait with pxr_wait. */
 px_status pxr_reduce_scatter(pxr_ctx *x, float *send, float *recv, size_t piece, pxr_sum **out);
-/* In-place sum over ranks of buf (count floats). */
 /* The backend's own non-blocking all-reduce (op: PX_SUM or PX_AVG) of
  * count elements of any dtype it reduces (NCCL: bf16 too), waited for like
  * the others; no rank order is promised beyond the backend's. */
 px_status pxr_allreduce_native(pxr_ctx *x, void *buf, size_t count, px_dtype dtype, px_reduce_op op, pxr_sum **out);
+/* In-place sum over ranks of buf (count floats). */
 px_status pxr_allreduce(pxr_ctx *x, float *buf, size_t count, pxr_sum **out);
 /* Moves the operation on (MPI progresses inside MPI calls only); *done
  * says whether it completed.  Does not free. */
