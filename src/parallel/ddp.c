@@ -36,7 +36,6 @@ typedef struct bucket {
   pxr_sum *req; /* sums in rank order, as ZeRO's reduce-scatters */
   double t_start;
   double t_done; /* first seen complete (0: not yet this step) */
-  bool averaged; /* this step's all-reduce averaged it (PX_AVG): no scaling after */
 } bucket;
 
 struct px_ddp {
@@ -69,18 +68,6 @@ static void fail(px_ddp *d, px_status st) {
   }
 }
 
-/* grads /= divisor (as a multiplication by 1/divisor), where they live;
- * buckets whose all-reduce averaged them are left as they are. */
-static px_status scale_grads(px_ddp *d) {
-  const float a = 1.0f / (float)d->divisor;
-#ifdef PX_HAVE_CUDA
-  if (d->model->device == PX_CUDA) return px_cuda_scale(d->model->grad_data, d->model->n_param_elems, a);
-#endif
-  for (int b = 0; b < d->n_buckets; b++)
-    if (!d->buckets[b].averaged) px_scale(d->model->grad_data + d->buckets[b].offset, d->buckets[b].count, a);
-  return PX_OK;
-}
-
 /* Whether a bucket's all-reduce can average it itself (PX_AVG), in place of
  * the sum and scale_grads' pass after it, with the same bits: on the host,
  * through the backend's own all-reduce (rank_sum.h: 2 ranks, or the threads
@@ -92,6 +79,18 @@ static px_status scale_grads(px_ddp *d) {
 static bool average_in_collective(const px_ddp *d) {
   const int n = d->divisor;
   return !d->bf16 && d->model->device == PX_CPU && !d->rsum.p2p && n == px_comm_size(d->comm) && (n & (n - 1)) == 0;
+}
+
+/* grads /= divisor (as a multiplication by 1/divisor), where they live,
+ * unless this step's all-reduces averaged them (the divisor changes only
+ * at px_ddp_join, between steps). */
+static px_status scale_grads(px_ddp *d) {
+  const float a = 1.0f / (float)d->divisor;
+#ifdef PX_HAVE_CUDA
+  if (d->model->device == PX_CUDA) return px_cuda_scale(d->model->grad_data, d->model->n_param_elems, a);
+#endif
+  if (!average_in_collective(d)) px_scale(d->model->grad_data, d->model->n_param_elems, a);
+  return PX_OK;
 }
 
 /* A device model's gradients travel over NCCL, a host model's over a host backend. */
@@ -126,7 +125,7 @@ static void launch_ready_buckets(px_ddp *d) {
       st = px_cuda_to_bf16(d->bf16 + b->offset, d->model->grad_data + b->offset, b->count);
       if (st == PX_OK) st = pxr_allreduce_native(&d->rsum, d->bf16 + b->offset, b->count, PX_BF16, PX_SUM, &b->req);
 #endif
-    } else if ((b->averaged = average_in_collective(d))) {
+    } else if (average_in_collective(d)) {
       st = pxr_allreduce_native(&d->rsum, d->model->grad_data + b->offset, b->count, PX_F32, PX_AVG, &b->req);
     } else {
       st = pxr_allreduce(&d->rsum, d->model->grad_data + b->offset, b->count, &b->req);
@@ -152,7 +151,6 @@ static void begin_step(px_ddp *d) {
   for (int b = 0; b < d->n_buckets; b++) {
     d->buckets[b].pending = d->buckets[b].n_params;
     d->buckets[b].req = NULL;
-    d->buckets[b].averaged = false;
   }
   d->next_launch = 0;
   d->error = PX_OK;
