@@ -367,3 +367,76 @@ void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O,
 #endif
   px_c3_dw_base(g, x_p, C, dy_p, O, blk, n_samples, dW);
 }
+
+// Winograd F(2×2, 3×3) (Lavin & Gray, "Fast Algorithms for Convolutional
+// Neural Networks", 2016): a 2×2 tile of output from its 4×4 input patch d as
+//   y = Aᵀ [U ⊙ V] A,   U = G w Gᵀ (4×4 per (out, in) pair),   V = Bᵀ d B,
+// 16 multiplies per tile and pair where the direct sum takes 36.  Summed
+// over the input channels, element ξ of the 4×4 is one matrix product
+// M_ξ = U_ξ · V_ξ ((out × in) · (in × tiles)): px_c3_run with one tap, the
+// direct kernel's register blocks and fixed order.  The transforms are in
+// conv2d_3x3_body.inc.
+//   G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1]
+size_t px_c3_wino_u_floats(const px_c3 *g, int out_c, int in_c) {
+  return 16 * (size_t)((out_c + g->ob - 1) / g->ob) * in_c * g->ob;
+}
+
+void px_c3_wino_weights(const px_c3 *g, const float *Wt, int O, int C, bool dx, float *U) {
+  const int ob = g->ob, out_c = dx ? C : O, in_c = dx ? O : C, blocks = (out_c + ob - 1) / ob;
+  const size_t per = (size_t)blocks * in_c * ob;
+  for (int b = 0; b < blocks; b++)
+    for (int c = 0; c < in_c; c++)
+      for (int r = 0; r < ob; r++) {
+        const int o = b * ob + r;
+        float w[3][3], gw[4][3];
+        for (int t = 0; t < 9; t++)
+          w[t / 3][t % 3] = o >= out_c ? 0.0f
+            : dx                       ? Wt[((size_t)c * C + o) * 9 + (8 - t)]
+                                       : Wt[((size_t)o * C + c) * 9 + t];
+        for (int j = 0; j < 3; j++) {
+          gw[0][j] = w[0][j];
+          gw[1][j] = 0.5f * (w[0][j] + w[1][j] + w[2][j]);
+          gw[2][j] = 0.5f * (w[0][j] - w[1][j] + w[2][j]);
+          gw[3][j] = w[2][j];
+        }
+        for (int a = 0; a < 4; a++) {
+          const float u[4] = {gw[a][0], 0.5f * (gw[a][0] + gw[a][1] + gw[a][2]),
+                              0.5f * (gw[a][0] - gw[a][1] + gw[a][2]), gw[a][2]};
+          for (int k = 0; k < 4; k++) U[(size_t)(4 * a + k) * per + ((size_t)b * in_c + c) * ob + r] = u[k];
+        }
+      }
+}
+
+size_t px_c3_wino_scratch(const px_c3 *g, int C, int O) {
+  const size_t wch = 3 * (size_t)g->vl;
+  return 16 * (size_t)C * wch + 16 * (size_t)g->ob * wch + 4 * (size_t)O * g->Qr;
+}
+
+void px_c3_wino_pad(const px_c3 *g, const float *x, int C, float *xp) {
+#ifdef PX_C3_AVX2_VARIANT
+  if (g->isa == PX_C3_AVX512) {
+    px_c3_wino_pad_avx512(g, x, C, xp);
+    return;
+  }
+  if (g->isa == PX_C3_AVX2) {
+    px_c3_wino_pad_avx2(g, x, C, xp);
+    return;
+  }
+#endif
+  px_c3_wino_pad_base(g, x, C, xp);
+}
+
+void px_c3_wino_sample(const px_c3 *g, const float *xp, int C, const float *U, int O, const float *bias, float *out,
+                       float *scratch) {
+#ifdef PX_C3_AVX2_VARIANT
+  if (g->isa == PX_C3_AVX512) {
+    px_c3_wino_sample_avx512(g, xp, C, U, O, bias, out, scratch);
+    return;
+  }
+  if (g->isa == PX_C3_AVX2) {
+    px_c3_wino_sample_avx2(g, xp, C, U, O, bias, out, scratch);
+    return;
+  }
+#endif
+  px_c3_wino_sample_base(g, xp, C, U, O, bias, out, scratch);
+}
