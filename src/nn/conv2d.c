@@ -314,40 +314,6 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   return PX_OK;
 }
 
-// Winograd F(2×2, 3×3) for the stride-1 layers that take the direct
-// kernels (conv2d_3x3.c, px_c3_wino_conv).  PX_CONV_WINOGRAD=0 turns it off.
-static bool use_winograd(const conv2d *c) {
-  if (c->stride != 1 || !use_direct(c)) return false;
-  const char *e = getenv("PX_CONV_WINOGRAD");
-  return !(e && strcmp(e, "0") == 0);
-}
-
-// Forward through Winograd: a sample a thread (phase padding, input
-// transform, then every block of output channels), so V stays in cache.
-static px_status conv_forward_wino(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, float *Y) {
-  const px_module *m = &c->base;
-  const int C = c->in_c, O = c->out_c, T = team_size();
-  px_c3 g;
-  px_c3_geom(H, W, 2, &g);
-  const bool par = T > 1 && N > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
-  const int nt = par ? T : 1;
-  const size_t per_thread = (size_t)C * g.PS + px_c3_wino_scratch(&g, C, O);
-  float *bufs = px_arena_alloc(ctx->arena, (size_t)nt * per_thread * sizeof(float));
-  float *U = px_arena_alloc(ctx->arena, px_c3_wino_u_floats(&g, O, C) * sizeof(float));
-  if (!bufs || !U) return PX_ERR_NOMEM;
-  px_c3_wino_weights(&g, m->params[0].data, O, C, false, U);
-  const float *X = px_f32(&c->x), *b = c->has_bias ? m->params[1].data : NULL;
-  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t n = 0; n < N; n++) {
-    float *xp = bufs + (size_t)omp_get_thread_num() * per_thread;
-    px_c3_wino_pad(&g, X + (size_t)n * in_sample, C, xp);
-    px_c3_wino_sample(&g, xp, C, U, O, b, Y + (size_t)n * out_sample, xp + (size_t)C * g.PS);
-  }
-  c->xp = NULL;
-  return PX_OK;
-}
-
 #ifdef PX_HAVE_CUDA
 // The device path (x on PX_CUDA; the arena and the parameters on the
 // device), on chunks of nb samples, their columns side by side (K, nb·P):
@@ -481,10 +447,6 @@ static px_status conv_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_
 #endif
   const int T = team_size();
   c->xp = NULL;
-  if (use_winograd(c)) {
-    c->x = *x;
-    return conv_forward_wino(c, ctx, N, (int)H, (int)W, px_f32(y));
-  }
   if (use_direct(c)) {
     c->x = *x;
     return conv_forward_direct(c, ctx, N, (int)H, (int)W, px_f32(y));

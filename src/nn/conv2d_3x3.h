@@ -78,24 +78,6 @@ void px_c3_dx2(const px_c3 *g, const float *dyq, int O, const float *const wr[4]
 // AVX-512, 1.2-1.3× faster than unaligned).
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, float *dW);
 
-// Winograd F(2×2, 3×3) for stride-1 padding-1 layers (conv2d_3x3.c).  g is
-// px_c3_geom(H, W, 2, g): the stride-2 geometry of the same plane, whose
-// phase layout (px_c3_pad) holds every 4×4 input patch of a 2×2 output
-// tile at 16 offsets of one flat index q = th·Wr + tw (Qr of them).
-// Floats of the transformed weights (16 sets, blocks of ob output channels).
-size_t px_c3_wino_u_floats(const px_c3 *g, int out_c, int in_c);
-// U = G w Gᵀ of every (out, in) pair, [ξ][block][in][ob]: forward (dx
-// false) out = O over in = C; dx true: out = C over in = O with the taps
-// flipped (the input gradient of a stride-1 layer).
-void px_c3_wino_weights(const px_c3 *g, const float *Wt, int O, int C, bool dx, float *U);
-// x (C, H, W) into g's phase layout (C planes of PS floats).
-void px_c3_wino_pad(const px_c3 *g, const float *x, int C, float *xp);
-// Floats of scratch px_c3_wino_sample needs (a thread's own).
-size_t px_c3_wino_scratch(const px_c3 *g, int C, int O);
-// One sample: out (O, H, W) = bias + conv(x, w) from xp (px_c3_wino_pad) and U.
-void px_c3_wino_sample(const px_c3 *g, const float *xp, int C, const float *U, int O, const float *bias, float *out,
-                       float *scratch);
-
 // One run of the forward kernel: in (in_c planes in_ps apart), nt taps at
 // off[] with weights wr [block][in][nt][ob], into tile rows of Qr
 // positions (a multiple of the vector width).
@@ -115,10 +97,7 @@ typedef struct px_c3_pass {
 #define PX_C3_COPY(sfx)                                                                                          \
   void px_c3_run_##sfx(const px_c3_pass *p, int blk, float *tile);                                               \
   void px_c3_dw_##sfx(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, \
-                      float *dW);                                                                                \
-  void px_c3_wino_pad_##sfx(const px_c3 *g, const float *x, int C, float *xp);                                   \
-  void px_c3_wino_sample_##sfx(const px_c3 *g, const float *xp, int C, const float *U, int O, const float *bias, \
-                               float *out, float *scratch);
+                      float *dW);
 PX_C3_COPY(base)
 PX_C3_COPY(avx2)
 PX_C3_COPY(avx512)
