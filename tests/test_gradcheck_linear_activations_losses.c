@@ -1,5 +1,6 @@
-/* Claim: Linear, ReLU, Tanh, Sigmoid, GELU (exact and tanh) and the two
- * losses compute gradients that agree with central finite differences.
+/* Claim: Linear (also on the few-row kernels' shapes), ReLU, Tanh, Sigmoid,
+ * GELU (exact and tanh) and the two losses compute gradients that agree
+ * with central finite differences.
  * If this fails, backward of that layer is wrong and training with it
  * follows a wrong direction. */
 #include "gradcheck.h"
@@ -67,6 +68,13 @@ int main(void) {
     gc_fill_uniform(x, 48, 11, -1, 1);
     px_tensor t = px_tensor_f32(x, 3, 4, 2, 6, 0);  // leading dims fold into rows
     gradcheck(bias ? "linear+bias" : "linear", px_linear(6, 5, bias), &t, (gc_opts){0});
+    // 16 → 32 over 3 rows: the shape the few-row kernels take on an AVX-512
+    // CPU (px_sgemm_rows: K a multiple of 16 forward, N backward), a row
+    // count off their blocks.
+    float x16[3 * 16];
+    gc_fill_uniform(x16, 48, 12, -1, 1);
+    px_tensor t16 = px_tensor_f32(x16, 2, 3, 16, 0, 0);
+    gradcheck(bias ? "linear 16->32 +bias" : "linear 16->32", px_linear(16, 32, bias), &t16, (gc_opts){0});
   }
   check_pointwise("relu", px_relu(), true);
   check_pointwise("tanh", px_tanh(), false);

@@ -7,6 +7,7 @@
 // gradient through a fixed-order column sum (k_norm.cu).
 #include "plexus/nn.h"
 #include "nn/device.h"
+#include "tensor/internal.h"
 
 #include <math.h>
 
@@ -84,7 +85,8 @@ static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
     for (int r = 0; r < R; r++) px_copy(Y + (size_t)r * l->out, b, (size_t)l->out);
     beta = 1.0f;
   }
-  px_sgemm(false, true, R, l->out, l->in, 1.0f, px_f32(x), l->in, W, l->in, beta, Y, l->out);
+  if (!px_sgemm_rows(true, R, l->out, l->in, px_f32(x), l->in, W, l->in, beta, Y, l->out))
+    px_sgemm(false, true, R, l->out, l->in, 1.0f, px_f32(x), l->in, W, l->in, beta, Y, l->out);
   l->x = *x;
   return PX_OK;
 }
@@ -111,7 +113,8 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
   // dx = dy · W        dy: (R, out)  W: (out, in)  dx: (R, in)
   px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
   if (st != PX_OK) return st;
-  px_sgemm(false, false, R, l->in, l->out, 1.0f, DY, l->out, m->params[0].data, l->in, 0.0f, px_f32(dx), l->in);
+  if (!px_sgemm_rows(false, R, l->in, l->out, DY, l->out, m->params[0].data, l->in, 0.0f, px_f32(dx), l->in))
+    px_sgemm(false, false, R, l->in, l->out, 1.0f, DY, l->out, m->params[0].data, l->in, 0.0f, px_f32(dx), l->in);
   return PX_OK;
 }
 

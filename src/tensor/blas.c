@@ -77,8 +77,12 @@ const char *px_blas_info(void) {
     snprintf(info, sizeof info, "%s", blas_note);
     return info;
   }
-  snprintf(info, sizeof info, "%s; kernels: %s (%s)", px_blas.get_config ? px_blas.get_config() : "OpenBLAS",
-           px_blas.get_corename ? px_blas.get_corename() : "?", blas_note);
+  char rows[96] = "";
+  if (px_sgemm_rows_on())
+    snprintf(rows, sizeof rows, "; linear layers of <= %d rows: plexus's avx512 row kernels (cpuid)",
+             PX_SGEMM_ROWS_MAX);
+  snprintf(info, sizeof info, "%s; kernels: %s (%s)%s", px_blas.get_config ? px_blas.get_config() : "OpenBLAS",
+           px_blas.get_corename ? px_blas.get_corename() : "?", blas_note, rows);
   return info;
 }
 

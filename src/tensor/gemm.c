@@ -3,6 +3,9 @@
 #include "tensor/blas.h"
 #include "tensor/internal.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 // Only when OpenBLAS could not be loaded: correct and slow.
 PX_KERNEL static void sgemm_reference(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                                       const float *B, int ldb, float beta, float *C, int ldc) {
@@ -26,4 +29,46 @@ void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, cons
   }
   px_blas.sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                 A, lda, B, ldb, beta, C, ldc);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && \
+  (defined(PX_GEMM_ROWS_AVX512) || (defined(PX_NATIVE_BUILD) && defined(__AVX512F__) && defined(__FMA__)))
+#define ROWS_BUILT 1
+#endif
+
+// The row kernels apply: built (a portable x86-64 build compiles
+// gemm_rows_avx512.c with -mavx512f -mfma, a PX_NATIVE one on an AVX-512
+// machine natively), this CPU has AVX-512F and FMA, and PX_GEMM_ROWS is not
+// "0".  Decided once.
+static bool rows_available(void) {
+#ifdef ROWS_BUILT
+  static _Atomic int ok = -1;
+  int v = ok;
+  if (v < 0) {
+    __builtin_cpu_init();
+    const char *e = getenv("PX_GEMM_ROWS");
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && !(e && strcmp(e, "0") == 0);
+    ok = v;
+  }
+  return v == 1;
+#else
+  return false;
+#endif
+}
+
+bool px_sgemm_rows_on(void) { return rows_available(); }
+
+bool px_sgemm_rows(bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
+                   float *C, int ldc) {
+  if (M < 1 || M > PX_SGEMM_ROWS_MAX || N < 1 || K < 1 || (beta != 0.0f && beta != 1.0f)) return false;
+  if (trans_b ? K % 16 != 0 || N % 4 != 0 : N % 16 != 0) return false;
+  if (!rows_available()) return false;
+#ifdef ROWS_BUILT
+  px_threads_init();
+  px_sgemm_rows_avx512(trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  return true;
+#else
+  (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
+  return false;
+#endif
 }

@@ -2,6 +2,7 @@
 #ifndef PX_TENSOR_INTERNAL_H
 #define PX_TENSOR_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 // Read PX_NUM_THREADS once and apply it to OpenMP and OpenBLAS.
@@ -29,6 +30,20 @@ void px_threads_init(void);
 #define PX_KERNEL_CLONES 0
 #define PX_KERNEL
 #endif
+
+// C (M × N) = A (M × K) · op(B) + beta·C (beta 0 or 1; op(B) = Bᵀ when
+// trans_b) for a GEMM with few rows, without OpenBLAS's packing of B
+// (tensor/gemm_rows_avx512.c); false where it does not apply (no AVX-512F
+// on this CPU or in this build, more than PX_SGEMM_ROWS_MAX rows, a shape
+// its blocks do not fit, PX_GEMM_ROWS=0 in the environment), and the
+// caller then calls px_sgemm.  The bits of an element depend on K only.
+#define PX_SGEMM_ROWS_MAX 64
+bool px_sgemm_rows(bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
+                   float *C, int ldc);
+// The row kernels run on this CPU (built, AVX-512F + FMA, not PX_GEMM_ROWS=0).
+bool px_sgemm_rows_on(void);
+void px_sgemm_rows_avx512(bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc);
 
 // Below this many elements an OpenMP region costs more than it saves.
 #define PX_PAR_MIN 32768
