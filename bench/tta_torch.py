@@ -4,6 +4,7 @@
     tta_torch.py --data DIR [--target 0.91] [--max-epochs 5] [--eval-every K] [--ranks 2]
                  [--threads 1] [--batch 64] [--lr 0.002] [--warmup-steps 100] [--seed 0]
     tta_torch.py watch --target A -- CMD...   (times a `plexus train` run, see below)
+    tta_torch.py watch --target-loss L -- CMD...   (the same, to a loss: bench/run_tta_gpt.sh)
 
 Trains the README demo's recipe in PyTorch DDP over gloo (R processes on
 127.0.0.1): the zoo CNN (px_zoo_cnn(1, 28, 28, 32, 10): [conv 3x3 no bias -
@@ -35,7 +36,14 @@ Output, one line per evaluation and a final line:
 `watch` mode runs CMD (a plexus train command), stamps its "eval step ..."
 lines with the wall time since launch, and stops it (SIGTERM to the process
 it started) at the first one with accuracy >= target; it prints the same
-lines with "tta plexus".
+lines with "tta plexus".  With --target-loss L instead (a language model,
+whose eval lines carry a loss and no accuracy; lower is better), it stops
+at the first one with loss <= L and prints
+
+    eval step 20 epoch 1 loss 6.1234 wall_s 21.43
+    tta plexus reached=1 loss=4.9876 steps=150 epochs=3 wall_s=118.2 target_loss=5.0
+
+(bench/run_tta_gpt.sh; tta_gpt_torch.py prints the same for PyTorch).
 """
 import argparse
 import gzip
@@ -56,7 +64,8 @@ def wall():
 
 
 def watch(a, cmd):
-    pat = re.compile(r"eval step (\d+) epoch (\d+) loss ([0-9.eE+-]+) accuracy ([0-9.]+)")
+    pat = re.compile(r"eval step (\d+) epoch (\d+) loss (-?(?:nan|inf)|[0-9.eE+-]+)(?: accuracy ([0-9.]+))?")
+    by_loss = a.target_loss is not None
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     best = None
     reached = False
@@ -66,12 +75,21 @@ def watch(a, cmd):
         if first:
             print(f"ready (first line from plexus) wall_s {wall():.2f}", flush=True)
             first = False
-        if not m:
+        if not m or (not by_loss and m.group(4) is None):
             if a.verbose:
                 sys.stdout.write("  | " + line)
             continue
-        step, epoch, loss, acc = int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
+        step, epoch, loss = int(m.group(1)), int(m.group(2)), float(m.group(3))
         t = wall()
+        if by_loss:
+            print(f"eval step {step} epoch {epoch} loss {loss:.4f} wall_s {t:.2f}", flush=True)
+            best = (loss, step, epoch, t)
+            if loss <= a.target_loss:
+                reached = True
+                proc.send_signal(signal.SIGTERM)
+                break
+            continue
+        acc = float(m.group(4))
         print(f"eval step {step} epoch {epoch} accuracy {acc:.4f} loss {loss:.4f} wall_s {t:.2f}", flush=True)
         best = (acc, step, epoch, t)
         if acc >= a.target:
@@ -86,9 +104,13 @@ def watch(a, cmd):
     if best is None:
         print(f"tta plexus: no eval line from {' '.join(cmd)} (exit {proc.returncode})", file=sys.stderr)
         return 1
-    acc, step, epoch, t = best
-    print(f"tta plexus reached={int(reached)} accuracy={acc:.4f} steps={step} epochs={epoch} wall_s={t:.2f} "
-          f"target={a.target}", flush=True)
+    value, step, epoch, t = best
+    if by_loss:
+        print(f"tta plexus reached={int(reached)} loss={value:.4f} steps={step} epochs={epoch} wall_s={t:.2f} "
+              f"target_loss={a.target_loss}", flush=True)
+    else:
+        print(f"tta plexus reached={int(reached)} accuracy={value:.4f} steps={step} epochs={epoch} wall_s={t:.2f} "
+              f"target={a.target}", flush=True)
     return 0
 
 
@@ -128,7 +150,12 @@ def lr_at(a, step, total):
     return 0.5 * (1.0 + math.cos(math.pi * p))  # a factor of base lr, min_lr 0
 
 
-def train(rank, a, port):
+def train(rank, a, port, t0):
+    # The clock of the launching process: a spawned worker imports this file
+    # anew (resetting T0), and perf_counter is CLOCK_MONOTONIC, one clock for
+    # all processes, so the start-up before the spawn counts too.
+    global T0
+    T0 = t0
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -217,7 +244,9 @@ def train(rank, a, port):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "watch":
         ap = argparse.ArgumentParser(prog="tta_torch.py watch")
-        ap.add_argument("--target", type=float, default=0.91)
+        ap.add_argument("--target", type=float, default=0.91, help="stop at accuracy >= this")
+        ap.add_argument("--target-loss", type=float, default=None,
+                        help="stop at loss <= this instead (a language model: its eval lines have no accuracy)")
         ap.add_argument("--verbose", action="store_true")
         ap.add_argument("cmd", nargs=argparse.REMAINDER)
         a = ap.parse_args(sys.argv[2:])
@@ -245,7 +274,7 @@ def main():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.spawn(train, args=(a, port), nprocs=a.ranks, join=True)
+    mp.spawn(train, args=(a, port, T0), nprocs=a.ranks, join=True)
     return 0
 
 
