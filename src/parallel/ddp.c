@@ -108,6 +108,19 @@ static px_status check_device(const px_model *model, px_comm *comm) {
   return PX_OK;
 }
 
+/* The last bucket fills when backward has nothing left to compute, so
+ * its all-reduce has nothing to overlap with.  Under MPI it then runs as a
+ * blocking MPI_Allreduce: Open MPI's non-blocking all-reduce (libnbc) plus
+ * the wait took 3× as long on 1 MB between 2 ranks (the MLP's gradient at
+ * batch 16: docs/PERFORMANCE.md, "Figures behind code comments").  Only
+ * where the sum is MPI's own (2 ranks: with 3 or more, rank_sum.c's
+ * rank-order sums run instead) on the CPU in f32, so the bits are the
+ * same: a sum of two is one addition either way. */
+static bool last_bucket_blocking(const px_ddp *d, int b) {
+  return b == d->n_buckets - 1 && !d->bf16 && d->model->device == PX_CPU && !d->rsum.p2p &&
+    px_comm_backend_of(d->comm) == PX_COMM_MPI;
+}
+
 static void launch_ready_buckets(px_ddp *d) {
   while (d->next_launch < d->n_buckets && d->buckets[d->next_launch].pending == 0) {
     bucket *b = &d->buckets[d->next_launch];
@@ -125,6 +138,11 @@ static void launch_ready_buckets(px_ddp *d) {
       st = px_cuda_to_bf16(d->bf16 + b->offset, d->model->grad_data + b->offset, b->count);
       if (st == PX_OK) st = pxr_allreduce_native(&d->rsum, d->bf16 + b->offset, b->count, PX_BF16, PX_SUM, &b->req);
 #endif
+    } else if (last_bucket_blocking(d, d->next_launch)) {
+      b->req = NULL;
+      st = px_comm_allreduce(d->comm, d->model->grad_data + b->offset, b->count, PX_F32,
+                             average_in_collective(d) ? PX_AVG : PX_SUM);
+      b->t_done = px_time_now();
     } else if (average_in_collective(d)) {
       st = pxr_allreduce_native(&d->rsum, d->model->grad_data + b->offset, b->count, PX_F32, PX_AVG, &b->req);
     } else {
