@@ -10,17 +10,17 @@
 // in place, once per block of rows, and keep the block's sums in registers
 // (docs/PERFORMANCE.md, "Figures behind code comments").
 //
-//   rows_nn:  C (R × N)  = A (R × K) · B (K × N)      dx = dy · W
+//   nn_rows:  C (R × N)  = A (R × K) · B (K × N)      dx = dy · W
 //             blocks of 8 rows × 3 vectors of 16 columns (24 accumulators);
 //             per k one B row's 3 vectors times 8 broadcast A elements.
-//   rows_nt:  C (R × N)  = A (R × K) · B (N × K)ᵀ     y = x · Wᵀ
+//   nt_rows:  C (R × N)  = A (R × K) · B (N × K)ᵀ     y = x · Wᵀ
 //             blocks of 4 rows × 4 columns (16 accumulators, each a vector
 //             of 16 partial sums along k); per 16 k the 4 A rows' and 4 B
 //             rows' vectors, 16 FMAs; then one transposing sum folds the
 //             16 vectors into the block's 16 results.
 //
 // Every element's sum has one order, fixed by K alone: element (r, n) of
-// rows_nn sums k = 0, 1, ... in turn; of rows_nt, lane l sums k ≡ l
+// nn_rows sums k = 0, 1, ... in turn; of nt_rows, lane l sums k ≡ l
 // (mod 16) in turn, then the lanes fold l + 8, l + 4, l + 2, l + 1, the
 // same for every element.  Neither the row count R, nor the element's
 // place in its block, nor the threads (which split the columns) change a
