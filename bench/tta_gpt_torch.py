@@ -298,6 +298,13 @@ def train(rank, a, port, t0):
         model.train()
         return float(sums[0] / sums[1])
 
+    def report(step, epoch):
+        # One evaluation, printed by rank 0 as plexus's eval line; the loss.
+        loss = evaluate()
+        if rank == 0:
+            print(f"eval step {step} epoch {epoch} loss {loss:.4f} wall_s {wall():.2f}", flush=True)
+        return loss
+
     step = 0
     reached = False
     loss = float("nan")
@@ -320,27 +327,21 @@ def train(rank, a, port, t0):
             sched.step()
             step += 1
             if a.eval_every > 0 and step % a.eval_every == 0:
-                loss, evaluated = evaluate(), step
-                if rank == 0:
-                    print(f"eval step {step} epoch {epoch} loss {loss:.4f} wall_s {wall():.2f}", flush=True)
-                if loss <= a.target_loss:
-                    reached = True
+                loss, evaluated = report(step, epoch), step
+                reached = loss <= a.target_loss
+                if reached:
                     break
         if reached:
             break
         if a.eval_every == 0:
-            loss, evaluated = evaluate(), step
-            if rank == 0:
-                print(f"eval step {step} epoch {epoch} loss {loss:.4f} wall_s {wall():.2f}", flush=True)
-            if loss <= a.target_loss:
-                reached = True
+            loss, evaluated = report(step, epoch), step
+            reached = loss <= a.target_loss
+            if reached:
                 break
     if not reached and evaluated != step:
         # plexus evaluates once more at the end of a run whose last step had no evaluation
         # (src/train/train.c, px_train's final run_eval).
-        loss = evaluate()
-        if rank == 0:
-            print(f"eval step {step} epoch {epoch} loss {loss:.4f} wall_s {wall():.2f}", flush=True)
+        loss = report(step, epoch)
         reached = loss <= a.target_loss
     if rank == 0:
         print(f"tta torch reached={int(reached)} loss={loss:.4f} steps={step} epochs={epoch} "
@@ -386,13 +387,9 @@ def main():
         return prepare(a)
     if a.ranks < 1 or a.threads < 1 or a.batch < 1 or a.max_epochs < 1 or a.eval_every < 0 or a.context < 1:
         ap.error("--ranks, --threads, --batch, --max-epochs, --context must be >= 1 and --eval-every >= 0")
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # as bench_train_torch.py: no second BLAS pool spinning
-    import socket
-    import torch.multiprocessing as mp
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.spawn(train, args=(a, port, T0), nprocs=a.ranks, join=True)
+    sys.path.insert(0, HERE)
+    import tta_torch  # its spawn: the same gloo set-up and clock hand-over as the CNN's side
+    tta_torch.spawn_ranks(train, a, T0)
     return 0
 
 

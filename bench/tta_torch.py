@@ -268,14 +268,20 @@ def main():
     a = ap.parse_args()
     if a.ranks < 1 or a.threads < 1 or a.batch < 1 or a.max_epochs < 1 or a.eval_every < 0:
         ap.error("--ranks, --threads, --batch, --max-epochs must be >= 1 and --eval-every >= 0")
+    spawn_ranks(train, a, T0)
+    return 0
+
+
+def spawn_ranks(fn, a, t0):
+    """Runs fn(rank, a, port, t0) in a.ranks processes (fn joins the gloo group on
+    127.0.0.1:port; t0 is the launching process's clock).  tta_gpt_torch.py uses it too."""
     os.environ["OPENBLAS_NUM_THREADS"] = "1"  # as bench_train_torch.py: no second BLAS pool spinning
     import socket
     import torch.multiprocessing as mp
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.spawn(train, args=(a, port, T0), nprocs=a.ranks, join=True)
-    return 0
+    mp.spawn(fn, args=(a, port, t0), nprocs=a.ranks, join=True)
 
 
 if __name__ == "__main__":
