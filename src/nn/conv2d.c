@@ -534,11 +534,12 @@ static void conv_backward_sample_wide(const conv2d *c, const float *xn, const fl
   col2im(c, col, H, W, dxn);
 }
 
-// dW += Σ_b part[b] (in block order), db likewise from double partials.
+// dW += Σ_b part[b] (in block order), db likewise from double partials;
+// dW_part NULL: db only.
 static void add_partials(const float *dW_part, const double *db_part, int64_t B, size_t OK, int O, float *dW,
                          float *db) {
-#pragma omp parallel for schedule(static) if (PX_PAR((size_t)B * OK))
-  for (size_t e = 0; e < OK; e++) {
+#pragma omp parallel for schedule(static) if (dW_part && PX_PAR((size_t)B * OK))
+  for (size_t e = 0; e < (dW_part ? OK : 0); e++) {
     float sum = 0.0f;
     for (int64_t bi = 0; bi < B; bi++) sum += dW_part[(size_t)bi * OK + e];
     dW[e] += sum;
@@ -592,7 +593,10 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   if (B > DW_BLOCKS) B = DW_BLOCKS;
   if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
   if (B < 1) B = 1;
-  float *dW_part = px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));  /* (B, O, C, 9) */
+  // One block: its sums go straight into the gradient (each (o, c, tap) is
+  // added once, as add_partials would add it: the same bits).
+  float *dW_part = B == 1 ? m->params[0].grad : px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));
+  /* (B, O, C, 9) */
   double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
   if (!xp || !dyp || (DX && (!wr || !tiles || (s2 && !dyq))) || !dW_part || !db_part) return PX_ERR_NOMEM;
   const float *wph[4] = {wr, NULL, NULL, NULL};
@@ -637,7 +641,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
           }
     }
   }
-  add_partials(dW_part, db_part, B, OK, O, m->params[0].grad, bias ? m->params[1].grad : NULL);
+  add_partials(B == 1 ? NULL : dW_part, db_part, B, OK, O, m->params[0].grad, bias ? m->params[1].grad : NULL);
   return PX_OK;
 }
 
