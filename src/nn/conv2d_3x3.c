@@ -376,3 +376,104 @@ void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O,
 #endif
   px_c3_dw_base(g, x_p, C, dy_p, O, blk, n_samples, dW);
 }
+
+// Winograd F(4×4, 3×3) (Lavin & Gray, "Fast Algorithms for Convolutional
+// Neural Networks", 2016): a 4×4 tile of output from its 6×6 input patch d as
+//   y = Aᵀ [U ⊙ V] A,   U = G w Gᵀ (6×6 per (out, in) pair),   V = Bᵀ d B,
+// 36 multiplies per tile and pair where the direct sum takes 144.  Summed
+// over the input channels, element ξ of the 6×6 is one matrix product
+// M_ξ = U_ξ · V_ξ ((out × in) · (in × tiles)).  The transforms and the
+// products are in conv2d_w4_body.inc.
+//   G = [¼ 0 0; -⅙ -⅙ -⅙; -⅙ ⅙ -⅙; 1/24 1/12 ⅙; 1/24 -1/12 ⅙; 0 0 1]
+void px_w4_geom(int H, int W, int ns, px_w4 *g) {
+  memset(g, 0, sizeof *g);
+  g->isa = c3_isa();
+  g->vl = c3_vl(g->isa);
+  g->ob = g->isa == PX_C3_AVX512 ? 8 : g->isa == PX_C3_AVX2 ? 4 : BASE_OB;
+  g->H = H;
+  g->W = W;
+  g->ns = ns < 1 ? 1 : ns;
+  // Every sample starts on a tile row (RS a multiple of 4), so its tiles,
+  // and the rounding of each output, are the same in any group.
+  g->RS = (H + 2 + 3) / 4 * 4;
+  const int Ht = g->ns * g->RS - 2;
+  g->ty = (Ht + 3) / 4;
+  g->tx = (W + 3) / 4;
+  g->Wq = g->tx + 1;
+  g->Q = (size_t)g->ty * (size_t)g->Wq;
+  g->Qr = round_up(g->Q, (size_t)g->vl);
+  // The patches read up to Wq + 1 past q; the planes hold ty + 1 rows.
+  const size_t need = g->Qr + (size_t)g->Wq + 1, img = (size_t)(g->ty + 1) * (size_t)g->Wq;
+  g->PSq = round_up(need > img ? need : img, (size_t)g->vl);
+  g->PS = 16 * g->PSq;
+}
+
+size_t px_w4_u_floats(const px_w4 *g, int out_c, int in_c) {
+  return 36 * (size_t)((out_c + g->ob - 1) / g->ob) * in_c * g->ob;
+}
+
+// Per (block, input channel): the block's ob rows side by side, so each
+// step of the transform is one loop over r the compiler vectorizes.
+void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, float *U) {
+  enum { OBM = 16 }; /* the widest block */
+  static const float G[6][3] = {{0.25f, 0.0f, 0.0f},
+                                {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                                {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+                                {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                                {1.0f / 24, -1.0f / 12, 1.0f / 6},
+                                {0.0f, 0.0f, 1.0f}};
+  const int ob = g->ob, out_c = dx ? C : O, in_c = dx ? O : C, blocks = (out_c + ob - 1) / ob;
+  const size_t per = (size_t)blocks * in_c * ob;
+  for (int b = 0; b < blocks; b++)
+    for (int c = 0; c < in_c; c++) {
+      float w[9][OBM], gw[6][3][OBM];
+      for (int r = 0; r < ob; r++) {
+        const int o = b * ob + r;
+        for (int t = 0; t < 9; t++)
+          w[t][r] = o >= out_c ? 0.0f : dx ? Wt[((size_t)c * C + o) * 9 + (8 - t)] : Wt[((size_t)o * C + c) * 9 + t];
+      }
+      for (int a = 0; a < 6; a++)
+        for (int j = 0; j < 3; j++)
+          for (int r = 0; r < ob; r++) gw[a][j][r] = G[a][0] * w[j][r] + G[a][1] * w[3 + j][r] + G[a][2] * w[6 + j][r];
+      float *u = U + ((size_t)b * in_c + c) * ob;
+      for (int a = 0; a < 6; a++)
+        for (int k = 0; k < 6; k++) {
+          float *d = u + (size_t)(6 * a + k) * per;
+          for (int r = 0; r < ob; r++) d[r] = gw[a][0][r] * G[k][0] + gw[a][1][r] * G[k][1] + gw[a][2][r] * G[k][2];
+        }
+    }
+}
+
+size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c) {
+  const size_t wch = 3 * (size_t)g->vl;
+  return 36 * (size_t)in_c * wch + 36 * (size_t)g->ob * wch + 16 * (size_t)out_c * g->Qr;
+}
+
+void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp) {
+#ifdef PX_C3_AVX2_VARIANT
+  if (g->isa == PX_C3_AVX512) {
+    px_w4_pad_avx512(g, x, in_ss, ns, C, xp);
+    return;
+  }
+  if (g->isa == PX_C3_AVX2) {
+    px_w4_pad_avx2(g, x, in_ss, ns, C, xp);
+    return;
+  }
+#endif
+  px_w4_pad_base(g, x, in_ss, ns, C, xp);
+}
+
+void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int out_c, const float *bias, float *out,
+                  size_t out_ss, int ns, float *scratch) {
+#ifdef PX_C3_AVX2_VARIANT
+  if (g->isa == PX_C3_AVX512) {
+    px_w4_sample_avx512(g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
+    return;
+  }
+  if (g->isa == PX_C3_AVX2) {
+    px_w4_sample_avx2(g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
+    return;
+  }
+#endif
+  px_w4_sample_base(g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
+}

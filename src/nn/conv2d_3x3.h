@@ -78,6 +78,38 @@ void px_c3_dx2(const px_c3 *g, const float *dyq, int O, const float *const wr[4]
 // AVX-512, 1.2-1.3× faster than unaligned).
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, float *dW);
 
+// Winograd F(4×4, 3×3) for stride-1 padding-1 layers (conv2d_3x3.c,
+// "Winograd").  ns samples of H × W are stacked into one tall plane, RS =
+// H + 2 rounded up to a multiple of 4 rows a sample (at least two zero rows
+// between samples, and each sample's first row on a tile's), of 4×4 output
+// tiles, ty × tx of them; tile (i, j) is flat index q = i·Wq + j of 16
+// phase planes (a, b) of the padded tall plane, P[4·Yq + a][4·Xq + b] at
+// Yq·Wq + Xq (Wq = tx + 1 columns, ty + 1 rows, PSq floats a plane, PS =
+// 16·PSq a channel).
+typedef struct px_w4 {
+  int H, W, ns, RS, ty, tx, Wq;
+  int isa, vl, ob;       /* the kernel copy, as px_c3 */
+  size_t Q, Qr, PSq, PS; /* Q = ty·Wq tile positions, Qr rounded up to a vector */
+} px_w4;
+// The geometry for up to ns samples of H × W at a time.
+void px_w4_geom(int H, int W, int ns, px_w4 *g);
+// Floats of the transformed weights: 36 sets of blocks of ob output channels.
+size_t px_w4_u_floats(const px_w4 *g, int out_c, int in_c);
+// U = G w Gᵀ of every (out, in) pair, [ξ][block][in][ob]: forward (dx
+// false) out = O over in = C; dx true: out = C over in = O with the taps
+// flipped (the input gradient of a stride-1 layer).
+void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, float *U);
+// ns ≤ g->ns samples of x (C, H, W each, in_ss floats apart) into xp (C
+// channels of PS floats), which must start zeroed: only the images'
+// positions are written, the rest stays zero between calls.
+void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp);
+// Floats of scratch px_w4_sample needs (a thread's own).
+size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c);
+// ns samples (out_ss floats apart): out (out_c, H, W) = bias + conv(x, w)
+// from xp (px_w4_pad of in_c channels) and U.
+void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int out_c, const float *bias, float *out,
+                  size_t out_ss, int ns, float *scratch);
+
 // One run of the forward kernel: in (in_c planes in_ps apart), nt taps at
 // off[] with weights wr [block][in][nt][ob], into tile rows of Qr
 // positions (a multiple of the vector width).
@@ -97,7 +129,10 @@ typedef struct px_c3_pass {
 #define PX_C3_COPY(sfx)                                                                                          \
   void px_c3_run_##sfx(const px_c3_pass *p, int blk, float *tile);                                               \
   void px_c3_dw_##sfx(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, \
-                      float *dW);
+                      float *dW);                                                                                \
+  void px_w4_pad_##sfx(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp);                  \
+  void px_w4_sample_##sfx(const px_w4 *g, const float *xp, int C, const float *U, int O, const float *bias,      \
+                          float *out, size_t out_ss, int ns, float *scratch);
 PX_C3_COPY(base)
 PX_C3_COPY(avx2)
 PX_C3_COPY(avx512)
