@@ -317,12 +317,13 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
 // Winograd F(4×4, 3×3) (conv2d_3x3.c, px_w4_*) for the stride-1 layers
 // that take the direct kernels, with planes of at least W4_MIN_PLANE pixels
 // a side and W4_MIN_CHANNELS channels in and out: there it measured faster
-// than the direct kernels (forward, batch 64, 1 thread, AVX-512: 1.4-1.5×
-// on ResNet-20's 16- and 32-channel layers, 1.26× at 64 channels 8×8, 2×
-// on ResNet-18's 56×56 and 28×28 layers; slower on 7×7 planes and with 1-8
-// channels: docs/PERFORMANCE.md, "Winograd").  PX_CONV_WINOGRAD=0 turns it
-// off, =1 takes it for every stride-1 layer the direct kernels take.
-#define W4_MIN_PLANE 8
+// than the direct kernels (forward, 1 thread, AVX-512: 1.4-1.5× on
+// ResNet-20's 16- and 32-channel layers, 2× on ResNet-18's 56×56 and
+// 28×28 layers, 1.2× at 14×14); no faster at 8×8, slower on 7×7 planes
+// and with 1-8 channels (docs/PERFORMANCE.md, "Winograd").
+// PX_CONV_WINOGRAD=0 turns it off, =1 takes it for every stride-1 layer
+// the direct kernels take.
+#define W4_MIN_PLANE 14
 #define W4_MIN_CHANNELS 16
 static bool use_winograd(const conv2d *c, int H, int W) {
   if (c->stride != 1 || !use_direct(c)) return false;
@@ -366,17 +367,22 @@ static px_status conv_wino(const conv2d *c, px_ctx *ctx, int64_t N, int H, int W
   float *scratch = px_arena_alloc(ctx->arena, (size_t)nt * scratch_floats * sizeof(float));
   float *U = px_arena_alloc(ctx->arena, px_w4_u_floats(&g, out_c, in_c) * sizeof(float));
   if (!xps || !scratch || !U) return PX_ERR_NOMEM;
-  px_w4_weights(&g, c->base.params[0].data, c->out_c, c->in_c, dx, U);
   const size_t in_sample = (size_t)in_c * H * W, out_sample = (size_t)out_c * H * W;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t gi = 0; gi < groups; gi++) {
-    const int t = omp_get_thread_num();
-    float *xp = xps + (size_t)t * xp_floats;
-    const int64_t n0 = gi * ns;
-    const int k = N - n0 < ns ? (int)(N - n0) : ns;
-    px_w4_pad(&g, in + (size_t)n0 * in_sample, in_sample, k, in_c, xp);
-    px_w4_sample(&g, xp, in_c, U, out_c, bias, out + (size_t)n0 * out_sample, out_sample, k,
-                 scratch + (size_t)t * scratch_floats);
+  const int blocks = (out_c + g.ob - 1) / g.ob;
+#pragma omp parallel if (par)
+  {
+#pragma omp for schedule(static)
+    for (int b = 0; b < blocks; b++) px_w4_weights(&g, c->base.params[0].data, c->out_c, c->in_c, dx, b, U);
+#pragma omp for schedule(static)
+    for (int64_t gi = 0; gi < groups; gi++) {
+      const int t = omp_get_thread_num();
+      float *xp = xps + (size_t)t * xp_floats;
+      const int64_t n0 = gi * ns;
+      const int k = N - n0 < ns ? (int)(N - n0) : ns;
+      px_w4_pad(&g, in + (size_t)n0 * in_sample, in_sample, k, in_c, xp);
+      px_w4_sample(&g, xp, in_c, U, out_c, bias, out + (size_t)n0 * out_sample, out_sample, k,
+                   scratch + (size_t)t * scratch_floats);
+    }
   }
   return PX_OK;
 }

@@ -412,9 +412,9 @@ size_t px_w4_u_floats(const px_w4 *g, int out_c, int in_c) {
   return 36 * (size_t)((out_c + g->ob - 1) / g->ob) * in_c * g->ob;
 }
 
-// Per (block, input channel): the block's ob rows side by side, so each
-// step of the transform is one loop over r the compiler vectorizes.
-void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, float *U) {
+// Per input channel: the block's ob rows side by side, so each step of
+// the transform is one loop over r the compiler vectorizes.
+void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, int b, float *U) {
   enum { OBM = 16 }; /* the widest block */
   static const float G[6][3] = {{0.25f, 0.0f, 0.0f},
                                 {-1.0f / 6, -1.0f / 6, -1.0f / 6},
@@ -424,24 +424,23 @@ void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, float
                                 {0.0f, 0.0f, 1.0f}};
   const int ob = g->ob, out_c = dx ? C : O, in_c = dx ? O : C, blocks = (out_c + ob - 1) / ob;
   const size_t per = (size_t)blocks * in_c * ob;
-  for (int b = 0; b < blocks; b++)
-    for (int c = 0; c < in_c; c++) {
-      float w[9][OBM], gw[6][3][OBM];
-      for (int r = 0; r < ob; r++) {
-        const int o = b * ob + r;
-        for (int t = 0; t < 9; t++)
-          w[t][r] = o >= out_c ? 0.0f : dx ? Wt[((size_t)c * C + o) * 9 + (8 - t)] : Wt[((size_t)o * C + c) * 9 + t];
-      }
-      for (int a = 0; a < 6; a++)
-        for (int j = 0; j < 3; j++)
-          for (int r = 0; r < ob; r++) gw[a][j][r] = G[a][0] * w[j][r] + G[a][1] * w[3 + j][r] + G[a][2] * w[6 + j][r];
-      float *u = U + ((size_t)b * in_c + c) * ob;
-      for (int a = 0; a < 6; a++)
-        for (int k = 0; k < 6; k++) {
-          float *d = u + (size_t)(6 * a + k) * per;
-          for (int r = 0; r < ob; r++) d[r] = gw[a][0][r] * G[k][0] + gw[a][1][r] * G[k][1] + gw[a][2][r] * G[k][2];
-        }
+  for (int c = 0; c < in_c; c++) {
+    float w[9][OBM], gw[6][3][OBM];
+    for (int r = 0; r < ob; r++) {
+      const int o = b * ob + r;
+      for (int t = 0; t < 9; t++)
+        w[t][r] = o >= out_c ? 0.0f : dx ? Wt[((size_t)c * C + o) * 9 + (8 - t)] : Wt[((size_t)o * C + c) * 9 + t];
     }
+    for (int a = 0; a < 6; a++)
+      for (int j = 0; j < 3; j++)
+        for (int r = 0; r < ob; r++) gw[a][j][r] = G[a][0] * w[j][r] + G[a][1] * w[3 + j][r] + G[a][2] * w[6 + j][r];
+    float *u = U + ((size_t)b * in_c + c) * ob;
+    for (int a = 0; a < 6; a++)
+      for (int k = 0; k < 6; k++) {
+        float *d = u + (size_t)(6 * a + k) * per;
+        for (int r = 0; r < ob; r++) d[r] = gw[a][0][r] * G[k][0] + gw[a][1][r] * G[k][1] + gw[a][2][r] * G[k][2];
+      }
+  }
 }
 
 size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c) {

@@ -95,10 +95,11 @@ typedef struct px_w4 {
 void px_w4_geom(int H, int W, int ns, px_w4 *g);
 // Floats of the transformed weights: 36 sets of blocks of ob output channels.
 size_t px_w4_u_floats(const px_w4 *g, int out_c, int in_c);
-// U = G w Gᵀ of every (out, in) pair, [ξ][block][in][ob]: forward (dx
-// false) out = O over in = C; dx true: out = C over in = O with the taps
-// flipped (the input gradient of a stride-1 layer).
-void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, float *U);
+// U = G w Gᵀ of every (out, in) pair of block b of output channels (one
+// call a block), U [ξ][block][in][ob]: forward (dx false) out = O over
+// in = C; dx true: out = C over in = O with the taps flipped (the input
+// gradient of a stride-1 layer).
+void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, int b, float *U);
 // ns ≤ g->ns samples of x (C, H, W each, in_ss floats apart) into xp (C
 // channels of PS floats), which must start zeroed: only the images'
 // positions are written, the rest stays zero between calls.
