@@ -333,6 +333,18 @@ static bool use_winograd(const conv2d *c, int H, int W) {
   return H >= W4_MIN_PLANE && W >= W4_MIN_PLANE && c->in_c >= W4_MIN_CHANNELS && c->out_c >= W4_MIN_CHANNELS;
 }
 
+// The input gradient through Winograd: by default where the forward takes
+// it and the layer does not widen (dx's input, dy, has no more channels
+// than its output: the zoo CNN's 32 → 64 layer at 14×14, batch 64, took
+// 4.76 ms for backward on the direct kernels and 5.07 through Winograd;
+// docs/PERFORMANCE.md, "Winograd"); PX_CONV_WINOGRAD=1: wherever the
+// forward may take it.
+static bool use_winograd_dx(const conv2d *c, int H, int W) {
+  const char *e = getenv("PX_CONV_WINOGRAD");
+  if (e && strcmp(e, "1") == 0) return use_winograd(c, H, W);
+  return use_winograd(c, H, W) && c->out_c <= c->in_c;
+}
+
 // Positions of 4×4 tiles a group of samples fills at least (W4_GROUP_TILES
 // tile positions of the tall plane): several samples of a small plane share
 // each vector's lanes.
@@ -642,7 +654,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   const bool s2 = g.stride == 2;
   // Stride 1: dx through Winograd where the forward takes it; the direct
   // kernels below then compute dW alone.
-  if (DX && use_winograd(c, H, W)) {
+  if (DX && use_winograd_dx(c, H, W)) {
     px_status st = conv_wino(c, ctx, N, H, W, DY, O, C, true, NULL, DX);
     if (st != PX_OK) return st;
     DX = NULL;
