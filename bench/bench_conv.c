@@ -29,12 +29,11 @@
  * gflops = 2·B·C·O·9·Ho·Wo / time for forward (multiply and add of every
  * tap, the padding's taps counted as PyTorch's convention does), twice that
  * for backward (dx and dW).  kernel= ends the line (it may hold spaces):
- * px_conv_kernel_info() where the layer takes the direct 3x3 kernels,
- * "im2col+gemm" where it does not: stride != 1 always, PX_CONV_DIRECT=0,
- * and by default more than 64 channels in or out (the rule of
- * src/nn/conv2d.c's use_direct, repeated here to label the line).  The
- * library itself reads PX_CONV_ISA (base|avx2|avx512) and PX_CONV_DIRECT;
- * this program only reports them.
+ * "winograd f(4x4,3x3)", "direct 3x3" or "im2col+gemm", as kernel_of
+ * below repeats src/nn/conv2d.c's rules; the header line "plexus conv
+ * kernels:" names the copy of the kernels (px_conv_kernel_info).  The
+ * library itself reads PX_CONV_ISA (base|avx2|avx512), PX_CONV_DIRECT and
+ * PX_CONV_WINOGRAD; this program only reports them.
  *
  * Default cases: ResNet-20's 3x3 layers (16,16,32,32,1), (32,32,16,16,1),
  * (64,64,8,8,1) and its stride-2 ones (16,32,32,32,2), (32,64,16,16,2); the
@@ -45,6 +44,7 @@
 #include <plexus/plexus.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,16 +176,31 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   return 0;
 }
 
-/* What the layer runs, as src/nn/conv2d.c's use_direct decides it: the
- * direct kernels for 3x3 stride-1 padding-1 layers of up to 64 channels
- * (all of them with PX_CONV_DIRECT=1, none with =0) where they run at full
- * speed, else im2col + GEMM (px_conv_kernel_info says which then). */
-static const char *kernel_of(const conv_case *c) {
-  if (c->stride != 1) return "im2col+gemm";
+/* What the layer runs in the given pass, as src/nn/conv2d.c's use_direct,
+ * use_winograd and use_winograd_dx decide it (repeated here to label the
+ * line): 3x3 stride-1 and stride-2 layers take the direct kernels where
+ * they run at full speed (every width with 16-float vectors, up to 64
+ * channels with 8-float ones; all of them with PX_CONV_DIRECT=1, none with
+ * =0), else im2col + GEMM; of those, stride-1 layers of at least 16
+ * channels in and out on planes of at least 14x14 take Winograd for the
+ * forward, and for dx where O <= C (PX_CONV_WINOGRAD=0: none, =1: every
+ * stride-1 direct layer, both passes).  px_conv_kernel_info says which
+ * copy of the kernels. */
+static const char *kernel_of(const conv_case *c, bool backward) {
+  const char *info = px_conv_kernel_info();
+  const bool fast = strncmp(info, "direct", 6) == 0, wide = strstr(info, "avx512") != NULL;
   const char *e = getenv("PX_CONV_DIRECT");
-  if (e && strcmp(e, "0") == 0) return "im2col+gemm";
-  if (!(e && strcmp(e, "1") == 0) && (c->C > 64 || c->O > 64)) return "im2col+gemm";
-  return px_conv_kernel_info();
+  bool direct = fast && (c->stride == 1 || c->stride == 2) && (wide || (c->C <= 64 && c->O <= 64));
+  if (e && strcmp(e, "0") == 0) direct = false;
+  if (e && strcmp(e, "1") == 0) direct = c->stride == 1 || c->stride == 2;
+  if (!direct) return "im2col+gemm";
+  const char *w = getenv("PX_CONV_WINOGRAD");
+  bool w4 = c->stride == 1 && c->C >= 16 && c->O >= 16 && c->H >= 14 && c->W >= 14;
+  if (w && strcmp(w, "0") == 0) w4 = false;
+  if (w && strcmp(w, "1") == 0) w4 = c->stride == 1;
+  const bool w4dx = w4 && (c->O <= c->C || (w && strcmp(w, "1") == 0));
+  if (!backward) return w4 ? "winograd f(4x4,3x3)" : "direct 3x3";
+  return w4dx ? "dx winograd f(4x4,3x3), dW direct 3x3" : "direct 3x3";
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -300,13 +315,13 @@ static int bench_case(const bench_opts *o, const conv_case *c, int ci) {
     st = time_passes(md, o, &xt, dyv, ny, &fwd, &bwd, &tf, &tb, &what);
   }
   if (st == PX_OK) {
-    const char *kernel = kernel_of(c);
+    const char *kernel[2] = {kernel_of(c, false), kernel_of(c, true)};
     const char *pass[2] = {"forward", "backward"};
     const double t[2] = {tf, tb}, f[2] = {flops, 2.0 * flops};
     for (int k = 0; k < 2; k++)
       printf("plexus conv C=%d O=%d H=%d W=%d stride=%d batch=%d threads=%d pass=%s ms=%.3f gflops=%.1f kernel=%s\n",
              c->C, c->O, c->H, c->W, c->stride, B, px_get_num_threads(), pass[k], 1e3 * t[k], f[k] / t[k] * 1e-9,
-             kernel);
+             kernel[k]);
     fflush(stdout);
   } else {
     fprintf(stderr, "bench_conv: case %d,%d,%d,%d,%d: %s: %s (%s)\n", c->C, c->O, c->H, c->W, c->stride, what,

@@ -285,18 +285,28 @@ bool px_c3_fast(void) {
 bool px_c3_wide(void) { return c3_vl(c3_isa()) == 16; }
 
 #define C3_NONE "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)"
+// Where the direct kernels run, the stride-1 layers that conv2d.c's rule
+// picks go through Winograd (PX_CONV_WINOGRAD=0: none, =1: all of them).
+#define W4_ON " + winograd f(4x4,3x3) (stride 1, >= 16 channels, >= 14x14)"
+#define W4_ALL " + winograd f(4x4,3x3) (every stride-1 layer: PX_CONV_WINOGRAD=1)"
+#define W4_INFO(direct) \
+  (w4 == 0 ? direct " (winograd off: PX_CONV_WINOGRAD=0)" : w4 == 2 ? direct W4_ALL : direct W4_ON)
 const char *px_conv_kernel_info(void) {
+  const char *e = getenv("PX_CONV_WINOGRAD");
+  const int w4 = e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 2 : 1;
+  (void)w4;
 #if defined(PX_C3_AVX2_VARIANT)
   const int isa = c3_isa();
-  return isa == PX_C3_AVX512 ? "direct 3x3 avx512f+fma (cpuid)"
-    : isa == PX_C3_AVX2      ? "direct 3x3 avx2+fma (cpuid)"
+  return isa == PX_C3_AVX512 ? W4_INFO("direct 3x3 avx512f+fma (cpuid)")
+    : isa == PX_C3_AVX2      ? W4_INFO("direct 3x3 avx2+fma (cpuid)")
                              : C3_NONE;
 #elif defined(PX_NATIVE_BUILD)
-  return BASE_VL == 16 ? "direct 3x3 native avx512 (-march=native)" : "direct 3x3 native (-march=native)";
+  return BASE_VL == 16 ? W4_INFO("direct 3x3 native avx512 (-march=native)")
+                       : W4_INFO("direct 3x3 native (-march=native)");
 #elif defined(__x86_64__) && !defined(__AVX2__)
   return C3_NONE;
 #else
-  return "direct 3x3 (compiler default target)";
+  return W4_INFO("direct 3x3 (compiler default target)");
 #endif
 }
 
