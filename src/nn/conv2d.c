@@ -317,10 +317,10 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
 // Winograd F(4×4, 3×3) (conv2d_3x3.c, px_w4_*) for the stride-1 layers
 // that take the direct kernels, with planes of at least W4_MIN_PLANE pixels
 // a side and W4_MIN_CHANNELS channels in and out: there it measured faster
-// than the direct kernels (forward, 1 thread, AVX-512: 1.4-1.5× on
-// ResNet-20's 16- and 32-channel layers, 2× on ResNet-18's 56×56 and
-// 28×28 layers, 1.2× at 14×14); no faster at 8×8, slower on 7×7 planes
-// and with 1-8 channels (docs/PERFORMANCE.md, "Winograd").
+// than the direct kernels (forward, 1 thread, AVX-512: 1.26-1.34× on
+// ResNet-20's 16- and 32-channel layers, 1.9-2.1× on ResNet-18's 56×56
+// and 28×28 layers, 1.12-1.25× at 14×14); no faster at 8×8, slower on 7×7
+// planes and with 1-8 channels (docs/PERFORMANCE.md, "Winograd").
 // PX_CONV_WINOGRAD=0 turns it off, =1 takes it for every stride-1 layer
 // the direct kernels take.
 #define W4_MIN_PLANE 14
@@ -690,10 +690,10 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   if (B > DW_BLOCKS) B = DW_BLOCKS;
   if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
   if (B < 1) B = 1;
-  // One block: its sums go straight into the gradient (each (o, c, tap) is
-  // added once, as add_partials would add it: the same bits).
+  // dW's partials (B, O, C, 9); one block: its sums go straight into the
+  // gradient (each (o, c, tap) is added once, as add_partials would add
+  // it: the same bits).
   float *dW_part = B == 1 ? m->params[0].grad : px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));
-  /* (B, O, C, 9) */
   double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
   if (!xp || !dyp || (DX && (!wr || !tiles || (s2 && !dyq))) || !dW_part || !db_part) return PX_ERR_NOMEM;
   const float *wph[4] = {wr, NULL, NULL, NULL};
