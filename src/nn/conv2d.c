@@ -357,7 +357,9 @@ static bool use_winograd_dx(const conv2d *c, int H, int W) {
 static px_status conv_wino(const conv2d *c, px_ctx *ctx, int64_t N, int H, int W, const float *in, int in_c, int out_c,
                            bool dx, const float *bias, float *out) {
   const int T = team_size();
-  const int per = (H + 5) / 4 * ((W + 3) / 4 + 1); /* tile positions a sample */
+  px_w4 g;
+  px_w4_geom(H, W, 1, &g);
+  const int per = g.RS / 4 * g.Wq; /* tile positions a sample takes in a tall plane */
   int ns = (W4_GROUP_TILES + per - 1) / per;
   if (ns > N) ns = (int)N;
   // As many groups as a multiple of the threads, where the samples allow
@@ -367,7 +369,6 @@ static px_status conv_wino(const conv2d *c, px_ctx *ctx, int64_t N, int H, int W
     groups = (groups + T - 1) / T * T;
     ns = (int)((N + groups - 1) / groups);
   }
-  px_w4 g;
   px_w4_geom(H, W, ns, &g);
   const int64_t groups = (N + ns - 1) / ns;
   const bool par = T > 1 && groups > 1 && PX_PAR((size_t)N * in_c * out_c * H * W / 64);
