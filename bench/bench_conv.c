@@ -177,15 +177,16 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
 }
 
 /* What the layer runs in the given pass, as src/nn/conv2d.c's use_direct,
- * use_winograd and use_winograd_dx decide it (repeated here to label the
- * line): 3x3 stride-1 and stride-2 layers take the direct kernels where
- * they run at full speed (every width with 16-float vectors, up to 64
- * channels with 8-float ones; all of them with PX_CONV_DIRECT=1, none with
- * =0), else im2col + GEMM; of those, stride-1 layers of at least 16
- * channels in and out on planes of at least 14x14 take Winograd for the
- * forward, and for dx where O <= C (PX_CONV_WINOGRAD=0: none, =1: every
- * stride-1 direct layer, both passes).  px_conv_kernel_info says which
- * copy of the kernels. */
+ * use_winograd, use_winograd_dx and use_winograd_dw decide it (repeated
+ * here to label the line): 3x3 stride-1 and stride-2 layers take the
+ * direct kernels where they run at full speed (every width with 16-float
+ * vectors, up to 64 channels with 8-float ones; all of them with
+ * PX_CONV_DIRECT=1, none with =0), else im2col + GEMM; of those, stride-1
+ * layers of at least 16 channels in and out on planes of at least 14x14
+ * take Winograd for the forward, for dx where O <= C, and for dW on planes
+ * of at least 28x28 with C + O <= 256 (PX_CONV_WINOGRAD=0: none, =1: every
+ * stride-1 direct layer, every pass).  px_conv_kernel_info says which copy
+ * of the kernels. */
 static const char *kernel_of(const conv_case *c, bool backward) {
   const char *info = px_conv_kernel_info();
   const bool fast = strncmp(info, "direct", 6) == 0, wide = strstr(info, "avx512") != NULL;
@@ -198,9 +199,13 @@ static const char *kernel_of(const conv_case *c, bool backward) {
   bool w4 = c->stride == 1 && c->C >= 16 && c->O >= 16 && c->H >= 14 && c->W >= 14;
   if (w && strcmp(w, "0") == 0) w4 = false;
   if (w && strcmp(w, "1") == 0) w4 = c->stride == 1;
-  const bool w4dx = w4 && (c->O <= c->C || (w && strcmp(w, "1") == 0));
+  const bool all = w && strcmp(w, "1") == 0;
+  const bool w4dx = w4 && (c->O <= c->C || all);
+  const bool w4dw = w4 && ((c->H >= 28 && c->W >= 28 && c->C + c->O <= 256) || all);
   if (!backward) return w4 ? "winograd f(4x4,3x3)" : "direct 3x3";
-  return w4dx ? "dx winograd f(4x4,3x3), dW direct 3x3" : "direct 3x3";
+  if (w4dx && w4dw) return "winograd f(4x4,3x3)";
+  if (w4dx) return "dx winograd f(4x4,3x3), dW direct 3x3";
+  return w4dw ? "dx direct 3x3, dW winograd f(4x4,3x3)" : "direct 3x3";
 }
 
 static int cmp_double(const void *a, const void *b) {

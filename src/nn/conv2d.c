@@ -345,6 +345,25 @@ static bool use_winograd_dx(const conv2d *c, int H, int W) {
   return use_winograd(c, H, W) && c->out_c <= c->in_c;
 }
 
+// The weight gradient through Winograd (conv_wino_dw): where the forward
+// takes it on planes of at least W4_DW_MIN_PLANE a side and at most
+// W4_DW_MAX_CHANNELS channels in and out together.  Backward (dx + dW), 1
+// thread, AVX-512, against the direct kernels' dW: ResNet-20's 16-channel
+// 32×32 layer 1.12× faster, ResNet-18's 64-channel 56×56 1.37× and
+// 128-channel 28×28 1.07×; ResNet-20's 32-channel 16×16 layer 0.96× (a
+// sample's 16 real of 25 tile positions, and short chunks whose lane sums
+// cost as much as their products), 256 channels at 14×14 0.5× (the
+// transforms far past L2) (docs/PERFORMANCE.md, "Winograd").
+// PX_CONV_WINOGRAD=1: wherever the forward may take it.
+#define W4_DW_MIN_PLANE 28
+#define W4_DW_MAX_CHANNELS 256
+static bool use_winograd_dw(const conv2d *c, int H, int W) {
+  const char *e = getenv("PX_CONV_WINOGRAD");
+  if (e && strcmp(e, "1") == 0) return use_winograd(c, H, W);
+  return use_winograd(c, H, W) && H >= W4_DW_MIN_PLANE && W >= W4_DW_MIN_PLANE &&
+    c->in_c + c->out_c <= W4_DW_MAX_CHANNELS;
+}
+
 // Positions of 4×4 tiles a group of samples fills at least (W4_GROUP_TILES
 // tile positions of the tall plane): several samples of a small plane share
 // each vector's lanes.
@@ -392,7 +411,7 @@ static px_status conv_wino(const conv2d *c, px_ctx *ctx, int64_t N, int H, int W
       float *xp = xps + (size_t)t * xp_floats;
       const int64_t n0 = gi * ns;
       const int k = N - n0 < ns ? (int)(N - n0) : ns;
-      px_w4_pad(&g, in + (size_t)n0 * in_sample, in_sample, k, in_c, xp);
+      px_w4_pad(&g, in + (size_t)n0 * in_sample, in_sample, k, in_c, 1, xp);
       px_w4_sample(&g, xp, in_c, U, out_c, bias, out + (size_t)n0 * out_sample, out_sample, k,
                    scratch + (size_t)t * scratch_floats);
     }
@@ -643,6 +662,67 @@ static void add_partials(const float *dW_part, const double *db_part, int64_t B,
     }
 }
 
+// dW and db through Winograd (px_w4_dw) where the forward takes it: the
+// batch cut into B fixed blocks of consecutive samples as the direct
+// kernels' dW (B from N and the layer alone), a block a thread's work:
+// groups of ns samples (ns from the plane alone) into phase planes, their
+// sums into the block's dU, then Gᵀ dU G into the block's partial; the
+// partials added in block order.  So the bits do not depend on the thread
+// count.
+static px_status conv_wino_dw(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, const float *X, const float *DY) {
+  px_module *m = &c->base;
+  const int C = c->in_c, O = c->out_c, T = team_size();
+  const size_t OK = (size_t)O * C * 9;
+  int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
+  if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
+  if (B < 1) B = 1;
+  px_w4 g;
+  px_w4_geom(H, W, 1, &g);
+  const int per = g.RS / 4 * g.Wq; /* tile positions a sample takes in a tall plane */
+  int ns = (W4_GROUP_TILES + per - 1) / per;
+  if (ns > (N + B - 1) / B) ns = (int)((N + B - 1) / B);
+  px_w4_geom(H, W, ns, &g);
+  const bool par = T > 1 && B > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
+  const int nt = par ? T : 1;
+  const size_t xp_floats = (size_t)C * g.PS, dp_floats = (size_t)O * g.PS, du_floats = px_w4_du_floats(O, C);
+  const size_t scratch_floats = px_w4_dw_scratch(&g, C, O);
+  // Per thread: the phase planes of x and dy (zeroed once: px_w4_pad
+  // writes only the images' positions), dU and px_w4_dw's scratch.
+  float *xps = px_arena_calloc(ctx->arena, (size_t)nt * (xp_floats + dp_floats) * sizeof(float));
+  float *dus = px_arena_alloc(ctx->arena, (size_t)nt * du_floats * sizeof(float));
+  float *scratch = px_arena_alloc(ctx->arena, (size_t)nt * scratch_floats * sizeof(float));
+  float *dW_part = B == 1 ? m->params[0].grad : px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));
+  double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
+  if (!xps || !dus || !scratch || !dW_part || !db_part) return PX_ERR_NOMEM;
+  const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W, HW = (size_t)H * W;
+  const bool bias = c->has_bias;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t bi = 0; bi < B; bi++) {
+    const int t = omp_get_thread_num();
+    float *xp = xps + (size_t)t * (xp_floats + dp_floats), *dp = xp + xp_floats, *dU = dus + (size_t)t * du_floats;
+    memset(dU, 0, du_floats * sizeof *dU);
+    const int64_t n0 = bi * N / B, n1 = (bi + 1) * N / B;
+    for (int64_t n = n0; n < n1; n += ns) {
+      const int k = n1 - n < ns ? (int)(n1 - n) : ns;
+      px_w4_pad(&g, X + (size_t)n * in_sample, in_sample, k, C, 1, xp);
+      px_w4_pad(&g, DY + (size_t)n * out_sample, out_sample, k, O, 0, dp);
+      px_w4_dw(&g, xp, C, dp, O, k, dU, scratch + (size_t)t * scratch_floats);
+    }
+    px_w4_dw_weights(dU, O, C, dW_part + (size_t)bi * OK);
+    if (bias)
+      for (int64_t n = n0; n < n1; n++)
+        for (int o = 0; o < O; o++) {
+          const float *row = DY + (size_t)n * out_sample + (size_t)o * HW;
+          double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+          for (size_t q = 0; q < HW; q++) sum += row[q];
+          db_part[(size_t)bi * O + o] += sum;
+        }
+  }
+  add_partials(B == 1 ? NULL : dW_part, db_part, B, OK, O, m->params[0].grad, bias ? m->params[1].grad : NULL);
+  return PX_OK;
+}
+
 // Backward through the direct kernels: dy padded like x; dx as (sample,
 // block of input channels) items; dW and db as (block of samples, block of
 // output channels) items, each writing its own rows of its block's partial.
@@ -660,12 +740,19 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
     if (st != PX_OK) return st;
     DX = NULL;
   }
+  // dW and db through Winograd where the forward takes it; the direct
+  // kernels below then compute dx alone, if that is left.
+  const bool do_dw = !use_winograd_dw(c, H, W);
+  if (!do_dw) {
+    px_status st = conv_wino_dw(c, ctx, N, H, W, px_f32(&c->x), DY);
+    if (st != PX_OK || !DX) return st;
+  }
   const int HWo = g.Ho * g.Wo;
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * HWo;
   const size_t xps = (size_t)C * g.PS, yps = (size_t)O * g.dy_ps, qps = (size_t)O * g.dx_ps, OK = (size_t)O * C * 9;
   const bool par = T > 1 && N > 1 && PX_PAR((size_t)N * C * O * HWo / 64);
   const bool have_xp = c->xp != NULL;
-  float *xp = have_xp ? c->xp : px_arena_alloc(ctx->arena, (size_t)N * xps * sizeof(float));
+  float *xp = have_xp || !do_dw ? c->xp : px_arena_alloc(ctx->arena, (size_t)N * xps * sizeof(float));
   // dy's planes start g.dy_lead floats past the arena's 64-byte alignment:
   // dW's loads of its rows are then aligned (px_c3_dw).
   float *dyp = px_arena_alloc(ctx->arena, ((size_t)N * yps + g.dy_lead) * sizeof(float));
@@ -694,9 +781,11 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   // dW's partials (B, O, C, 9); one block: its sums go straight into the
   // gradient (each (o, c, tap) is added once, as add_partials would add
   // it: the same bits).
-  float *dW_part = B == 1 ? m->params[0].grad : px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));
-  double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
-  if (!xp || !dyp || (DX && (!wr || !tiles || (s2 && !dyq))) || !dW_part || !db_part) return PX_ERR_NOMEM;
+  float *dW_part = !do_dw ? NULL
+    : B == 1              ? m->params[0].grad
+                          : px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));
+  double *db_part = do_dw ? px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)) : NULL; /* (B, O) */
+  if ((do_dw && (!xp || !dW_part || !db_part)) || !dyp || (DX && (!wr || !tiles || (s2 && !dyq)))) return PX_ERR_NOMEM;
   const float *wph[4] = {wr, NULL, NULL, NULL};
   if (DX && s2)
     for (int ph = 0; ph < 4; ph++) {
@@ -707,12 +796,12 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   const float *X = px_f32(&c->x);
   const bool bias = c->has_bias;
   const int cblocks = (C + g.ob - 1) / g.ob, oblocks = dw_oblocks;
-  const int64_t dx_items = DX ? N * cblocks : 0, dw_items = B * oblocks;
+  const int64_t dx_items = DX ? N * cblocks : 0, dw_items = do_dw ? B * oblocks : 0;
 #pragma omp parallel if (par)
   {
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-      if (!have_xp) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
+      if (!have_xp && do_dw) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
       px_c3_pad_dy(&g, DY + (size_t)n * out_sample, O, dyp + (size_t)n * yps);
       if (dyq) px_c3_pad_dx2(&g, DY + (size_t)n * out_sample, O, dyq + (size_t)n * qps);
     }
@@ -739,7 +828,8 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
           }
     }
   }
-  add_partials(B == 1 ? NULL : dW_part, db_part, B, OK, O, m->params[0].grad, bias ? m->params[1].grad : NULL);
+  if (do_dw)
+    add_partials(B == 1 ? NULL : dW_part, db_part, B, OK, O, m->params[0].grad, bias ? m->params[1].grad : NULL);
   return PX_OK;
 }
 

@@ -287,7 +287,7 @@ bool px_c3_wide(void) { return c3_vl(c3_isa()) == 16; }
 #define C3_NONE "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)"
 // Where the direct kernels run, the stride-1 layers that conv2d.c's rule
 // picks go through Winograd (PX_CONV_WINOGRAD=0: none, =1: all of them).
-#define W4_ON " + winograd f(4x4,3x3) (stride 1, >= 16 channels, >= 14x14)"
+#define W4_ON " + winograd f(4x4,3x3) (stride 1, >= 16 channels, >= 14x14; dW >= 28x28)"
 #define W4_ALL " + winograd f(4x4,3x3) (every stride-1 layer: PX_CONV_WINOGRAD=1)"
 #define W4_INFO(direct) \
   (w4 == 0 ? direct " (winograd off: PX_CONV_WINOGRAD=0)" : w4 == 2 ? direct W4_ALL : direct W4_ON)
@@ -422,16 +422,17 @@ size_t px_w4_u_floats(const px_w4 *g, int out_c, int in_c) {
   return 36 * (size_t)((out_c + g->ob - 1) / g->ob) * in_c * g->ob;
 }
 
+static const float W4_G[6][3] = {{0.25f, 0.0f, 0.0f},
+                                 {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                                 {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+                                 {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                                 {1.0f / 24, -1.0f / 12, 1.0f / 6},
+                                 {0.0f, 0.0f, 1.0f}};
+
 // Per input channel: the block's ob rows side by side, so each step of
 // the transform is one loop over r the compiler vectorizes.
 void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, int b, float *U) {
   enum { OBM = 16 }; /* the widest block */
-  static const float G[6][3] = {{0.25f, 0.0f, 0.0f},
-                                {-1.0f / 6, -1.0f / 6, -1.0f / 6},
-                                {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-                                {1.0f / 24, 1.0f / 12, 1.0f / 6},
-                                {1.0f / 24, -1.0f / 12, 1.0f / 6},
-                                {0.0f, 0.0f, 1.0f}};
   const int ob = g->ob, out_c = dx ? C : O, in_c = dx ? O : C, blocks = (out_c + ob - 1) / ob;
   const size_t per = (size_t)blocks * in_c * ob;
   for (int c = 0; c < in_c; c++) {
@@ -443,12 +444,14 @@ void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, int b
     }
     for (int a = 0; a < 6; a++)
       for (int j = 0; j < 3; j++)
-        for (int r = 0; r < ob; r++) gw[a][j][r] = G[a][0] * w[j][r] + G[a][1] * w[3 + j][r] + G[a][2] * w[6 + j][r];
+        for (int r = 0; r < ob; r++)
+          gw[a][j][r] = W4_G[a][0] * w[j][r] + W4_G[a][1] * w[3 + j][r] + W4_G[a][2] * w[6 + j][r];
     float *u = U + ((size_t)b * in_c + c) * ob;
     for (int a = 0; a < 6; a++)
       for (int k = 0; k < 6; k++) {
         float *d = u + (size_t)(6 * a + k) * per;
-        for (int r = 0; r < ob; r++) d[r] = gw[a][0][r] * G[k][0] + gw[a][1][r] * G[k][1] + gw[a][2][r] * G[k][2];
+        for (int r = 0; r < ob; r++)
+          d[r] = gw[a][0][r] * W4_G[k][0] + gw[a][1][r] * W4_G[k][1] + gw[a][2][r] * W4_G[k][2];
       }
   }
 }
@@ -458,18 +461,18 @@ size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c) {
   return 36 * (size_t)in_c * wch + 36 * (size_t)g->ob * wch + 16 * (size_t)out_c * g->Qr;
 }
 
-void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp) {
+void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, int off, float *xp) {
 #ifdef PX_C3_AVX2_VARIANT
   if (g->isa == PX_C3_AVX512) {
-    px_w4_pad_avx512(g, x, in_ss, ns, C, xp);
+    px_w4_pad_avx512(g, x, in_ss, ns, C, off, xp);
     return;
   }
   if (g->isa == PX_C3_AVX2) {
-    px_w4_pad_avx2(g, x, in_ss, ns, C, xp);
+    px_w4_pad_avx2(g, x, in_ss, ns, C, off, xp);
     return;
   }
 #endif
-  px_w4_pad_base(g, x, in_ss, ns, C, xp);
+  px_w4_pad_base(g, x, in_ss, ns, C, off, xp);
 }
 
 void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int out_c, const float *bias, float *out,
@@ -485,4 +488,81 @@ void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int
   }
 #endif
   px_w4_sample_base(g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
+}
+
+size_t px_w4_du_floats(int out_c, int in_c) {
+  return 36 * (size_t)((out_c + 3) / 4 * 4) * (size_t)((in_c + 3) / 4 * 4);
+}
+
+// As many vectors of tiles as a group has, up to DW_CHUNK_MAX, where the
+// chunk's transforms (36 × (in + out channels) × the vectors) fit in
+// DW_CHUNK_FLOATS: each block of accumulators sums its lanes once a
+// chunk, so longer chunks sum them less often; past L2 the products reload
+// the transforms from L3.
+#define DW_CHUNK_FLOATS ((size_t)1024 << 10) /* 4 MB */
+#define DW_CHUNK_MIN 6
+#define DW_CHUNK_MAX 16
+int px_w4_dw_chunk(const px_w4 *g, int in_c, int out_c) {
+  const size_t per = 36 * (size_t)((in_c + 3) / 4 * 4 + (out_c + 3) / 4 * 4) * (size_t)g->vl;
+  size_t n = DW_CHUNK_FLOATS / per, group = g->Qr / (size_t)g->vl;
+  if (n > DW_CHUNK_MAX) n = DW_CHUNK_MAX;
+  if (n > group) n = group;
+  return n < DW_CHUNK_MIN ? DW_CHUNK_MIN : (int)n;
+}
+
+size_t px_w4_dw_scratch(const px_w4 *g, int in_c, int out_c) {
+  /* the 36 sets of V and of M a cache line apart */
+  const size_t v = (size_t)px_w4_dw_chunk(g, in_c, out_c) * (size_t)g->vl;
+  return 36 * ((size_t)((in_c + 3) / 4 * 4 + (out_c + 3) / 4 * 4) * v + 32);
+}
+
+void px_w4_dw(const px_w4 *g, const float *xp, int in_c, const float *dp, int out_c, int ns, float *dU,
+              float *scratch) {
+#ifdef PX_C3_AVX2_VARIANT
+  if (g->isa == PX_C3_AVX512) {
+    px_w4_dw_avx512(g, xp, in_c, dp, out_c, ns, dU, scratch);
+    return;
+  }
+  if (g->isa == PX_C3_AVX2) {
+    px_w4_dw_avx2(g, xp, in_c, dp, out_c, ns, dU, scratch);
+    return;
+  }
+#endif
+  px_w4_dw_base(g, xp, in_c, dp, out_c, ns, dU, scratch);
+}
+
+// dw = Gᵀ dU G: (Gᵀ dU)[i][b] = Σ_a G[a][i] dU[a][b], then dw[i][j] =
+// Σ_b (Gᵀ dU)[i][b] G[b][j]; 16 input channels side by side (dU's rows
+// hold them in a row), so each step is one loop the compiler vectorizes.
+void px_w4_dw_weights(const float *dU, int out_c, int in_c, float *dW) {
+  enum { L = 16 };
+  const size_t Cp = (size_t)(in_c + 3) / 4 * 4, xs = (size_t)(out_c + 3) / 4 * 4 * Cp;
+  for (int o = 0; o < out_c; o++)
+    for (int c0 = 0; c0 < in_c; c0 += L) {
+      const int n = in_c - c0 < L ? in_c - c0 : L;
+      const float *u = dU + (size_t)o * Cp + (size_t)c0;
+      float gu[3][6][L], w[9][L];
+      for (int i = 0; i < 3; i++)
+        for (int b = 0; b < 6; b++) {
+          float *d = gu[i][b];
+          for (int l = 0; l < L; l++) d[l] = 0.0f;
+          for (int a = 0; a < 6; a++) {
+            const float ga = W4_G[a][i], *r = u + (size_t)(6 * a + b) * xs;
+#pragma omp simd
+            for (int l = 0; l < n; l++) d[l] += ga * r[l];
+          }
+        }
+      for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+          float *d = w[3 * i + j];
+          for (int l = 0; l < L; l++) d[l] = 0.0f;
+          for (int b = 0; b < 6; b++) {
+            const float gb = W4_G[b][j];
+#pragma omp simd
+            for (int l = 0; l < L; l++) d[l] += gu[i][b][l] * gb;
+          }
+        }
+      for (int l = 0; l < n; l++)
+        for (int t = 0; t < 9; t++) dW[((size_t)o * in_c + (size_t)(c0 + l)) * 9 + t] += w[t][l];
+    }
 }
