@@ -346,22 +346,19 @@ static bool use_winograd_dx(const conv2d *c, int H, int W) {
 }
 
 // The weight gradient through Winograd (conv_wino_dw): where the forward
-// takes it on planes of at least W4_DW_MIN_PLANE a side and at most
-// W4_DW_MAX_CHANNELS channels in and out together.  Backward (dx + dW), 1
-// thread, AVX-512, against the direct kernels' dW: ResNet-20's 16-channel
-// 32×32 layer 1.12× faster, ResNet-18's 64-channel 56×56 1.37× and
-// 128-channel 28×28 1.07×; ResNet-20's 32-channel 16×16 layer 0.96× (a
-// sample's 16 real of 25 tile positions, and short chunks whose lane sums
-// cost as much as their products), 256 channels at 14×14 0.5× (the
-// transforms far past L2) (docs/PERFORMANCE.md, "Winograd").
-// PX_CONV_WINOGRAD=1: wherever the forward may take it.
-#define W4_DW_MIN_PLANE 28
-#define W4_DW_MAX_CHANNELS 256
+// takes it, up to W4_DW_MAX_CHANNELS channels in and out together.
+// Backward (dx + dW), 1 thread, AVX-512, against the direct kernels' dW:
+// ResNet-20's 16-channel 32×32 layer 1.19× faster, its 32-channel 16×16
+// 1.09×, ResNet-18's 64-channel 56×56 1.55×, 128-channel 28×28 1.29× and
+// 256-channel 14×14 1.04×; on 8×8 planes (where the forward stays direct
+// too) 0.77×.  Wider layers were not measured: their transforms, 36 ×
+// (in + out) × 96 floats a chunk, lie far past L2 (docs/PERFORMANCE.md,
+// "Winograd").  PX_CONV_WINOGRAD=1: wherever the forward may take it.
+#define W4_DW_MAX_CHANNELS 512
 static bool use_winograd_dw(const conv2d *c, int H, int W) {
   const char *e = getenv("PX_CONV_WINOGRAD");
   if (e && strcmp(e, "1") == 0) return use_winograd(c, H, W);
-  return use_winograd(c, H, W) && H >= W4_DW_MIN_PLANE && W >= W4_DW_MIN_PLANE &&
-    c->in_c + c->out_c <= W4_DW_MAX_CHANNELS;
+  return use_winograd(c, H, W) && c->in_c + c->out_c <= W4_DW_MAX_CHANNELS;
 }
 
 // Positions of 4×4 tiles a group of samples fills at least (W4_GROUP_TILES
@@ -662,19 +659,20 @@ static void add_partials(const float *dW_part, const double *db_part, int64_t B,
     }
 }
 
-// dW and db through Winograd (px_w4_dw) where the forward takes it: the
+// dW and db through Winograd (px_w4_dw) where use_winograd_dw says: the
 // batch cut into B fixed blocks of consecutive samples as the direct
 // kernels' dW (B from N and the layer alone), a block a thread's work:
 // groups of ns samples (ns from the plane alone) into phase planes, their
-// sums into the block's dU, then Gᵀ dU G into the block's partial; the
-// partials added in block order.  So the bits do not depend on the thread
-// count.
+// sums into the block's own dU; then the blocks' dU added in block order
+// and Gᵀ dU G added to the gradient once (not once a block: on
+// ResNet-20's 32-channel layer that took a tenth of dW).  So the bits do
+// not depend on the thread count.
 static px_status conv_wino_dw(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, const float *X, const float *DY) {
   px_module *m = &c->base;
   const int C = c->in_c, O = c->out_c, T = team_size();
-  const size_t OK = (size_t)O * C * 9;
+  const size_t du_floats = px_w4_du_floats(O, C);
   int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
-  if ((size_t)B > PART_BUDGET / OK) B = (int64_t)(PART_BUDGET / OK);
+  if ((size_t)B > PART_BUDGET / du_floats) B = (int64_t)(PART_BUDGET / du_floats);
   if (B < 1) B = 1;
   px_w4 g;
   px_w4_geom(H, W, 1, &g);
@@ -684,42 +682,52 @@ static px_status conv_wino_dw(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, c
   px_w4_geom(H, W, ns, &g);
   const bool par = T > 1 && B > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
   const int nt = par ? T : 1;
-  const size_t xp_floats = (size_t)C * g.PS, dp_floats = (size_t)O * g.PS, du_floats = px_w4_du_floats(O, C);
+  const size_t xp_floats = (size_t)C * g.PS, dp_floats = (size_t)O * g.PS;
   const size_t scratch_floats = px_w4_dw_scratch(&g, C, O);
   // Per thread: the phase planes of x and dy (zeroed once: px_w4_pad
-  // writes only the images' positions), dU and px_w4_dw's scratch.
+  // writes only the images' positions) and px_w4_dw's scratch; per block
+  // its dU and db.
   float *xps = px_arena_calloc(ctx->arena, (size_t)nt * (xp_floats + dp_floats) * sizeof(float));
-  float *dus = px_arena_alloc(ctx->arena, (size_t)nt * du_floats * sizeof(float));
   float *scratch = px_arena_alloc(ctx->arena, (size_t)nt * scratch_floats * sizeof(float));
-  float *dW_part = B == 1 ? m->params[0].grad : px_arena_calloc(ctx->arena, (size_t)B * OK * sizeof(float));
+  float *dU = px_arena_alloc(ctx->arena, (size_t)B * du_floats * sizeof(float));
   double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
-  if (!xps || !dus || !scratch || !dW_part || !db_part) return PX_ERR_NOMEM;
+  if (!xps || !scratch || !dU || !db_part) return PX_ERR_NOMEM;
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W, HW = (size_t)H * W;
   const bool bias = c->has_bias;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t bi = 0; bi < B; bi++) {
-    const int t = omp_get_thread_num();
-    float *xp = xps + (size_t)t * (xp_floats + dp_floats), *dp = xp + xp_floats, *dU = dus + (size_t)t * du_floats;
-    memset(dU, 0, du_floats * sizeof *dU);
-    const int64_t n0 = bi * N / B, n1 = (bi + 1) * N / B;
-    for (int64_t n = n0; n < n1; n += ns) {
-      const int k = n1 - n < ns ? (int)(n1 - n) : ns;
-      px_w4_pad(&g, X + (size_t)n * in_sample, in_sample, k, C, 1, xp);
-      px_w4_pad(&g, DY + (size_t)n * out_sample, out_sample, k, O, 0, dp);
-      px_w4_dw(&g, xp, C, dp, O, k, dU, scratch + (size_t)t * scratch_floats);
-    }
-    px_w4_dw_weights(dU, O, C, dW_part + (size_t)bi * OK);
-    if (bias)
-      for (int64_t n = n0; n < n1; n++)
-        for (int o = 0; o < O; o++) {
-          const float *row = DY + (size_t)n * out_sample + (size_t)o * HW;
-          double sum = 0.0;
+#pragma omp parallel if (par)
+  {
+#pragma omp for schedule(static)
+    for (int64_t bi = 0; bi < B; bi++) {
+      const int t = omp_get_thread_num();
+      float *xp = xps + (size_t)t * (xp_floats + dp_floats), *dp = xp + xp_floats, *du = dU + (size_t)bi * du_floats;
+      memset(du, 0, du_floats * sizeof *du);
+      const int64_t n0 = bi * N / B, n1 = (bi + 1) * N / B;
+      for (int64_t n = n0; n < n1; n += ns) {
+        const int k = n1 - n < ns ? (int)(n1 - n) : ns;
+        px_w4_pad(&g, X + (size_t)n * in_sample, in_sample, k, C, 1, xp);
+        px_w4_pad(&g, DY + (size_t)n * out_sample, out_sample, k, O, 0, dp);
+        px_w4_dw(&g, xp, C, dp, O, k, du, scratch + (size_t)t * scratch_floats);
+      }
+      if (bias)
+        for (int64_t n = n0; n < n1; n++)
+          for (int o = 0; o < O; o++) {
+            const float *row = DY + (size_t)n * out_sample + (size_t)o * HW;
+            double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-          for (size_t q = 0; q < HW; q++) sum += row[q];
-          db_part[(size_t)bi * O + o] += sum;
-        }
+            for (size_t q = 0; q < HW; q++) sum += row[q];
+            db_part[(size_t)bi * O + o] += sum;
+          }
+    }
+    // dU = Σ_b dU_b, in block order, into block 0's.
+#pragma omp for schedule(static)
+    for (size_t e = 0; e < du_floats; e++) {
+      float sum = dU[e];
+      for (int64_t bi = 1; bi < B; bi++) sum += dU[(size_t)bi * du_floats + e];
+      dU[e] = sum;
+    }
   }
-  add_partials(B == 1 ? NULL : dW_part, db_part, B, OK, O, m->params[0].grad, bias ? m->params[1].grad : NULL);
+  px_w4_dw_weights(dU, O, C, m->params[0].grad);
+  add_partials(NULL, db_part, B, 0, O, NULL, bias ? m->params[1].grad : NULL);
   return PX_OK;
 }
 

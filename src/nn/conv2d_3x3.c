@@ -287,7 +287,7 @@ bool px_c3_wide(void) { return c3_vl(c3_isa()) == 16; }
 #define C3_NONE "im2col + GEMM (cpuid: no avx2+fma; direct 3x3 only with PX_CONV_DIRECT=1)"
 // Where the direct kernels run, the stride-1 layers that conv2d.c's rule
 // picks go through Winograd (PX_CONV_WINOGRAD=0: none, =1: all of them).
-#define W4_ON " + winograd f(4x4,3x3) (stride 1, >= 16 channels, >= 14x14; dW >= 28x28)"
+#define W4_ON " + winograd f(4x4,3x3) (stride 1, >= 16 channels, >= 14x14)"
 #define W4_ALL " + winograd f(4x4,3x3) (every stride-1 layer: PX_CONV_WINOGRAD=1)"
 #define W4_INFO(direct) \
   (w4 == 0 ? direct " (winograd off: PX_CONV_WINOGRAD=0)" : w4 == 2 ? direct W4_ALL : direct W4_ON)
