@@ -184,7 +184,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
  * PX_CONV_DIRECT=1, none with =0), else im2col + GEMM; of those, stride-1
  * layers of at least 16 channels in and out on planes of at least 14x14
  * take Winograd for the forward, for dx where O <= C, and for dW where
- * C + O <= 512 (PX_CONV_WINOGRAD=0: none, =1: every stride-1 direct layer,
+ * C + O <= 256 (PX_CONV_WINOGRAD=0: none, =1: every stride-1 direct layer,
  * every pass).  px_conv_kernel_info says which copy
  * of the kernels. */
 static const char *kernel_of(const conv_case *c, bool backward) {
@@ -201,7 +201,7 @@ static const char *kernel_of(const conv_case *c, bool backward) {
   if (w && strcmp(w, "1") == 0) w4 = c->stride == 1;
   const bool all = w && strcmp(w, "1") == 0;
   const bool w4dx = w4 && (c->O <= c->C || all);
-  const bool w4dw = w4 && (c->C + c->O <= 512 || all);
+  const bool w4dw = w4 && (c->C + c->O <= 256 || all);
   if (!backward) return w4 ? "winograd f(4x4,3x3)" : "direct 3x3";
   if (w4dx && w4dw) return "winograd f(4x4,3x3)";
   if (w4dx) return "dx winograd f(4x4,3x3), dW direct 3x3";

@@ -354,7 +354,7 @@ static bool use_winograd_dx(const conv2d *c, int H, int W) {
 // too) 0.77×.  Wider layers were not measured: their transforms, 36 ×
 // (in + out) × 96 floats a chunk, lie far past L2 (docs/PERFORMANCE.md,
 // "Winograd").  PX_CONV_WINOGRAD=1: wherever the forward may take it.
-#define W4_DW_MAX_CHANNELS 512
+#define W4_DW_MAX_CHANNELS 256
 static bool use_winograd_dw(const conv2d *c, int H, int W) {
   const char *e = getenv("PX_CONV_WINOGRAD");
   if (e && strcmp(e, "1") == 0) return use_winograd(c, H, W);
@@ -408,7 +408,7 @@ static px_status conv_wino(const conv2d *c, px_ctx *ctx, int64_t N, int H, int W
       float *xp = xps + (size_t)t * xp_floats;
       const int64_t n0 = gi * ns;
       const int k = N - n0 < ns ? (int)(N - n0) : ns;
-      px_w4_pad(&g, in + (size_t)n0 * in_sample, in_sample, k, in_c, 1, xp);
+      px_w4_pad(&g, in + (size_t)n0 * in_sample, in_sample, k, in_c, xp);
       px_w4_sample(&g, xp, in_c, U, out_c, bias, out + (size_t)n0 * out_sample, out_sample, k,
                    scratch + (size_t)t * scratch_floats);
     }
@@ -659,54 +659,70 @@ static void add_partials(const float *dW_part, const double *db_part, int64_t B,
     }
 }
 
-// dW and db through Winograd (px_w4_dw) where use_winograd_dw says: the
-// batch cut into B fixed blocks of consecutive samples as the direct
-// kernels' dW (B from N and the layer alone), a block a thread's work:
-// groups of ns samples (ns from the plane alone) into phase planes, their
-// sums into the block's own dU; then the blocks' dU added in block order
-// and Gᵀ dU G added to the gradient once (not once a block: on
-// ResNet-20's 32-channel layer that took a tenth of dW).  So the bits do
-// not depend on the thread count.
-static px_status conv_wino_dw(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, const float *X, const float *DY) {
+// dW and db through Winograd (px_w4_dw) where use_winograd_dw says, and
+// dx with them where use_winograd_dx says (DX, else NULL): the batch cut
+// into B fixed blocks of consecutive samples as the direct kernels' dW (B
+// from N and the layer alone), a block a thread's work: groups of ns
+// samples (ns from the plane alone) of x and dy into phase planes, dx from
+// dy's (px_w4_sample) while they are in cache, their dW sums into the
+// block's own dU; then the blocks' dU added in block order and Gᵀ dU G
+// added to the gradient once (not once a block: on ResNet-20's 32-channel
+// layer that took a tenth of dW).  So the bits do not depend on the thread
+// count.
+static px_status conv_wino_bwd(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, const float *X, const float *DY,
+                               float *DX) {
   px_module *m = &c->base;
   const int C = c->in_c, O = c->out_c, T = team_size();
   const size_t du_floats = px_w4_du_floats(O, C);
-  int64_t B = N < DW_BLOCKS ? N : DW_BLOCKS;
-  if ((size_t)B > PART_BUDGET / du_floats) B = (int64_t)(PART_BUDGET / du_floats);
-  if (B < 1) B = 1;
   px_w4 g;
   px_w4_geom(H, W, 1, &g);
   const int per = g.RS / 4 * g.Wq; /* tile positions a sample takes in a tall plane */
   int ns = (W4_GROUP_TILES + per - 1) / per;
+  // Blocks of at least ns samples where there are enough (groups of one
+  // 28×28 sample instead of two: ResNet-18's 128-channel layer at batch 8
+  // took 13.5 ms for dx + dW, not 11.3), at least two (for two threads),
+  // at most DW_BLOCKS.
+  int64_t B = N / ns;
+  if (B > DW_BLOCKS) B = DW_BLOCKS;
+  if (B < 2) B = N < 2 ? N : 2;
+  if ((size_t)B > PART_BUDGET / du_floats) B = (int64_t)(PART_BUDGET / du_floats);
+  if (B < 1) B = 1;
   if (ns > (N + B - 1) / B) ns = (int)((N + B - 1) / B);
   px_w4_geom(H, W, ns, &g);
   const bool par = T > 1 && B > 1 && PX_PAR((size_t)N * C * O * H * W / 64);
   const int nt = par ? T : 1;
   const size_t xp_floats = (size_t)C * g.PS, dp_floats = (size_t)O * g.PS;
-  const size_t scratch_floats = px_w4_dw_scratch(&g, C, O);
+  const size_t dw_floats = px_w4_dw_scratch(&g, C, O), dx_floats = DX ? px_w4_scratch(&g, O, C) : 0;
+  const size_t scratch_floats = dw_floats > dx_floats ? dw_floats : dx_floats;
   // Per thread: the phase planes of x and dy (zeroed once: px_w4_pad
-  // writes only the images' positions) and px_w4_dw's scratch; per block
+  // writes only the images' positions) and the kernels' scratch; per block
   // its dU and db.
   float *xps = px_arena_calloc(ctx->arena, (size_t)nt * (xp_floats + dp_floats) * sizeof(float));
   float *scratch = px_arena_alloc(ctx->arena, (size_t)nt * scratch_floats * sizeof(float));
   float *dU = px_arena_alloc(ctx->arena, (size_t)B * du_floats * sizeof(float));
   double *db_part = px_arena_calloc(ctx->arena, (size_t)B * O * sizeof(double)); /* (B, O) */
-  if (!xps || !scratch || !dU || !db_part) return PX_ERR_NOMEM;
+  float *U = DX ? px_arena_alloc(ctx->arena, px_w4_u_floats(&g, C, O) * sizeof(float)) : NULL;
+  if (!xps || !scratch || !dU || !db_part || (DX && !U)) return PX_ERR_NOMEM;
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * H * W, HW = (size_t)H * W;
   const bool bias = c->has_bias;
+  const int cblocks = DX ? (C + g.ob - 1) / g.ob : 0;
 #pragma omp parallel if (par)
   {
+#pragma omp for schedule(static)
+    for (int b = 0; b < cblocks; b++) px_w4_weights(&g, m->params[0].data, O, C, true, b, U);
 #pragma omp for schedule(static)
     for (int64_t bi = 0; bi < B; bi++) {
       const int t = omp_get_thread_num();
       float *xp = xps + (size_t)t * (xp_floats + dp_floats), *dp = xp + xp_floats, *du = dU + (size_t)bi * du_floats;
+      float *sc = scratch + (size_t)t * scratch_floats;
       memset(du, 0, du_floats * sizeof *du);
       const int64_t n0 = bi * N / B, n1 = (bi + 1) * N / B;
       for (int64_t n = n0; n < n1; n += ns) {
         const int k = n1 - n < ns ? (int)(n1 - n) : ns;
-        px_w4_pad(&g, X + (size_t)n * in_sample, in_sample, k, C, 1, xp);
-        px_w4_pad(&g, DY + (size_t)n * out_sample, out_sample, k, O, 0, dp);
-        px_w4_dw(&g, xp, C, dp, O, k, du, scratch + (size_t)t * scratch_floats);
+        px_w4_pad(&g, DY + (size_t)n * out_sample, out_sample, k, O, dp);
+        if (DX) px_w4_sample(&g, dp, O, U, C, NULL, DX + (size_t)n * in_sample, in_sample, k, sc);
+        px_w4_pad(&g, X + (size_t)n * in_sample, in_sample, k, C, xp);
+        px_w4_dw(&g, xp, C, dp, O, k, du, sc);
       }
       if (bias)
         for (int64_t n = n0; n < n1; n++)
@@ -741,19 +757,17 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   px_c3 g;
   px_c3_geom(H, W, c->stride, &g);
   const bool s2 = g.stride == 2;
-  // Stride 1: dx through Winograd where the forward takes it; the direct
-  // kernels below then compute dW alone.
-  if (DX && use_winograd_dx(c, H, W)) {
+  // Stride 1: dW and db through Winograd where use_winograd_dw says, dx
+  // with them where use_winograd_dx says; the direct kernels below then
+  // compute what is left (dx where the layer widens, or dW).
+  const bool wdx = DX && use_winograd_dx(c, H, W), do_dw = !use_winograd_dw(c, H, W);
+  if (!do_dw) {
+    px_status st = conv_wino_bwd(c, ctx, N, H, W, px_f32(&c->x), DY, wdx ? DX : NULL);
+    if (st != PX_OK || wdx || !DX) return st;
+  } else if (wdx) {
     px_status st = conv_wino(c, ctx, N, H, W, DY, O, C, true, NULL, DX);
     if (st != PX_OK) return st;
     DX = NULL;
-  }
-  // dW and db through Winograd where the forward takes it; the direct
-  // kernels below then compute dx alone, if that is left.
-  const bool do_dw = !use_winograd_dw(c, H, W);
-  if (!do_dw) {
-    px_status st = conv_wino_dw(c, ctx, N, H, W, px_f32(&c->x), DY);
-    if (st != PX_OK || !DX) return st;
   }
   const int HWo = g.Ho * g.Wo;
   const size_t in_sample = (size_t)C * H * W, out_sample = (size_t)O * HWo;

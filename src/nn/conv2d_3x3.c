@@ -461,18 +461,18 @@ size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c) {
   return 36 * (size_t)in_c * wch + 36 * (size_t)g->ob * wch + 16 * (size_t)out_c * g->Qr;
 }
 
-void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, int off, float *xp) {
+void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp) {
 #ifdef PX_C3_AVX2_VARIANT
   if (g->isa == PX_C3_AVX512) {
-    px_w4_pad_avx512(g, x, in_ss, ns, C, off, xp);
+    px_w4_pad_avx512(g, x, in_ss, ns, C, xp);
     return;
   }
   if (g->isa == PX_C3_AVX2) {
-    px_w4_pad_avx2(g, x, in_ss, ns, C, off, xp);
+    px_w4_pad_avx2(g, x, in_ss, ns, C, xp);
     return;
   }
 #endif
-  px_w4_pad_base(g, x, in_ss, ns, C, off, xp);
+  px_w4_pad_base(g, x, in_ss, ns, C, xp);
 }
 
 void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int out_c, const float *bias, float *out,

@@ -103,10 +103,8 @@ void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, int b
 // ns ≤ g->ns samples of x (C, H, W each, in_ss floats apart) into xp (C
 // channels of PS floats), which must start zeroed: only the images'
 // positions are written, the rest stays zero between calls (the slots of
-// absent samples, ns .. g->ns - 1, are zeroed).  off 1: an input, padded
-// by one row and column; off 0: an output gradient, each output tile's
-// 4×4 values in the phase planes at the tile's position (px_w4_dw).
-void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, int off, float *xp);
+// absent samples, ns .. g->ns - 1, are zeroed).
+void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp);
 // Floats of scratch px_w4_sample needs (a thread's own).
 size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c);
 // ns samples (out_ss floats apart): out (out_c, H, W) = bias + conv(x, w)
@@ -114,8 +112,8 @@ size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c);
 void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int out_c, const float *bias, float *out,
                   size_t out_ss, int ns, float *scratch);
 // The weight gradient: dU += Σ over the tiles of ns ≤ g->ns samples of
-// (A dY Aᵀ) ⊙ (Bᵀ d B), xp from px_w4_pad of their input (in_c channels,
-// off 1), dp of their output gradient (out_c channels, off 0); dU [36]
+// (A dY Aᵀ) ⊙ (Bᵀ d B), xp from px_w4_pad of their input (in_c channels),
+// dp from px_w4_pad of their output gradient (out_c channels); dU [36]
 // [out_c rounded up to 4][in_c rounded up to 4] (px_w4_du_floats), each
 // element's sum in an order fixed by the shapes and ns.  scratch:
 // px_w4_dw_scratch floats (a thread's own).
@@ -147,7 +145,7 @@ typedef struct px_c3_pass {
   void px_c3_run_##sfx(const px_c3_pass *p, int blk, float *tile);                                               \
   void px_c3_dw_##sfx(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, \
                       float *dW);                                                                                \
-  void px_w4_pad_##sfx(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, int off, float *xp);         \
+  void px_w4_pad_##sfx(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp);                  \
   void px_w4_sample_##sfx(const px_w4 *g, const float *xp, int C, const float *U, int O, const float *bias,      \
                           float *out, size_t out_ss, int ns, float *scratch);                                    \
   void px_w4_dw_##sfx(const px_w4 *g, const float *xp, int C, const float *dp, int O, int ns, float *dU,         \
