@@ -345,15 +345,17 @@ static bool use_winograd_dx(const conv2d *c, int H, int W) {
   return use_winograd(c, H, W) && c->out_c <= c->in_c;
 }
 
-// The weight gradient through Winograd (conv_wino_dw): where the forward
+// The weight gradient through Winograd (conv_wino_bwd): where the forward
 // takes it, up to W4_DW_MAX_CHANNELS channels in and out together.
 // Backward (dx + dW), 1 thread, AVX-512, against the direct kernels' dW:
-// ResNet-20's 16-channel 32×32 layer 1.19× faster, its 32-channel 16×16
-// 1.09×, ResNet-18's 64-channel 56×56 1.55×, 128-channel 28×28 1.29× and
-// 256-channel 14×14 1.04×; on 8×8 planes (where the forward stays direct
-// too) 0.77×.  Wider layers were not measured: their transforms, 36 ×
-// (in + out) × 96 floats a chunk, lie far past L2 (docs/PERFORMANCE.md,
-// "Winograd").  PX_CONV_WINOGRAD=1: wherever the forward may take it.
+// ResNet-20's 16-channel 32×32 layer 1.32× faster, ResNet-18's 64-channel
+// 56×56 1.63× and 128-channel 28×28 1.36×; ResNet-20's 32-channel 16×16
+// layer and the zoo CNN's 32 → 64 at 14×14 0.96-1.18× and 0.83-1.12×
+// depending on the minute, but the steps faster with them (ResNet-20
+// 624-638 samples/s against 573-599, the zoo CNN 4738-5182 against
+// 4499-4597); 256 → 256 at 14×14 not faster (18.8-20.7 ms against
+// 17.3-19.3), hence the cap (docs/PERFORMANCE.md, "Winograd's weight
+// gradient").  PX_CONV_WINOGRAD=1: wherever the forward may take it.
 #define W4_DW_MAX_CHANNELS 256
 static bool use_winograd_dw(const conv2d *c, int H, int W) {
   const char *e = getenv("PX_CONV_WINOGRAD");

@@ -392,8 +392,10 @@ void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O,
 //   y = Aᵀ [U ⊙ V] A,   U = G w Gᵀ (6×6 per (out, in) pair),   V = Bᵀ d B,
 // 36 multiplies per tile and pair where the direct sum takes 144.  Summed
 // over the input channels, element ξ of the 6×6 is one matrix product
-// M_ξ = U_ξ · V_ξ ((out × in) · (in × tiles)).  The transforms and the
-// products are in conv2d_w4_body.inc.
+// M_ξ = U_ξ · V_ξ ((out × in) · (in × tiles)).  The weight gradient is
+// its adjoint: dU_ξ = Σ_tiles (A dY Aᵀ)_ξ · V_ξ ((out × tiles) · (tiles ×
+// in)), dw = Gᵀ dU G.  The transforms and the products are in
+// conv2d_w4_body.inc.
 //   G = [¼ 0 0; -⅙ -⅙ -⅙; -⅙ ⅙ -⅙; 1/24 1/12 ⅙; 1/24 -1/12 ⅙; 0 0 1]
 void px_w4_geom(int H, int W, int ns, px_w4 *g) {
   memset(g, 0, sizeof *g);
