@@ -310,19 +310,19 @@ const char *px_conv_kernel_info(void) {
 #endif
 }
 
-static void c3_run(const px_c3 *g, const px_c3_pass *p, int blk, float *tile) {
+// Calls the copy of kernel fn for the instruction set isa (PX_C3_*): the
+// AVX-512 and AVX2 copies exist in a portable x86-64 build only.
 #ifdef PX_C3_AVX2_VARIANT
-  if (g->isa == PX_C3_AVX512) {
-    px_c3_run_avx512(p, blk, tile);
-    return;
-  }
-  if (g->isa == PX_C3_AVX2) {
-    px_c3_run_avx2(p, blk, tile);
-    return;
-  }
+#define C3_CALL(isa, fn, ...)                         \
+  ((isa) == PX_C3_AVX512   ? fn##_avx512(__VA_ARGS__) \
+     : (isa) == PX_C3_AVX2 ? fn##_avx2(__VA_ARGS__)   \
+                           : fn##_base(__VA_ARGS__))
+#else
+#define C3_CALL(isa, fn, ...) ((void)(isa), fn##_base(__VA_ARGS__))
 #endif
-  (void)g;
-  px_c3_run_base(p, blk, tile);
+
+static void c3_run(const px_c3 *g, const px_c3_pass *p, int blk, float *tile) {
+  C3_CALL(g->isa, px_c3_run, p, blk, tile);
 }
 
 void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk, const float *bias,
@@ -374,17 +374,7 @@ void px_c3_dx2(const px_c3 *g, const float *dyq, int O, const float *const wr[4]
 }
 
 void px_c3_dw(const px_c3 *g, const float *x_p, int C, const float *dy_p, int O, int blk, int n_samples, float *dW) {
-#ifdef PX_C3_AVX2_VARIANT
-  if (g->isa == PX_C3_AVX512) {
-    px_c3_dw_avx512(g, x_p, C, dy_p, O, blk, n_samples, dW);
-    return;
-  }
-  if (g->isa == PX_C3_AVX2) {
-    px_c3_dw_avx2(g, x_p, C, dy_p, O, blk, n_samples, dW);
-    return;
-  }
-#endif
-  px_c3_dw_base(g, x_p, C, dy_p, O, blk, n_samples, dW);
+  C3_CALL(g->isa, px_c3_dw, g, x_p, C, dy_p, O, blk, n_samples, dW);
 }
 
 // Winograd F(4×4, 3×3) (Lavin & Gray, "Fast Algorithms for Convolutional
@@ -464,32 +454,12 @@ size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c) {
 }
 
 void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp) {
-#ifdef PX_C3_AVX2_VARIANT
-  if (g->isa == PX_C3_AVX512) {
-    px_w4_pad_avx512(g, x, in_ss, ns, C, xp);
-    return;
-  }
-  if (g->isa == PX_C3_AVX2) {
-    px_w4_pad_avx2(g, x, in_ss, ns, C, xp);
-    return;
-  }
-#endif
-  px_w4_pad_base(g, x, in_ss, ns, C, xp);
+  C3_CALL(g->isa, px_w4_pad, g, x, in_ss, ns, C, xp);
 }
 
 void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int out_c, const float *bias, float *out,
                   size_t out_ss, int ns, float *scratch) {
-#ifdef PX_C3_AVX2_VARIANT
-  if (g->isa == PX_C3_AVX512) {
-    px_w4_sample_avx512(g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
-    return;
-  }
-  if (g->isa == PX_C3_AVX2) {
-    px_w4_sample_avx2(g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
-    return;
-  }
-#endif
-  px_w4_sample_base(g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
+  C3_CALL(g->isa, px_w4_sample, g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
 }
 
 size_t px_w4_du_floats(int out_c, int in_c) {
@@ -520,17 +490,7 @@ size_t px_w4_dw_scratch(const px_w4 *g, int in_c, int out_c) {
 
 void px_w4_dw(const px_w4 *g, const float *xp, int in_c, const float *dp, int out_c, int ns, float *dU,
               float *scratch) {
-#ifdef PX_C3_AVX2_VARIANT
-  if (g->isa == PX_C3_AVX512) {
-    px_w4_dw_avx512(g, xp, in_c, dp, out_c, ns, dU, scratch);
-    return;
-  }
-  if (g->isa == PX_C3_AVX2) {
-    px_w4_dw_avx2(g, xp, in_c, dp, out_c, ns, dU, scratch);
-    return;
-  }
-#endif
-  px_w4_dw_base(g, xp, in_c, dp, out_c, ns, dU, scratch);
+  C3_CALL(g->isa, px_w4_dw, g, xp, in_c, dp, out_c, ns, dU, scratch);
 }
 
 // dw = Gᵀ dU G: (Gᵀ dU)[i][b] = Σ_a G[a][i] dU[a][b], then dw[i][j] =
