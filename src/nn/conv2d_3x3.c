@@ -462,9 +462,7 @@ void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int
   C3_CALL(g->isa, px_w4_sample, g, xp, in_c, U, out_c, bias, out, out_ss, ns, scratch);
 }
 
-size_t px_w4_du_floats(int out_c, int in_c) {
-  return 36 * (size_t)((out_c + 3) / 4 * 4) * (size_t)((in_c + 3) / 4 * 4);
-}
+size_t px_w4_du_floats(int out_c, int in_c) { return 36 * px_w4_rows(out_c) * px_w4_rows(in_c); }
 
 // As many vectors of tiles as a group has, up to DW_CHUNK_MAX, where the
 // chunk's transforms (36 × (in + out channels) × the vectors) fit in
@@ -475,7 +473,7 @@ size_t px_w4_du_floats(int out_c, int in_c) {
 #define DW_CHUNK_MIN 6
 #define DW_CHUNK_MAX 16
 int px_w4_dw_chunk(const px_w4 *g, int in_c, int out_c) {
-  const size_t per = 36 * (size_t)((in_c + 3) / 4 * 4 + (out_c + 3) / 4 * 4) * (size_t)g->vl;
+  const size_t per = 36 * (px_w4_rows(in_c) + px_w4_rows(out_c)) * (size_t)g->vl;
   size_t n = DW_CHUNK_FLOATS / per, group = g->Qr / (size_t)g->vl;
   if (n > DW_CHUNK_MAX) n = DW_CHUNK_MAX;
   if (n > group) n = group;
@@ -485,7 +483,7 @@ int px_w4_dw_chunk(const px_w4 *g, int in_c, int out_c) {
 size_t px_w4_dw_scratch(const px_w4 *g, int in_c, int out_c) {
   /* the 36 sets of V and of M a cache line apart */
   const size_t v = (size_t)px_w4_dw_chunk(g, in_c, out_c) * (size_t)g->vl;
-  return 36 * ((size_t)((in_c + 3) / 4 * 4 + (out_c + 3) / 4 * 4) * v + 32);
+  return 36 * ((px_w4_rows(in_c) + px_w4_rows(out_c)) * v + 32);
 }
 
 void px_w4_dw(const px_w4 *g, const float *xp, int in_c, const float *dp, int out_c, int ns, float *dU,
@@ -498,7 +496,7 @@ void px_w4_dw(const px_w4 *g, const float *xp, int in_c, const float *dp, int ou
 // hold them in a row), so each step is one loop the compiler vectorizes.
 void px_w4_dw_weights(const float *dU, int out_c, int in_c, float *dW) {
   enum { L = 16 };
-  const size_t Cp = (size_t)(in_c + 3) / 4 * 4, xs = (size_t)(out_c + 3) / 4 * 4 * Cp;
+  const size_t Cp = px_w4_rows(in_c), xs = px_w4_rows(out_c) * Cp;
   for (int o = 0; o < out_c; o++)
     for (int c0 = 0; c0 < in_c; c0 += L) {
       const int n = in_c - c0 < L ? in_c - c0 : L;

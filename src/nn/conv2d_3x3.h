@@ -118,6 +118,8 @@ void px_w4_sample(const px_w4 *g, const float *xp, int in_c, const float *U, int
 // element's sum in an order fixed by the shapes and ns.  scratch:
 // px_w4_dw_scratch floats (a thread's own).
 size_t px_w4_du_floats(int out_c, int in_c);
+// Rows px_w4_dw keeps for c channels: c rounded up to its register blocks' 4.
+static inline size_t px_w4_rows(int c) { return ((size_t)c + 3) / 4 * 4; }
 size_t px_w4_dw_scratch(const px_w4 *g, int in_c, int out_c);
 // Vectors of tile positions px_w4_dw transforms at a time.
 int px_w4_dw_chunk(const px_w4 *g, int in_c, int out_c);
