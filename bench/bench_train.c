@@ -29,7 +29,9 @@
  * below it when other work on the machine took them.
  *
  * Each timed iteration is a full training step: zero_grad, forward, loss,
- * backward, optimizer step.  bench/bench_train_torch.py does the same step
+ * backward, optimizer step (the optimizer leaves the gradients zero as it
+ * reads them, px_optim_step_zero_grads, as `plexus train` does: so zero_grad
+ * only runs before the first step).  bench/bench_train_torch.py does the same step
  * with PyTorch on the same shapes; the two are meant to run side by side in
  * one invocation (bench/run.sh), so that machine load hits both alike.
  *
@@ -174,7 +176,8 @@ static px_module *build_cnn(void) {
 typedef struct bench {
   const bench_opts *o;
   px_comm *comm;
-  px_ddp *ddp; /* NULL in a world of one */
+  px_ddp *ddp;     /* NULL in a world of one */
+  bool grads_zero; /* the last step left the gradients zero */
   px_model *model;
   px_optim *optim;
   size_t in_per_sample; /* floats of one input sample */
@@ -197,7 +200,8 @@ static px_status train_step(bench *b, int k) {
     ? px_tensor_f32(b->inputs + (size_t)k * B, 2, B, 1, 0, 0)
     : px_tensor_f32(b->inputs + (size_t)k * B * b->in_per_sample, 4, B, in[0], in[1], in[2]);
   px_tensor pred;
-  px_model_zero_grad(b->model);
+  if (!b->grads_zero) px_model_zero_grad(b->model);
+  b->grads_zero = false;
   px_status st = px_model_forward(b->model, &x, &pred);
   if (st != PX_OK) return st;
   px_tensor dpred = pred;  // ∂loss/∂pred, same shape, from the step arena
@@ -220,7 +224,10 @@ static px_status train_step(bench *b, int k) {
     st = px_comm_allreduce(b->comm, b->model->grad_data, b->model->n_param_elems, PX_F32, PX_AVG);
   }
   if (st != PX_OK) return st;
-  return px_optim_step(b->optim);
+  // The optimizer covers the model's whole gradient buffer: left zero.
+  st = px_optim_step_zero_grads(b->optim);
+  b->grads_zero = st == PX_OK;
+  return st;
 }
 
 static double cpu_seconds(void) {

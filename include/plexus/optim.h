@@ -89,6 +89,13 @@ px_status px_optim_create_segments(px_optim **out, const px_optim_segment *segs,
 void px_optim_free(px_optim *o);
 /* One update of params from grads with the current lr. */
 px_status px_optim_step(px_optim *o);
+/* px_optim_step, and every segment's gradients left zero: the update's
+ * pass stores 0 over each gradient once it has read it, so a caller that
+ * would zero them before the next backward (zero_grad) can skip that pass
+ * when the segments cover all of them (px_model_zero_grad's buffer: an
+ * optimizer from px_optim_create over the model's whole gradient buffer).
+ * The parameters and state get the bits px_optim_step gives. */
+px_status px_optim_step_zero_grads(px_optim *o);
 void px_optim_set_lr(px_optim *o, float lr);
 /* State slot k as a flat (n,) array, and its PyTorch name
  * ("momentum_buffer", "exp_avg", "exp_avg_sq"); NULL if k is out of range.

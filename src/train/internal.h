@@ -20,6 +20,7 @@ typedef struct px_trainer {
   float *shard_params, *shard_grads; /* DDP: the whole flat buffers; ZeRO: px_zero_shard's */
   size_t shard_n;                    /* (NULL where the pieces lie in place) */
   px_optim *opt;
+  bool grads_zero; /* the last update left the model's gradients zero (px_optim_step_zero_grads) */
   px_loader *loader;
   px_dataset *train, *val;
   px_train_opts o;

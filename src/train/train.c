@@ -3,7 +3,7 @@
 // checkpoints and logging, in the order PyTorch users write them:
 //
 //   for epoch:                       sampler.set_epoch(epoch)
-//     for each micro-batch:          zero_grad at the start of a step
+//     for each micro-batch:          zero_grad at the start of a step (DDP: done by the last opt.step)
 //       logits = model(x)
 //       loss, dlogits = CE(logits, y) / accum
 //       backward(dlogits)            DDP all-reduces buckets as they fill (last micro-batch only)
@@ -209,7 +209,11 @@ static px_status optimizer_step(px_trainer *t, float lr, bool want_norm, double 
   }
   if (t->o.clip_grad_norm > 0.0f || want_norm) TRY(check_norm(t, *grad_norm));
   px_optim_set_lr(t->opt, lr);
-  return px_optim_step(t->opt);
+  // The optimizer covers the model's whole gradient buffer (setup_parallel):
+  // its pass leaves them zero, and the next step's zero_grad is skipped.
+  TRY(px_optim_step_zero_grads(t->opt));
+  t->grads_zero = true;
+  return PX_OK;
 }
 
 // What each rank holds, once a step has shown the activations' size: on
@@ -278,8 +282,9 @@ static px_status train_loop(px_trainer *t, px_train_result *res) {
       const bool last_micro = micro + 1 == accum || last_of_epoch;
       if (micro == 0) {
         if (t->zero) px_zero_zero_grad(t->zero);
-        else px_model_zero_grad(md);
+        else if (!t->grads_zero) px_model_zero_grad(md);
       }
+      t->grads_zero = false;
       if (t->ddp) px_ddp_set_sync(t->ddp, last_micro);
       if (t->zero) px_zero_set_sync(t->zero, last_micro);
       snprintf(label, sizeof label, "step %lld, epoch %llu, batch %zu", (long long)t->step,
