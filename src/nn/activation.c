@@ -23,6 +23,7 @@ typedef struct act {
   px_tensor saved; /* x (relu, gelu) or y (tanh, sigmoid) */
   bool input_relu; /* relu: the next input is already max(·, 0) (a fused BatchNorm's output; chain.c) */
   bool passed;     /* relu: the last forward passed its input through */
+  bool input_kept; /* relu: the next input is already max(·, 0) (a fused Residual's): pass it, keep it as saved */
 } act;
 
 #define SQRT_2_OVER_PI 0.7978845608028654f
@@ -59,6 +60,12 @@ PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tenso
   a->input_relu = false;
   if (a->passed) {
     *y = *x;
+    return PX_OK;
+  }
+  if (a->input_kept) {  // the backward's mask [x > 0] of max(v, 0) is [v > 0]
+    a->input_kept = false;
+    *y = *x;
+    a->saved = *x;
     return PX_OK;
   }
 #ifdef PX_HAVE_CUDA
@@ -168,6 +175,7 @@ px_module *px_relu(void) { return act_new(&relu_ops, ACT_RELU); }
 bool px_is_relu(const px_module *m) { return m && m->ops == &relu_ops; }
 
 void px_relu_input_is_relu(px_module *m) { ((act *)m)->input_relu = true; }
+void px_relu_input_is_relu_kept(px_module *m) { ((act *)m)->input_kept = true; }
 px_module *px_tanh(void) { return act_new(&tanh_ops, ACT_TANH); }
 px_module *px_sigmoid(void) { return act_new(&sigmoid_ops, ACT_SIGMOID); }
 px_module *px_gelu(bool tanh_approx) { return act_new(&gelu_ops, tanh_approx ? ACT_GELU_TANH : ACT_GELU); }

@@ -2,7 +2,9 @@
 //
 // A BatchNorm right before a ReLU runs fused: the BatchNorm applies the ReLU
 // in its normalising pass and masks dy in its backward, and the ReLU passes
-// values through (nn/internal.h; the same bits as apart).
+// values through (nn/internal.h; the same bits as apart).  So does a
+// Residual before a ReLU (ResNet's block output), whose ReLU keeps its
+// backward.
 #include "plexus/nn.h"
 #include "nn/internal.h"
 
@@ -13,12 +15,15 @@ static px_status chain_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px
   px_tensor cur = *x;
   for (int i = 0; i < m->n_children; i++) {
     px_module *c = m->children[i];
-    const bool fuse = i + 1 < m->n_children && px_is_batchnorm(c) && px_is_relu(m->children[i + 1]);
+    const bool relu_next = i + 1 < m->n_children && px_is_relu(m->children[i + 1]);
+    const bool fuse = relu_next && px_is_batchnorm(c), fuse_add = relu_next && px_is_residual(c);
     if (fuse) px_batchnorm_fuse_relu_next(c);
+    if (fuse_add) px_residual_fuse_relu_next(c);
     px_tensor next;
     px_status st = px_module_forward(c, ctx, &cur, &next);
     if (st != PX_OK) return st;
     if (fuse && px_batchnorm_relu_applied(c)) px_relu_input_is_relu(m->children[i + 1]);
+    if (fuse_add && px_residual_relu_applied(c)) px_relu_input_is_relu_kept(m->children[i + 1]);
     cur = next;
   }
   *y = cur;

@@ -32,4 +32,14 @@ void px_batchnorm_fuse_relu_next(px_module *bn);
 bool px_batchnorm_relu_applied(const px_module *bn);
 void px_relu_input_is_relu(px_module *relu);
 
+// Residual followed by ReLU in a Chain, fused the same way (chain.c): the
+// Residual applies the ReLU in its add on the CPU and says so; the ReLU
+// then takes its input as its output and keeps it for its backward, whose
+// mask [x > 0] of that output is the mask of the sum ([max(v, 0) > 0] =
+// [v > 0]), so its backward is unchanged.
+bool px_is_residual(const px_module *m);
+void px_residual_fuse_relu_next(px_module *residual);
+bool px_residual_relu_applied(const px_module *residual);
+void px_relu_input_is_relu_kept(px_module *relu);
+
 #endif

@@ -10,9 +10,31 @@
 // branch's in the flat layout, so gradients become ready from the end of
 // the buffer towards its start, the order DDP's buckets fill in.
 //
+// A Residual right before a ReLU in a Chain (ResNet's block) runs the ReLU
+// in its add, y = max(h + s, 0) in one pass (nn/internal.h), the ReLU
+// module's formula on the same sum: the same bits as apart, one pass over
+// the block's output fewer (the ReLU's).
+//
 // On the GPU (h on the device) the two adds are px_cuda_add.
 #include "plexus/nn.h"
 #include "nn/device.h"
+#include "nn/internal.h"
+#include "tensor/internal.h"
+
+typedef struct residual {
+  px_module base;
+  bool relu_next;    /* the caller's Chain runs a ReLU on y next: fuse it (this forward only) */
+  bool relu_applied; /* the last forward wrote max(h + s, 0) */
+} residual;
+
+// out = max(a + b, 0): px_add's sum, then the ReLU module's formula.
+PX_KERNEL static void add_relu(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd if (parallel : PX_PAR(n))
+  for (size_t i = 0; i < n; i++) {
+    const float v = a[i] + b[i];
+    out[i] = v > 0.0f ? v : 0.0f;
+  }
+}
 
 // out = a + b, on the device when the tensors are.
 static px_status residual_add(px_ctx *ctx, px_module *m, px_tensor *out, const px_tensor *a, const px_tensor *b) {
@@ -32,6 +54,9 @@ static px_status residual_add(px_ctx *ctx, px_module *m, px_tensor *out, const p
 }
 
 static px_status residual_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
+  residual *r = (residual *)m;
+  const bool relu_next = r->relu_next;
+  r->relu_next = r->relu_applied = false;
   px_tensor h, s = *x;
   px_status st = px_module_forward(m->children[0], ctx, x, &h);
   if (st != PX_OK) return st;
@@ -50,7 +75,11 @@ static px_status residual_forward(px_module *m, px_ctx *ctx, const px_tensor *x,
                     px_shape_str(s.ndim, s.shape, c, sizeof c));
   }
   if ((st = px_ctx_tensor_like(ctx, y, &h)) != PX_OK) return st;
-  return residual_add(ctx, m, y, &s, &h);
+  const bool relu = relu_next && h.device == PX_CPU && s.device == PX_CPU;
+  r->relu_applied = relu;
+  if (!relu) return residual_add(ctx, m, y, &s, &h);
+  add_relu(px_f32(y), px_f32(&s), px_f32(&h), (size_t)px_tensor_numel(&h));
+  return PX_OK;
 }
 
 static px_status residual_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
@@ -73,7 +102,7 @@ px_module *px_residual_shortcut(px_module *inner, px_module *shortcut, const cha
   // A name without a module is a shortcut whose constructor failed (its
   // message is kept), not a request for the identity.
   const bool lost_shortcut = !shortcut && shortcut_name && shortcut_name[0];
-  px_module *m = inner && !lost_shortcut ? px_module_alloc(sizeof(px_module), &residual_ops) : NULL;
+  px_module *m = inner && !lost_shortcut ? px_module_alloc(sizeof(residual), &residual_ops) : NULL;
   if (m && px_module_add_child(m, "", inner) != PX_OK) {
     px_module_free(m);
     m = NULL;
@@ -91,3 +120,7 @@ px_module *px_residual_shortcut(px_module *inner, px_module *shortcut, const cha
 }
 
 px_module *px_residual(px_module *inner) { return px_residual_shortcut(inner, NULL, NULL); }
+
+bool px_is_residual(const px_module *m) { return m && m->ops == &residual_ops; }
+void px_residual_fuse_relu_next(px_module *m) { ((residual *)m)->relu_next = true; }
+bool px_residual_relu_applied(const px_module *m) { return ((const residual *)m)->relu_applied; }
