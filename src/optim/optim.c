@@ -301,6 +301,8 @@ PX_KERNEL static void adam_segment(const adam_consts *c, float *restrict p, floa
   const float decay = c->decay, l2 = c->l2, b1 = c->b1, b2 = c->b2, eps = c->eps, c1 = c->c1, c2 = c->c2;
   const float neg_step_size = c->neg_step_size, bc2_sqrt = c->bc2_sqrt, y = c->recip_b;
 
+  // Two loops, not one with the choice inside: gcc 12 leaves that one
+  // scalar (vdivss, vsqrtss in every clone).
   if (y != 0.0f) {
 #pragma omp parallel for simd if (parallel : PX_PAR(n))
     for (size_t i = 0; i < n; i++) {
