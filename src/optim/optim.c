@@ -270,13 +270,15 @@ static void sgd_step(px_optim *o, bool zero) {
 //   y = RN(1/b) once,  q = RN(s·y),  e = s - q·b (exact: fma),  RN(q + e·y) = RN(s/b)
 // for every s in [2⁻¹⁰⁰, 2¹⁰⁰], which holds every finite sqrt(v), and 0
 // (checked for every such float s and 56 divisors b: Adam's with β2 of
-// 0.95–0.9999 from t = 1 to 100000, significands of all ones, random ones;
-// tests/test_optim_adam_reciprocal_division_is_exact.c samples it in CI).
-// An infinite s keeps q = s, as the division gives.  sqrt and the
-// divisions share one unit that takes a 16-float vector every 10–12
-// cycles; the update's m / denom stays a division (denom varies).  Where
-// the CPU has no fma, or b's significand is all ones (the case Markstein's
-// theorem sets apart), the loop divides (recip_b = 0).
+// 0.95–0.9999 from t = 1 to 100000, significands of all ones, random ones:
+// tests/exhaustive/adam_reciprocal_division.c; CI runs a sample of it,
+// tests/test_optim_adam_reciprocal_division_is_exact.c).  An infinite s
+// keeps q = s·y = ∞, as the division gives.  sqrt and the divisions share
+// one unit that takes a 16-float vector every 10–12 cycles; the update's
+// m / denom stays a division (denom varies).  Where the CPU has no fma, or
+// b's significand is all ones (where the proofs of this method need the
+// most of y; it passed the exhaustive check too), the loop divides
+// (recip_b = 0).
 typedef struct adam_consts {
   float decay, l2, b1, b2, eps, c1, c2, neg_step_size, bc2_sqrt;
   float recip_b; /* RN(1/bc2_sqrt), or 0: divide */
