@@ -297,42 +297,42 @@ static float adam_recip(float b) {
   return 1.0f / b;
 }
 
+// Element i of the update; recip is a constant at each call, so each loop
+// below is straight-line code.
+static inline __attribute__((always_inline)) void adam_elem(const adam_consts *c, float *restrict p, float *restrict g,
+                                                            float *restrict m, float *restrict v, size_t i, bool zero,
+                                                            bool recip) {
+  float pi = p[i] * c->decay;
+  float d = g[i] + c->l2 * pi;
+  if (zero) g[i] = 0.0f;
+  float mi = m[i] * c->b1 + c->c1 * d;
+  float vi = v[i] * c->b2 + c->c2 * d * d;
+  m[i] = mi;
+  v[i] = vi;
+  const float s = sqrtf(vi);
+  float sb; /* RN(s / bc2_sqrt) */
+  if (recip) {
+    const float y = c->recip_b, q = s * y, r = fmaf(fmaf(-q, c->bc2_sqrt, s), y, q);
+    sb = s == INFINITY ? q : r;
+  } else {
+    sb = s / c->bc2_sqrt;
+  }
+  float denom = sb + c->eps;
+  p[i] = pi + c->neg_step_size * mi / denom;
+}
+
 // zero: g[i] = 0 once read (px_optim_step_zero_grads).
 PX_KERNEL static void adam_segment(const adam_consts *c, float *restrict p, float *restrict g, float *restrict m,
                                    float *restrict v, size_t n, bool zero) {
-  const float decay = c->decay, l2 = c->l2, b1 = c->b1, b2 = c->b2, eps = c->eps, c1 = c->c1, c2 = c->c2;
-  const float neg_step_size = c->neg_step_size, bc2_sqrt = c->bc2_sqrt, y = c->recip_b;
-
-  // Two loops, not one with the choice inside: gcc 12 leaves that one
-  // scalar (vdivss, vsqrtss in every clone).
-  if (y != 0.0f) {
+  // Two loops, not one that chooses inside: gcc 12 leaves that one scalar
+  // (vdivss, vsqrtss in every clone).
+  if (c->recip_b != 0.0f) {
 #pragma omp parallel for simd if (parallel : PX_PAR(n))
-    for (size_t i = 0; i < n; i++) {
-      float pi = p[i] * decay;
-      float d = g[i] + l2 * pi;
-      if (zero) g[i] = 0.0f;
-      float mi = m[i] * b1 + c1 * d;
-      float vi = v[i] * b2 + c2 * d * d;
-      m[i] = mi;
-      v[i] = vi;
-      const float s = sqrtf(vi), q = s * y, r = fmaf(fmaf(-q, bc2_sqrt, s), y, q); /* RN(s / bc2_sqrt) */
-      float denom = (s == INFINITY ? q : r) + eps;
-      p[i] = pi + neg_step_size * mi / denom;
-    }
+    for (size_t i = 0; i < n; i++) adam_elem(c, p, g, m, v, i, zero, true);
     return;
   }
 #pragma omp parallel for simd if (parallel : PX_PAR(n))
-  for (size_t i = 0; i < n; i++) {
-    float pi = p[i] * decay;
-    float d = g[i] + l2 * pi;
-    if (zero) g[i] = 0.0f;
-    float mi = m[i] * b1 + c1 * d;
-    float vi = v[i] * b2 + c2 * d * d;
-    m[i] = mi;
-    v[i] = vi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = pi + neg_step_size * mi / denom;
-  }
+  for (size_t i = 0; i < n; i++) adam_elem(c, p, g, m, v, i, zero, false);
 }
 
 static void adam_step(px_optim *o, bool zero) {
