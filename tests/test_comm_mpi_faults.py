@@ -8,8 +8,9 @@ the side channel, src/comm/mpi_side.c), the collective and its label.
   stop:  rank 1 stops itself with SIGSTOP before the all-reduce: the same,
          within the watchdog's 2 s (plus the launcher's teardown);
   other: rank 1 waits in a barrier labelled "checkpoint of step 3" on
-         another communicator: rank 0's message says so (what rank 1 told
-         it on the side channel when its own wait stalled);
+         another communicator (with 3 times the timeout, so rank 0's
+         watchdog is the one that fires): rank 0's message says so (what
+         rank 1 told it on the side channel when its own wait stalled);
   group: 4 ranks split into even and odd; world rank 3 skips the odd
          group's all-reduce: world rank 1 names group rank 1, world rank 3;
   exit:  rank 1 returns 3 from its function mid-step; px_comm_run aborts the

@@ -77,6 +77,12 @@ static int rank_main(px_comm *c, void *arg) {
     }
     if (strcmp(o->mode, "other") == 0) {
       px_comm_set_label(sub, "checkpoint of step 3");
+      // Rank 0's watchdog must be the one that ends the job: with equal
+      // timeouts the two waits expired together and rank 1's barrier could
+      // abort first (CI, 2026-12-02).  Its stall notice on the side channel
+      // goes out after the wait's spin (a fraction of a second), whatever
+      // the timeout.
+      px_comm_set_timeout(sub, 3 * o->timeout);
       px_status st = px_comm_barrier(sub);
       fprintf(stderr, "comm_fault: rank 1: barrier returned: %s\n", st ? px_last_error() : "ok");
       return 2;
