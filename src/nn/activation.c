@@ -23,7 +23,9 @@ typedef struct act {
   px_tensor saved; /* x (relu, gelu) or y (tanh, sigmoid) */
   bool input_relu; /* relu: the next input is already max(·, 0) (a fused BatchNorm's output; chain.c) */
   bool passed;     /* relu: the last forward passed its input through */
-  bool input_kept; /* relu: the next input is already max(·, 0) (a fused Residual's): pass it, keep it as saved */
+  bool input_kept; /* relu: the next input is already max(·, 0) (a fused Residual's): pass it, keep it as saved;
+                      tanh: the next input is already tanh(·) (a fused Linear's) */
+  bool dy_is_dx;   /* tanh: the next backward's dy already went through it (a fused Linear's): pass it */
 } act;
 
 #define SQRT_2_OVER_PI 0.7978845608028654f
@@ -111,8 +113,11 @@ PX_KERNEL static px_status act_forward(px_module *m, px_ctx *ctx, const px_tenso
 
 PX_KERNEL static px_status act_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   act *a = (act *)m;
+  const bool dy_is_dx = a->dy_is_dx;
+  a->dy_is_dx = false;
   if (!dx) return PX_OK;
-  if (a->passed) {  // the fused BatchNorm before it masks dy with [y > 0] itself
+  if (a->passed || dy_is_dx) {  // the fused BatchNorm before it masks dy with [y > 0] itself, the Linear after it
+                                // multiplied dy by 1 - y²
     *dx = *dy;
     return PX_OK;
   }
@@ -177,5 +182,8 @@ bool px_is_relu(const px_module *m) { return m && m->ops == &relu_ops; }
 void px_relu_input_is_relu(px_module *m) { ((act *)m)->input_relu = true; }
 void px_relu_input_is_relu_kept(px_module *m) { ((act *)m)->input_kept = true; }
 px_module *px_tanh(void) { return act_new(&tanh_ops, ACT_TANH); }
+bool px_is_tanh(const px_module *m) { return m && m->ops == &tanh_ops; }
+void px_tanh_input_is_tanh(px_module *m) { ((act *)m)->input_kept = true; }
+void px_tanh_dy_is_dx(px_module *m) { ((act *)m)->dy_is_dx = true; }
 px_module *px_sigmoid(void) { return act_new(&sigmoid_ops, ACT_SIGMOID); }
 px_module *px_gelu(bool tanh_approx) { return act_new(&gelu_ops, tanh_approx ? ACT_GELU_TANH : ACT_GELU); }

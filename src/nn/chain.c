@@ -4,7 +4,8 @@
 // in its normalising pass and masks dy in its backward, and the ReLU passes
 // values through (nn/internal.h; the same bits as apart).  So does a
 // Residual before a ReLU (ResNet's block output), whose ReLU keeps its
-// backward.
+// backward.  A Linear fuses a Tanh after it into its forward GEMM and a
+// Tanh before it into its backward one (the MLP's layers).
 #include "plexus/nn.h"
 #include "nn/internal.h"
 
@@ -17,13 +18,16 @@ static px_status chain_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px
     px_module *c = m->children[i];
     const bool relu_next = i + 1 < m->n_children && px_is_relu(m->children[i + 1]);
     const bool fuse = relu_next && px_is_batchnorm(c), fuse_add = relu_next && px_is_residual(c);
+    const bool fuse_tanh = i + 1 < m->n_children && px_is_tanh(m->children[i + 1]) && px_is_linear(c);
     if (fuse) px_batchnorm_fuse_relu_next(c);
     if (fuse_add) px_residual_fuse_relu_next(c);
+    if (fuse_tanh) px_linear_fuse_tanh_next(c);
     px_tensor next;
     px_status st = px_module_forward(c, ctx, &cur, &next);
     if (st != PX_OK) return st;
     if (fuse && px_batchnorm_relu_applied(c)) px_relu_input_is_relu(m->children[i + 1]);
     if (fuse_add && px_residual_relu_applied(c)) px_relu_input_is_relu_kept(m->children[i + 1]);
+    if (fuse_tanh && px_linear_tanh_applied(c)) px_tanh_input_is_tanh(m->children[i + 1]);
     cur = next;
   }
   *y = cur;
@@ -36,8 +40,12 @@ static px_status chain_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, 
     // The first child only computes an input gradient if our caller wants one.
     px_tensor next;
     px_tensor *want = (i > 0 || dx) ? &next : NULL;
-    px_status st = px_module_backward(m->children[i], ctx, &cur, want);
+    px_module *c = m->children[i];
+    const bool fuse_dtanh = i > 0 && px_is_linear(c) && px_is_tanh(m->children[i - 1]);
+    if (fuse_dtanh) px_linear_fuse_dtanh_prev(c);
+    px_status st = px_module_backward(c, ctx, &cur, want);
     if (st != PX_OK) return st;
+    if (fuse_dtanh && px_linear_dtanh_applied(c)) px_tanh_dy_is_dx(m->children[i - 1]);
     if (want) cur = next;
   }
   if (dx) *dx = cur;

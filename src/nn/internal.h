@@ -42,4 +42,21 @@ void px_residual_fuse_relu_next(px_module *residual);
 bool px_residual_relu_applied(const px_module *residual);
 void px_relu_input_is_relu_kept(px_module *relu);
 
+// Linear and Tanh neighbours in a Chain, fused into the Linear's GEMM where
+// plexus's packed GEMM runs (linear.c, px_sgemm_epi), with the bits of the
+// separate modules.  Linear then Tanh: the chain asks the Linear to apply
+// the Tanh in its forward (that forward only); if it did, the Tanh takes
+// its input as its output and keeps it for its backward.  Tanh then Linear:
+// the chain asks the Linear's backward to multiply dx by 1 - x² (x, the
+// Linear's input, is the Tanh's output); if it did, the Tanh's next
+// backward passes dy through.
+bool px_is_linear(const px_module *m);
+bool px_is_tanh(const px_module *m);
+void px_linear_fuse_tanh_next(px_module *linear);
+bool px_linear_tanh_applied(const px_module *linear);
+void px_linear_fuse_dtanh_prev(px_module *linear);
+bool px_linear_dtanh_applied(const px_module *linear);
+void px_tanh_input_is_tanh(px_module *tanh);
+void px_tanh_dy_is_dx(px_module *tanh);
+
 #endif

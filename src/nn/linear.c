@@ -5,8 +5,15 @@
 // (px_cuda_sgemm; with ctx->compute_dtype PX_BF16 the operands are cast to
 // bf16 in the arena and px_cuda_gemm_bf16 accumulates in f32), the bias
 // gradient through a fixed-order column sum (k_norm.cu).
+//
+// On the CPU with plexus's packed GEMM (px_sgemm_epi, AVX-512), the bias is
+// added in the GEMM's output pass instead of copied into y first, and in a
+// Chain two neighbours fuse into it as well (chain.c, nn/internal.h): a Tanh
+// right after (y = tanh(x·Wᵀ + b) in that pass) and a Tanh right before
+// (dx = (dy·W)·(1 - x²), its backward, x being the Tanh's output).
 #include "plexus/nn.h"
 #include "nn/device.h"
+#include "nn/internal.h"
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -15,7 +22,11 @@ typedef struct linear {
   px_module base;
   int in, out;
   bool has_bias;
-  px_tensor x; /* saved input (R, in) */
+  px_tensor x;        /* saved input (R, in) */
+  bool tanh_next;     /* the chain asks: apply the next Tanh in this forward */
+  bool tanh_applied;  /* the last forward did */
+  bool dtanh_prev;    /* the chain asks: apply the previous Tanh's backward to dx */
+  bool dtanh_applied; /* the last backward did */
 } linear;
 
 #ifdef PX_HAVE_CUDA
@@ -62,6 +73,8 @@ static px_status linear_backward_cuda(linear *l, px_ctx *ctx, const px_tensor *d
 
 static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   linear *l = (linear *)m;
+  const bool want_tanh = l->tanh_next;
+  l->tanh_next = l->tanh_applied = false;
   if (x->ndim < 1 || x->shape[x->ndim - 1] != l->in) {
     char s[PX_SHAPE_STR_MAX];
     return px_error(PX_ERR_SHAPE, "Linear(%d -> %d) \"%s\": input %s must end in %d features", l->in, l->out,
@@ -78,6 +91,15 @@ static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   const int R = (int)(px_tensor_numel(x) / l->in);
   const float *W = m->params[0].data;
   float *Y = px_f32(y);
+  l->x = *x;
+  if (R > PX_SGEMM_ROWS_MAX || !px_sgemm_rows_on()) {
+    const px_gemm_epi epi = {.bias = l->has_bias ? m->params[1].data : NULL,
+                             .act = want_tanh ? PX_GEMM_TANH : PX_GEMM_NONE};
+    if (px_sgemm_epi(false, true, R, l->out, l->in, px_f32(x), l->in, W, l->in, Y, l->out, &epi)) {
+      l->tanh_applied = want_tanh;
+      return PX_OK;
+    }
+  }
   float beta = 0.0f;
   if (l->has_bias) {
     // Start every row of y at b, then accumulate x · Wᵀ on top (beta = 1).
@@ -87,12 +109,13 @@ static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   }
   if (!px_sgemm_rows(true, R, l->out, l->in, px_f32(x), l->in, W, l->in, beta, Y, l->out))
     px_sgemm(false, true, R, l->out, l->in, 1.0f, px_f32(x), l->in, W, l->in, beta, Y, l->out);
-  l->x = *x;
   return PX_OK;
 }
 
 static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy, px_tensor *dx) {
   linear *l = (linear *)m;
+  const bool want_dtanh = l->dtanh_prev;
+  l->dtanh_prev = l->dtanh_applied = false;
 #ifdef PX_HAVE_CUDA
   if (dy->device == PX_CUDA) return linear_backward_cuda(l, ctx, dy, dx);
 #endif
@@ -113,6 +136,14 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
   // dx = dy · W        dy: (R, out)  W: (out, in)  dx: (R, in)
   px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
   if (st != PX_OK) return st;
+  if (R > PX_SGEMM_ROWS_MAX || !px_sgemm_rows_on()) {
+    // With the previous Tanh's backward: dx = (dy · W) · (1 - x²), x its output.
+    const px_gemm_epi epi = {.act = want_dtanh ? PX_GEMM_DTANH : PX_GEMM_NONE, .S = px_f32(&l->x), .lds = l->in};
+    if (px_sgemm_epi(false, false, R, l->in, l->out, DY, l->out, m->params[0].data, l->in, px_f32(dx), l->in, &epi)) {
+      l->dtanh_applied = want_dtanh;
+      return PX_OK;
+    }
+  }
   if (!px_sgemm_rows(false, R, l->in, l->out, DY, l->out, m->params[0].data, l->in, 0.0f, px_f32(dx), l->in))
     px_sgemm(false, false, R, l->in, l->out, 1.0f, DY, l->out, m->params[0].data, l->in, 0.0f, px_f32(dx), l->in);
   return PX_OK;
@@ -121,6 +152,14 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
 // px_checkpoint_pair: backward reads x only (dW += xᵀ·dy), so a recomputed
 // copy of the input serves as well as the one forward saw.
 static void linear_rebind(px_module *m, const px_tensor *x) { ((linear *)m)->x = *x; }
+
+static const px_module_ops linear_ops;
+
+bool px_is_linear(const px_module *m) { return m && m->ops == &linear_ops; }
+void px_linear_fuse_tanh_next(px_module *m) { ((linear *)m)->tanh_next = true; }
+bool px_linear_tanh_applied(const px_module *m) { return ((const linear *)m)->tanh_applied; }
+void px_linear_fuse_dtanh_prev(px_module *m) { ((linear *)m)->dtanh_prev = true; }
+bool px_linear_dtanh_applied(const px_module *m) { return ((const linear *)m)->dtanh_applied; }
 
 static const px_module_ops linear_ops = {
   .type = "Linear",

@@ -19,10 +19,22 @@ PX_KERNEL static void sgemm_reference(bool ta, bool tb, int M, int N, int K, flo
     }
 }
 
+static bool packed_available(void);
+
+// Where plexus's packed GEMM replaces OpenBLAS's: shapes big enough that
+// packing pays (docs/PERFORMANCE.md, "Figures behind code comments").
+static bool packed_shape(int M, int N, int K) {
+  return M >= PX_SGEMM_PACKED_MIN_M && N >= 16 && K >= PX_SGEMM_PACKED_MIN_K &&
+    (size_t)M * N * K >= PX_SGEMM_PACKED_MIN_MNK;
+}
+
 void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
               int ldb, float beta, float *C, int ldc) {
   px_threads_init();
   if (M == 0 || N == 0) return;
+  if (K > 0 && packed_shape(M, N, K) && packed_available() &&
+      px_sgemm_packed_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL))
+    return;
   if (!px_blas.sgemm) {
     sgemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -57,6 +69,38 @@ static bool rows_available(void) {
 }
 
 bool px_sgemm_rows_on(void) { return rows_available(); }
+
+// The packed GEMM applies: built as the row kernels are, this CPU has
+// AVX-512F and FMA, and PX_GEMM_PACKED is not "0".  Decided once.
+static bool packed_available(void) {
+#ifdef ROWS_BUILT
+  static _Atomic int ok = -1;
+  int v = ok;
+  if (v < 0) {
+    __builtin_cpu_init();
+    const char *e = getenv("PX_GEMM_PACKED");
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && !(e && strcmp(e, "0") == 0);
+    ok = v;
+  }
+  return v == 1;
+#else
+  return false;
+#endif
+}
+
+bool px_sgemm_packed_on(void) { return packed_available(); }
+
+bool px_sgemm_epi(bool trans_a, bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  float *C, int ldc, const px_gemm_epi *epi) {
+  if (M < 1 || N < 16 || K < 1 || !packed_available()) return false;
+#ifdef ROWS_BUILT
+  px_threads_init();
+  return px_sgemm_packed_avx512(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, epi);
+#else
+  (void)trans_a, (void)trans_b, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)epi;
+  return false;
+#endif
+}
 
 bool px_sgemm_rows(bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
                    float *C, int ldc) {

@@ -45,6 +45,37 @@ bool px_sgemm_rows_on(void);
 void px_sgemm_rows_avx512(bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                           float beta, float *C, int ldc);
 
+// The output pass of px_sgemm_epi, applied to each element of C while its
+// block is in registers or L1: C starts from bias[j] (when bias is given)
+// instead of 0, and once the sum is complete becomes tanh(C) (PX_GEMM_TANH)
+// or C·(1 - S²) with S an M × N matrix (PX_GEMM_DTANH: tanh's derivative
+// through its output S).  The same expressions as a separate pass in
+// nn/activation.c, so the same bits.
+typedef enum px_gemm_act { PX_GEMM_NONE, PX_GEMM_TANH, PX_GEMM_DTANH } px_gemm_act;
+typedef struct px_gemm_epi {
+  const float *bias;
+  px_gemm_act act;
+  const float *S;
+  int lds;
+} px_gemm_epi;
+
+// C (M × N) = epi(op(A) · op(B)) through plexus's packed AVX-512 GEMM
+// (tensor/gemm_packed_avx512.c); false where it does not run (not built, no
+// AVX-512F + FMA on this CPU, PX_GEMM_PACKED=0, out of memory), and C is
+// untouched: the caller then computes the same unfused.  px_sgemm takes the
+// same kernel for large shapes, so fused and unfused agree bit for bit.
+bool px_sgemm_epi(bool trans_a, bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  float *C, int ldc, const px_gemm_epi *epi);
+// The packed GEMM runs on this CPU (built, AVX-512F + FMA, not PX_GEMM_PACKED=0).
+bool px_sgemm_packed_on(void);
+// px_sgemm takes the packed GEMM from these sizes up (M rows, K, M·N·K);
+// below K = 128, C's reads and writes weigh more and OpenBLAS was faster.
+#define PX_SGEMM_PACKED_MIN_M 16
+#define PX_SGEMM_PACKED_MIN_K 128
+#define PX_SGEMM_PACKED_MIN_MNK ((size_t)1 << 18)
+bool px_sgemm_packed_avx512(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc, const px_gemm_epi *epi);
+
 // Below this many elements an OpenMP region costs more than it saves.
 #define PX_PAR_MIN 32768
 
