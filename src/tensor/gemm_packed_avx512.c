@@ -41,6 +41,8 @@ typedef float vf __attribute__((vector_size(64)));
 // A task: MC rows (8 panels) by NC columns (4 panels), the unit the threads share.
 #define MC 96
 #define NC 128
+// Rows ahead that the k-major packing loops fetch.
+#define PREFETCH_ROWS 8
 
 static inline vf splat(float s) { return (vf){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
 static inline __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -91,18 +93,22 @@ static void pack_rows_kmajor(const float *const *row, int n, int kc, float *out,
 
 // op(A)'s rows i0 .. i0 + mc, k0 .. k0 + kc, as panels of MR rows.
 static void pack_a(bool ta, const float *A, int lda, int i0, int mc, int k0, int kc, float *Ap) {
+  if (ta) {  // A stored k-major: row k's mc floats go to every panel's row k (one pass over each stored row)
+    for (int k = 0; k < kc; k++) {
+      const float *a = A + (size_t)(k0 + k) * lda + i0;
+      if (k + PREFETCH_ROWS < kc)  // rows far apart: the hardware's prefetch does not follow
+        for (int p = 0; p < mc; p += 16) _mm_prefetch((const char *)(a + (size_t)PREFETCH_ROWS * lda + p), _MM_HINT_T0);
+      for (int p = 0; p < mc; p += MR)
+        _mm512_mask_storeu_ps(Ap + (size_t)p * kc + (size_t)k * MR, lanes(MR),
+                              _mm512_maskz_loadu_ps(lanes(mc - p < MR ? mc - p : MR), a + p));
+    }
+    return;
+  }
   for (int p = 0; p < mc; p += MR, Ap += (size_t)MR * kc) {
     const int n = mc - p < MR ? mc - p : MR;
-    if (ta) {  // A stored k-major: a panel row is n consecutive floats
-      const __mmask16 m = lanes(n);
-      for (int k = 0; k < kc; k++)
-        _mm512_mask_storeu_ps(Ap + (size_t)k * MR, lanes(MR),
-                              _mm512_maskz_loadu_ps(m, A + (size_t)(k0 + k) * lda + i0 + p));
-    } else {
-      const float *row[16];
-      for (int i = 0; i < n; i++) row[i] = A + (size_t)(i0 + p + i) * lda + k0;
-      pack_rows_kmajor(row, n, kc, Ap, MR, MR);
-    }
+    const float *row[16];
+    for (int i = 0; i < n; i++) row[i] = A + (size_t)(i0 + p + i) * lda + k0;
+    pack_rows_kmajor(row, n, kc, Ap, MR, MR);
   }
 }
 
@@ -113,6 +119,10 @@ static void pack_b(bool tb, const float *B, int ldb, int j0, int N, int k0, int 
     const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
     for (int k = 0; k < kc; k++) {
       const float *b = B + (size_t)(k0 + k) * ldb + j0;
+      if (k + PREFETCH_ROWS < kc) {
+        _mm_prefetch((const char *)(b + (size_t)PREFETCH_ROWS * ldb), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + (size_t)PREFETCH_ROWS * ldb + 16), _MM_HINT_T0);
+      }
       _mm512_storeu_ps(Bp + (size_t)k * NR, _mm512_maskz_loadu_ps(m0, b));
       _mm512_storeu_ps(Bp + (size_t)k * NR + 16, _mm512_maskz_loadu_ps(m1, b + 16));
     }
