@@ -32,7 +32,7 @@ void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, cons
               int ldb, float beta, float *C, int ldc) {
   px_threads_init();
   if (M == 0 || N == 0) return;
-  if (K > 0 && packed_shape(M, N, K) && packed_available() &&
+  if (px_sgemm_takes_packed(M, N, K) &&
       px_sgemm_packed_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL))
     return;
   if (!px_blas.sgemm) {
@@ -89,6 +89,8 @@ static bool packed_available(void) {
 }
 
 bool px_sgemm_packed_on(void) { return packed_available(); }
+
+bool px_sgemm_takes_packed(int M, int N, int K) { return K > 0 && packed_shape(M, N, K) && packed_available(); }
 
 bool px_sgemm_epi(bool trans_a, bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                   float *C, int ldc, const px_gemm_epi *epi) {

@@ -38,9 +38,10 @@ typedef float vf __attribute__((vector_size(64)));
 #define MR 12
 #define NR 32
 #define KC 256
-// A task: MC rows (8 panels) by NC columns (4 panels), the unit the threads share.
+// Rows of A packed at a time (at most; 8 panels).
 #define MC 96
-#define NC 128
+// Columns of B packed at a time (256 k × 1024 columns: 1 MiB, in the L2).
+#define NS 1024
 // Rows ahead that the k-major packing loops fetch.
 #define PREFETCH_ROWS 8
 
@@ -210,58 +211,75 @@ static void activate(float *C, int ldc, int n, int ncols, const px_gemm_epi *e, 
   }
 }
 
-bool px_sgemm_packed_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                            int ldb, float beta, float *C, int ldc, const px_gemm_epi *e) {
-  // Blocks of rows as even as the panels allow (so two threads share 128 rows as 64 + 64, not 96 + 32).
-  const int mblocks = (M + MC - 1) / MC, mc_even = ((M + mblocks - 1) / mblocks + MR - 1) / MR * MR;
-  const int npanels = (N + NR - 1) / NR, nblocks = (N + NC - 1) / NC;
-  const int tasks = mblocks * nblocks, kc_max = K < KC ? K : KC;
+// One thread's rectangle of C: rows [r0, r1) and columns [c0, c1) (c0 a
+// multiple of NR), with its own packed A and B.
+static void rectangle(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc, const px_gemm_epi *e, int r0, int r1, int c0, int c1,
+                      int mc_even, float *Ap, float *Bp) {
   const float *bias = e ? e->bias : NULL;
   const bool act = e && e->act != PX_GEMM_NONE;
-  float *Bp = aligned_alloc(64, (size_t)kc_max * npanels * NR * sizeof(float));
-  if (!Bp) return false;
-  const bool par = !omp_in_parallel() && omp_get_max_threads() > 1 && tasks > 1;
-  bool ok = true;
-#pragma omp parallel if (par) shared(ok)
-  {
-    float *Ap = aligned_alloc(64, (size_t)mc_even * kc_max * sizeof(float));
-    if (!Ap) {
-#pragma omp atomic write
-      ok = false;
-    }
-#pragma omp barrier
-    if (ok)
-      for (int k0 = 0; k0 < K; k0 += KC) {
-        const int kc = K - k0 < KC ? K - k0 : KC;
-        const bool last = k0 + kc == K;
-#pragma omp for schedule(static)
-        for (int q = 0; q < npanels; q++) pack_b(tb, B, ldb, q * NR, N, k0, kc, Bp + (size_t)q * NR * kc);
-        int packed = -1;
-#pragma omp for schedule(static)
-        for (int t = 0; t < tasks; t++) {
-          const int ib = t / nblocks, jb = t % nblocks;
-          const int i0 = ib * mc_even, mc = M - i0 < mc_even ? M - i0 : mc_even;
-          if (mc <= 0) continue;
-          if (ib != packed) {
-            pack_a(ta, A, lda, i0, mc, k0, kc, Ap);
-            packed = ib;
+  for (int n0 = c0; n0 < c1; n0 += NS) {  // slices of NS columns: their packed B stays in the L2
+    const int ns = c1 - n0 < NS ? c1 - n0 : NS, npanels = (ns + NR - 1) / NR;
+    for (int k0 = 0; k0 < K; k0 += KC) {
+      const int kc = K - k0 < KC ? K - k0 : KC;
+      const bool first = k0 == 0, last = k0 + kc == K;
+      for (int q = 0; q < npanels; q++) pack_b(tb, B, ldb, n0 + q * NR, N, k0, kc, Bp + (size_t)q * NR * kc);
+      for (int i0 = r0; i0 < r1; i0 += mc_even) {
+        const int mc = r1 - i0 < mc_even ? r1 - i0 : mc_even;
+        pack_a(ta, A, lda, i0, mc, k0, kc, Ap);
+        // Per A panel (in L1) every B panel of the slice (in L2).
+        for (int p = 0; p < mc; p += MR)
+          for (int j0 = n0; j0 < n0 + ns; j0 += NR) {
+            const int n = mc - p < MR ? mc - p : MR, ncols = N - j0 < NR ? N - j0 : NR;
+            float *c = C + (size_t)(i0 + p) * ldc + j0;
+            kernel(kc, Ap + (size_t)p * kc, Bp + (size_t)(j0 - n0) * kc, c, ldc, n, ncols, alpha, beta, first,
+                   bias ? bias + j0 : NULL);
+            if (act && last)
+              activate(c, ldc, n, ncols, e, e->act == PX_GEMM_DTANH ? e->S + (size_t)(i0 + p) * e->lds + j0 : NULL,
+                       e->lds);
           }
-          const int j1 = (jb + 1) * NC < N ? (jb + 1) * NC : N;
-          for (int j0 = jb * NC; j0 < j1; j0 += NR)
-            for (int p = 0; p < mc; p += MR) {
-              const int n = mc - p < MR ? mc - p : MR, ncols = N - j0 < NR ? N - j0 : NR;
-              float *c = C + (size_t)(i0 + p) * ldc + j0;
-              kernel(kc, Ap + (size_t)p * kc, Bp + (size_t)j0 * kc, c, ldc, n, ncols, alpha, beta, k0 == 0,
-                     bias ? bias + j0 : NULL);
-              if (act && last)
-                activate(c, ldc, n, ncols, e, e->act == PX_GEMM_DTANH ? e->S + (size_t)(i0 + p) * e->lds + j0 : NULL,
-                         e->lds);
-            }
-        }
       }
-    free(Ap);
+    }
   }
-  free(Bp);
+}
+
+bool px_sgemm_packed_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                            int ldb, float beta, float *C, int ldc, const px_gemm_epi *e) {
+  const int npanels = (N + NR - 1) / NR, kc_max = K < KC ? K : KC;
+  // The threads split the columns (whole panels) where there are two panels a
+  // thread or more, else the rows: each packs what its own rectangle reads,
+  // and no thread waits for another.  Which thread computes an element
+  // changes none of its bits.
+  const int T = !omp_in_parallel() && (size_t)M * N * K >= PX_SGEMM_PACKED_MIN_MNK ? omp_get_max_threads() : 1;
+  const bool split_cols = npanels >= 2 * T;
+  const int rows_each = split_cols ? M : ((M + T - 1) / T + MR - 1) / MR * MR;
+  const int mblocks = (rows_each + MC - 1) / MC, mc_even = ((rows_each + mblocks - 1) / mblocks + MR - 1) / MR * MR;
+  bool ok = true;
+#pragma omp parallel num_threads(T) if (T > 1) shared(ok)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int r0 = 0, r1 = M, c0 = 0, c1 = N;
+    if (split_cols) {
+      c0 = (int)((long)npanels * t / nt) * NR;
+      c1 = (int)((long)npanels * (t + 1) / nt) * NR;
+      if (c1 > N) c1 = N;
+    } else {
+      r0 = t * rows_each < M ? t * rows_each : M;
+      r1 = r0 + rows_each < M ? r0 + rows_each : M;
+    }
+    if (r0 < r1 && c0 < c1) {
+      const int cols = c1 - c0 < NS ? c1 - c0 : NS;
+      float *Ap = aligned_alloc(64, (size_t)mc_even * kc_max * sizeof(float));
+      float *Bp = aligned_alloc(64, (size_t)kc_max * ((cols + NR - 1) / NR) * NR * sizeof(float));
+      if (Ap && Bp) rectangle(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e, r0, r1, c0, c1, mc_even, Ap, Bp);
+      else {
+#pragma omp atomic write
+        ok = false;
+      }
+      free(Ap);
+      free(Bp);
+    }
+  }
   return ok;
 }
 #else

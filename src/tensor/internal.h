@@ -73,6 +73,8 @@ bool px_sgemm_packed_on(void);
 #define PX_SGEMM_PACKED_MIN_M 16
 #define PX_SGEMM_PACKED_MIN_K 128
 #define PX_SGEMM_PACKED_MIN_MNK ((size_t)1 << 18)
+// px_sgemm takes the packed GEMM for this shape (on, and large enough).
+bool px_sgemm_takes_packed(int M, int N, int K);
 bool px_sgemm_packed_avx512(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                             const float *B, int ldb, float beta, float *C, int ldc, const px_gemm_epi *epi);
 
