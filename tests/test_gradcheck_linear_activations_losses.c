@@ -89,6 +89,14 @@ int main(void) {
             px_chain_of(3, px_linear(4, 4, true), px_residual(px_chain_of(2, px_tanh(), px_linear(4, 4, true))),
                         px_linear(4, 2, false)),
             &t, (gc_opts){0});
+  // Linear-Tanh-Linear-Tanh over 80 rows: more than the few-row kernels
+  // take, so on an AVX-512 CPU the packed GEMM runs with the Tanh fused into
+  // the Linear's forward and the Tanh's backward into the next one's dx.
+  float x80[80 * 3];
+  gc_fill_uniform(x80, 240, 6, -2, 2);
+  px_tensor t80 = px_tensor_f32(x80, 2, 80, 3, 0, 0);
+  gradcheck("linear-tanh fused, 80 rows",
+            px_chain_of(4, px_linear(3, 20, true), px_tanh(), px_linear(20, 17, true), px_tanh()), &t80, (gc_opts){0});
   check_losses();
   return px_test_finish("test_gradcheck_linear_activations_losses");
 }

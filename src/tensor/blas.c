@@ -81,8 +81,9 @@ const char *px_blas_info(void) {
   if (px_sgemm_rows_on())
     snprintf(rows, sizeof rows, "; linear layers of <= %d rows: plexus's avx512 row kernels (cpuid)",
              PX_SGEMM_ROWS_MAX);
-  snprintf(info, sizeof info, "%s; kernels: %s (%s)%s", px_blas.get_config ? px_blas.get_config() : "OpenBLAS",
-           px_blas.get_corename ? px_blas.get_corename() : "?", blas_note, rows);
+  const char *packed = px_sgemm_packed_on() ? "; larger GEMMs: plexus's packed avx512 GEMM (cpuid)" : "";
+  snprintf(info, sizeof info, "%s; kernels: %s (%s)%s%s", px_blas.get_config ? px_blas.get_config() : "OpenBLAS",
+           px_blas.get_corename ? px_blas.get_corename() : "?", blas_note, rows, packed);
   return info;
 }
 
