@@ -48,45 +48,32 @@ void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, cons
 #define ROWS_BUILT 1
 #endif
 
-// The row kernels apply: built (a portable x86-64 build compiles
-// gemm_rows_avx512.c with -mavx512f -mfma, a PX_NATIVE one on an AVX-512
-// machine natively), this CPU has AVX-512F and FMA, and PX_GEMM_ROWS is not
-// "0".  Decided once.
-static bool rows_available(void) {
+// An AVX-512 kernel of this file applies: built (a portable x86-64 build
+// compiles gemm_rows_avx512.c and gemm_packed_avx512.c with -mavx512f -mfma,
+// a PX_NATIVE one on an AVX-512 machine natively), this CPU has AVX-512F and
+// FMA, and the environment variable that turns it off is not "0".  Decided
+// once, in *ok.
+static bool avx512_kernel_on(_Atomic int *ok, const char *off_var) {
 #ifdef ROWS_BUILT
-  static _Atomic int ok = -1;
-  int v = ok;
+  int v = *ok;
   if (v < 0) {
     __builtin_cpu_init();
-    const char *e = getenv("PX_GEMM_ROWS");
+    const char *e = getenv(off_var);
     v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && !(e && strcmp(e, "0") == 0);
-    ok = v;
+    *ok = v;
   }
   return v == 1;
 #else
+  (void)ok, (void)off_var;
   return false;
 #endif
 }
+
+static _Atomic int rows_ok = -1, packed_ok = -1;
+static bool rows_available(void) { return avx512_kernel_on(&rows_ok, "PX_GEMM_ROWS"); }
+static bool packed_available(void) { return avx512_kernel_on(&packed_ok, "PX_GEMM_PACKED"); }
 
 bool px_sgemm_rows_on(void) { return rows_available(); }
-
-// The packed GEMM applies: built as the row kernels are, this CPU has
-// AVX-512F and FMA, and PX_GEMM_PACKED is not "0".  Decided once.
-static bool packed_available(void) {
-#ifdef ROWS_BUILT
-  static _Atomic int ok = -1;
-  int v = ok;
-  if (v < 0) {
-    __builtin_cpu_init();
-    const char *e = getenv("PX_GEMM_PACKED");
-    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && !(e && strcmp(e, "0") == 0);
-    ok = v;
-  }
-  return v == 1;
-#else
-  return false;
-#endif
-}
 
 bool px_sgemm_packed_on(void) { return packed_available(); }
 

@@ -9,9 +9,10 @@
 // (docs/PERFORMANCE.md, "Figures behind code comments").
 //
 // The method is the usual one (Goto; BLIS): C (M × N) is computed in blocks
-// of KC along k.  For each block, op(B)'s KC × N slice is packed into
-// panels of NR = 32 columns, k-major (one k's 32 values side by side), and
-// op(A)'s rows into panels of MR = 12 rows, k-major too.  The micro-kernel
+// of KC along k.  For each block, op(B)'s KC × NS slices (NS columns, so
+// that a packed slice stays in the L2) are packed into panels of NR = 32
+// columns, k-major (one k's 32 values side by side), and op(A)'s rows, MC
+// at a time, into panels of MR = 12 rows, k-major too.  The micro-kernel
 // keeps a 12 × 32 block of C in 24 vector registers; per k it loads one B
 // panel row (two vectors), broadcasts the A panel's 12 values and does 24
 // FMAs.  The operands' transposes are all taken by the packing (16 × 16
@@ -21,8 +22,8 @@
 // the k run in turn from 0 in one FMA chain; the first block's sum goes to
 // C as beta·C + alpha·Σ (C not read when beta is 0), each later block's as
 // C + alpha·Σ.  Neither M, N, the element's place in its panel, the
-// threads (which share the blocks of rows and columns) nor their count
-// change a bit.
+// threads (each computes its own rectangle of C) nor their count change a
+// bit.
 #include "tensor/internal.h"
 
 #if (defined(PX_GEMM_ROWS_AVX512) || defined(PX_NATIVE_BUILD)) && defined(__AVX512F__) && defined(__FMA__)
@@ -44,6 +45,10 @@ typedef float vf __attribute__((vector_size(64)));
 #define NS 1024
 // Rows ahead that the k-major packing loops fetch.
 #define PREFETCH_ROWS 8
+
+// n floats on a 64-byte boundary (aligned_alloc wants a size that is a
+// multiple of the alignment); free() releases them.
+static float *floats64(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64); }
 
 static inline vf splat(float s) { return (vf){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
 static inline __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -269,8 +274,8 @@ bool px_sgemm_packed_avx512(bool ta, bool tb, int M, int N, int K, float alpha, 
     }
     if (r0 < r1 && c0 < c1) {
       const int cols = c1 - c0 < NS ? c1 - c0 : NS;
-      float *Ap = aligned_alloc(64, (size_t)mc_even * kc_max * sizeof(float));
-      float *Bp = aligned_alloc(64, (size_t)kc_max * ((cols + NR - 1) / NR) * NR * sizeof(float));
+      float *Ap = floats64((size_t)mc_even * kc_max);
+      float *Bp = floats64((size_t)kc_max * ((cols + NR - 1) / NR) * NR);
       if (Ap && Bp) rectangle(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e, r0, r1, c0, c1, mc_even, Ap, Bp);
       else {
 #pragma omp atomic write
