@@ -6,6 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The AVX-512 kernels (gemm_rows_avx512.c, gemm_packed_avx512.c) are built.
+#if defined(__x86_64__) && defined(__GNUC__) && \
+  (defined(PX_GEMM_ROWS_AVX512) || (defined(PX_NATIVE_BUILD) && defined(__AVX512F__) && defined(__FMA__)))
+#define ROWS_BUILT 1
+#endif
+
 // Only when OpenBLAS could not be loaded: correct and slow.
 PX_KERNEL static void sgemm_reference(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                                       const float *B, int ldb, float beta, float *C, int ldc) {
@@ -32,9 +38,11 @@ void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, cons
               int ldb, float beta, float *C, int ldc) {
   px_threads_init();
   if (M == 0 || N == 0) return;
+#ifdef ROWS_BUILT
   if (px_sgemm_takes_packed(M, N, K) &&
       px_sgemm_packed_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL))
     return;
+#endif
   if (!px_blas.sgemm) {
     sgemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -42,11 +50,6 @@ void px_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, cons
   px_blas.sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                 A, lda, B, ldb, beta, C, ldc);
 }
-
-#if defined(__x86_64__) && defined(__GNUC__) && \
-  (defined(PX_GEMM_ROWS_AVX512) || (defined(PX_NATIVE_BUILD) && defined(__AVX512F__) && defined(__FMA__)))
-#define ROWS_BUILT 1
-#endif
 
 // An AVX-512 kernel of this file applies: built (a portable x86-64 build
 // compiles gemm_rows_avx512.c and gemm_packed_avx512.c with -mavx512f -mfma,
