@@ -71,6 +71,10 @@ static px_status linear_backward_cuda(linear *l, px_ctx *ctx, const px_tensor *d
 }
 #endif
 
+// R rows are past the few-row kernels (px_sgemm_rows), so forward and dx go
+// to the packed GEMM's px_sgemm_epi where it runs.
+static bool past_row_kernels(int R) { return R > PX_SGEMM_ROWS_MAX || !px_sgemm_rows_on(); }
+
 static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, px_tensor *y) {
   linear *l = (linear *)m;
   const bool want_tanh = l->tanh_next;
@@ -92,7 +96,7 @@ static px_status linear_forward(px_module *m, px_ctx *ctx, const px_tensor *x, p
   const float *W = m->params[0].data;
   float *Y = px_f32(y);
   l->x = *x;
-  if (R > PX_SGEMM_ROWS_MAX || !px_sgemm_rows_on()) {
+  if (past_row_kernels(R)) {
     const px_gemm_epi epi = {.bias = l->has_bias ? m->params[1].data : NULL,
                              .act = want_tanh ? PX_GEMM_TANH : PX_GEMM_NONE};
     if (px_sgemm_epi(false, true, R, l->out, l->in, px_f32(x), l->in, W, l->in, Y, l->out, &epi)) {
@@ -136,7 +140,7 @@ static px_status linear_backward(px_module *m, px_ctx *ctx, const px_tensor *dy,
   // dx = dy · W        dy: (R, out)  W: (out, in)  dx: (R, in)
   px_status st = px_ctx_tensor_like(ctx, dx, &l->x);
   if (st != PX_OK) return st;
-  if (R > PX_SGEMM_ROWS_MAX || !px_sgemm_rows_on()) {
+  if (past_row_kernels(R)) {
     // With the previous Tanh's backward: dx = (dy · W) · (1 - x²), x its output.
     const px_gemm_epi epi = {.act = want_dtanh ? PX_GEMM_DTANH : PX_GEMM_NONE, .S = px_f32(&l->x), .lds = l->in};
     if (px_sgemm_epi(false, false, R, l->in, l->out, DY, l->out, m->params[0].data, l->in, px_f32(dx), l->in, &epi)) {
