@@ -22,10 +22,10 @@ for t in $THREADS; do
       for side in before after; do
         bin=$1; [ "$side" = after ] && bin=$2
         line=$("$bin" --model "$MODEL" --batch "$b" --threads "$t" --seconds "$SECONDS_PER_RUN" | grep samples_per_s)
-        echo "$side $line" | awk -v t="$t" -v b="$b" -v load="$(cut -d' ' -f1 /proc/loadavg)" '{
+        echo "$side $line" | awk -v t="$t" -v b="$b" -v loadavg="$(cut -d' ' -f1 /proc/loadavg)" '{
           for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
           printf "%s %s batch=%s threads=%s samples_per_s=%s cpu_ms_per_step=%.3f load=%s\n",
-                 $1, $2, b, t, v["samples_per_s"], 1000 * v["cpu_s"] / v["steps"], load }'
+                 $1, $2, b, t, v["samples_per_s"], 1000 * v["cpu_s"] / v["steps"], loadavg }'
       done
     done
   done
