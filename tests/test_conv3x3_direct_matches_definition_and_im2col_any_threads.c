@@ -8,8 +8,9 @@
  * gradients again.  Shapes cover the register blocks' remainders (channels
  * not a multiple of 4 or 8, planes whose flat length leaves 0, 1 or 2
  * vectors after the chunks of 3, for vectors of 8 and of 16 floats), ResNet-20's 16-channel 32×32 layer, more samples than dW blocks
- * (uneven blocks), a 1×1 plane, one sample, and a layer too wide for two dW
- * partials (512 → 512, through the kernels with PX_CONV_DIRECT=1: by
+ * (uneven blocks), a 1×1 plane, one sample, a layer whose weights take the
+ * forward and dx in parts of 64 input channels (80 → 200, 7×7), and a layer
+ * too wide for two dW partials (512 → 512, through the kernels with PX_CONV_DIRECT=1: by
  * default layers past 64 channels take im2col + GEMM where the kernels
  * have 8-float vectors), and at stride 2 ResNet-20's 16 → 32 downsampling
  * layer, odd plane sizes, a 2×1 plane and uneven dW blocks.  If this fails, a convolution in ResNet-style
@@ -198,6 +199,11 @@ int main(void) {
     {1, 4, 5, 1, 1, true, 1, false},      // a 1×1 plane: every tap but the centre reads padding
     {1, 2, 3, 2, 13, false, 1, false},    // one sample, no bias, a wide flat plane
     {2, 512, 512, 4, 4, true, 1, false},  // too wide for two dW partials (512·512·9 > 2^21 floats)
+    // Weights past 512 KiB: the forward and dx in parts of 64 input
+    // channels (80 = 64 + 16 forward, 200 = 3·64 + 8 for dx); 7×7 at 16
+    // floats: 4 vectors, two chunks of 2; with Winograd, transformed inputs
+    // past 512 KiB (80 channels at 16 floats, 200 at 8 and 16).
+    {2, 80, 200, 7, 7, true, 1, false},
     {2, 32, 32, 16, 16, true, 1, false},  // ResNet-20's second stage: whole chunks of 3 vectors (8 and 16 floats)
     {3, 20, 12, 5, 8, true, 1, false},  // chunks of 3 and one of 1 vector (8 and 16 floats); 12 = 8 + 4 output channels
     {19, 16, 24, 14, 14, true, 1, false},  // Winograd: 14 = 3·4 + 2 (part tiles), 19 samples in groups, the last short

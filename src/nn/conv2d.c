@@ -282,6 +282,78 @@ static float *conv_cols(conv2d *c, px_ctx *ctx, size_t KP, int need, bool fresh)
   return c->cols;
 }
 
+// Where the direct kernels' weights (in_c · out_c · 9 floats) outgrow
+// C3_SPLIT_BYTES, c3_conv_all takes the input channels PX_C3_CB at a time
+// across every (sample, block) item rather than every channel of one item
+// after another: an item's run otherwise streams all its block's weights,
+// and the next item (the next block) the next block's, so each sample read
+// all of them from L3 (ResNet-18's 512-channel 7×7 layer, batch 8: the
+// weight loads were most of the forward kernel's time).  A part's block
+// of weights (PX_C3_CB · 9 · ob floats) stays in L1 across the samples and
+// its slice of the inputs in L2 across the blocks; each item keeps its
+// tile in `tiles` between parts.  The same bits: each tile sums the same
+// parts in the same order (px_c3_conv_part).
+#define C3_SPLIT_BYTES ((size_t)1 << 19)
+static bool c3_split(int in_c, int out_c) {
+  return in_c > PX_C3_CB && (size_t)in_c * (size_t)out_c * 9 * sizeof(float) > C3_SPLIT_BYTES;
+}
+
+// Floats of tile c3_conv_all needs: one an item where it splits, else one
+// a thread (T threads).
+static size_t c3_tile_floats(const px_c3 *g, int in_c, int out_c, int64_t N, int T) {
+  const size_t tile = (size_t)g->ob * g->Qr, blocks = (size_t)(out_c + g->ob - 1) / (size_t)g->ob;
+  return c3_split(in_c, out_c) ? (size_t)N * blocks * tile : (size_t)T * tile;
+}
+
+// out (N samples of out_c planes, out_ss floats apart) = bias + the
+// convolution of in_p (N samples of in_c padded planes, in_ss apart) with
+// wr, as (sample, block) items over the team of an enclosing parallel
+// region; nowait: the last loop leaves without its barrier.
+static void c3_conv_all(const px_c3 *g, const float *in_p, size_t in_ss, int in_c, const float *wr, int out_c,
+                        const float *bias, float *out, size_t out_ss, int64_t N, float *tiles, bool nowait) {
+  const int blocks = (out_c + g->ob - 1) / g->ob;
+  const int64_t items = N * blocks;
+  const size_t tile = (size_t)g->ob * g->Qr;
+  if (!c3_split(in_c, out_c)) {
+    float *t = tiles + (size_t)omp_get_thread_num() * tile;
+    if (nowait) {
+#pragma omp for schedule(static) nowait
+      for (int64_t it = 0; it < items; it++) {
+        const int64_t n = it / blocks;
+        px_c3_conv(g, in_p + (size_t)n * in_ss, in_c, wr, out_c, (int)(it % blocks), bias, out + (size_t)n * out_ss, t);
+      }
+    } else {
+#pragma omp for schedule(static)
+      for (int64_t it = 0; it < items; it++) {
+        const int64_t n = it / blocks;
+        px_c3_conv(g, in_p + (size_t)n * in_ss, in_c, wr, out_c, (int)(it % blocks), bias, out + (size_t)n * out_ss, t);
+      }
+    }
+    return;
+  }
+  // Items block by block, the samples inside: a thread's run of items
+  // shares its blocks' weights.
+  for (int c0 = 0; c0 < in_c; c0 += PX_C3_CB) {
+    const int c1 = c0 + PX_C3_CB < in_c ? c0 + PX_C3_CB : in_c;
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; it++) {
+      const int64_t n = it % N;
+      const int blk = (int)(it / N);
+      px_c3_conv_part(g, in_p + (size_t)n * in_ss, in_c, c0, c1, wr, out_c, blk, bias,
+                      tiles + (size_t)(n * blocks + blk) * tile);
+    }
+  }
+  if (nowait) {
+#pragma omp for schedule(static) nowait
+    for (int64_t it = 0; it < items; it++)
+      px_c3_tile_out(g, tiles + (size_t)it * tile, out_c, (int)(it % blocks), out + (size_t)(it / blocks) * out_ss);
+  } else {
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; it++)
+      px_c3_tile_out(g, tiles + (size_t)it * tile, out_c, (int)(it % blocks), out + (size_t)(it / blocks) * out_ss);
+  }
+}
+
 // Forward through the direct kernels: pad every sample, then (sample,
 // block of g.ob output channels) items spread over the threads.
 static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, int W, float *Y) {
@@ -294,7 +366,7 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   const bool par = T > 1 && items > 1 && PX_PAR((size_t)N * C * O * g.Ho * g.Wo / 64);
   float *xp = px_arena_alloc(ctx->arena, (size_t)N * C * g.PS * sizeof(float));
   float *wr = px_arena_alloc(ctx->arena, px_c3_wr_floats(&g, O, C) * sizeof(float));
-  float *tiles = px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * g.ob * g.Qr * sizeof(float));
+  float *tiles = px_arena_alloc(ctx->arena, c3_tile_floats(&g, C, O, N, par ? T : 1) * sizeof(float));
   if (!xp || !wr || !tiles) return PX_ERR_NOMEM;
   px_c3_weights_fwd(&g, m->params[0].data, O, C, wr);
   const float *X = px_f32(&c->x), *b = c->has_bias ? m->params[1].data : NULL;
@@ -303,12 +375,7 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   {
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
-    float *tile = tiles + (size_t)omp_get_thread_num() * g.ob * g.Qr;
-#pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; it++) {
-      const int64_t n = it / blocks;
-      px_c3_conv(&g, xp + (size_t)n * xps, C, wr, O, (int)(it % blocks), b, Y + (size_t)n * out_sample, tile);
-    }
+    c3_conv_all(&g, xp, xps, C, wr, O, b, Y, out_sample, N, tiles, false);
   }
   c->xp = xp;
   return PX_OK;
@@ -787,7 +854,9 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   const size_t wrn = px_c3_wr_floats(&g, C, O);
   float *wr = DX ? px_arena_alloc(ctx->arena, (s2 ? 4 : 1) * wrn * sizeof(float)) : NULL;
   const size_t tile_floats = (size_t)g.ob * (s2 ? g.dx_Qr : g.Qr);
-  float *tiles = DX ? px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * tile_floats * sizeof(float)) : NULL;
+  float *tiles = !DX ? NULL
+    : s2             ? px_arena_alloc(ctx->arena, (size_t)(par ? T : 1) * tile_floats * sizeof(float))
+                     : px_arena_alloc(ctx->arena, c3_tile_floats(&g, O, C, N, par ? T : 1) * sizeof(float));
   // Blocks of samples: DW_BLOCKS, or fewer where a block would hold under
   // DW_MIN_VECTORS vectors of positions (samples × vectors per plane): each
   // block's kernel call sums its lanes once per (output, input channel, tap)
@@ -820,7 +889,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
   const float *X = px_f32(&c->x);
   const bool bias = c->has_bias;
   const int cblocks = (C + g.ob - 1) / g.ob, oblocks = dw_oblocks;
-  const int64_t dx_items = DX ? N * cblocks : 0, dw_items = do_dw ? B * oblocks : 0;
+  const int64_t dx_items = DX && s2 ? N * cblocks : 0, dw_items = do_dw ? B * oblocks : 0;
 #pragma omp parallel if (par)
   {
 #pragma omp for schedule(static)
@@ -829,12 +898,12 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
       px_c3_pad_dy(&g, DY + (size_t)n * out_sample, O, dyp + (size_t)n * yps);
       if (dyq) px_c3_pad_dx2(&g, DY + (size_t)n * out_sample, O, dyq + (size_t)n * qps);
     }
-    float *tile = DX ? tiles + (size_t)omp_get_thread_num() * tile_floats : NULL;
+    if (DX && !s2) c3_conv_all(&g, dyp, yps, O, wr, C, NULL, DX, in_sample, N, tiles, true);
+    float *tile = DX && s2 ? tiles + (size_t)omp_get_thread_num() * tile_floats : NULL;
 #pragma omp for schedule(static) nowait
     for (int64_t it = 0; it < dx_items; it++) {
       const int64_t n = it / cblocks;
-      if (s2) px_c3_dx2(&g, dyq + (size_t)n * qps, O, wph, C, (int)(it % cblocks), DX + (size_t)n * in_sample, tile);
-      else px_c3_conv(&g, dyp + (size_t)n * yps, O, wr, C, (int)(it % cblocks), NULL, DX + (size_t)n * in_sample, tile);
+      px_c3_dx2(&g, dyq + (size_t)n * qps, O, wph, C, (int)(it % cblocks), DX + (size_t)n * in_sample, tile);
     }
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < dw_items; it++) {

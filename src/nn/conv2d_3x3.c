@@ -337,12 +337,29 @@ static void c3_run(const px_c3 *g, const px_c3_pass *p, int blk, float *tile) {
   C3_CALL(g->isa, px_c3_run, p, blk, tile);
 }
 
-ROW_COPIES void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
-                           const float *bias, float *out, float *tile) {
-  px_c3_pass p =
-    {.in = in_p, .in_ps = g->PS, .in_c = in_c, .nt = 9, .out_c = out_c, .wr = wr, .bias = bias, .Qr = g->Qr};
+void px_c3_conv_part(const px_c3 *g, const float *in_p, int in_c, int c_lo, int c_hi, const float *wr, int out_c,
+                     int blk, const float *bias, float *tile) {
+  px_c3_pass p = {.in = in_p,
+                  .in_ps = g->PS,
+                  .in_c = in_c,
+                  .nt = 9,
+                  .out_c = out_c,
+                  .wr = wr,
+                  .bias = bias,
+                  .c_lo = c_lo,
+                  .c_hi = c_hi,
+                  .Qr = g->Qr};
   memcpy(p.off, g->off, sizeof p.off);
   c3_run(g, &p, blk, tile);
+}
+
+ROW_COPIES void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk,
+                           const float *bias, float *out, float *tile) {
+  px_c3_conv_part(g, in_p, in_c, 0, in_c, wr, out_c, blk, bias, tile);
+  px_c3_tile_out(g, tile, out_c, blk, out);
+}
+
+ROW_COPIES void px_c3_tile_out(const px_c3 *g, const float *tile, int out_c, int blk, float *out) {
   const int Ho = g->Ho, Wo = g->Wo, Wr = g->Wr, o0 = blk * g->ob;
   for (int r = 0; r < g->ob && o0 + r < out_c; r++) {
     float *y = out + (size_t)(o0 + r) * Ho * Wo;
@@ -362,6 +379,8 @@ void px_c3_dx2(const px_c3 *g, const float *dyq, int O, const float *const wr[4]
                     .out_c = C,
                     .wr = wr[ph],
                     .bias = NULL,
+                    .c_lo = 0,
+                    .c_hi = O,
                     .Qr = g->dx_Qr};
     for (int k = 0; k < p.nt; k++) p.off[k] = g->dx_off[ph][k];
     c3_run(g, &p, blk, tile);
@@ -462,7 +481,8 @@ void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, int b
 
 size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c) {
   const size_t wch = 3 * (size_t)g->vl;
-  return 36 * (size_t)in_c * wch + 36 * (size_t)g->ob * wch + 16 * (size_t)out_c * g->Qr;
+  const size_t mc_blocks = px_w4_wide(g->vl, in_c) ? (size_t)(out_c + g->ob - 1) / (size_t)g->ob : 1;
+  return 36 * (size_t)in_c * wch + 36 * mc_blocks * (size_t)g->ob * wch + 16 * (size_t)out_c * g->Qr;
 }
 
 void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp) {

@@ -65,6 +65,15 @@ void px_c3_weights_dx2(const px_c3 *g, const float *Wt, int O, int C, int ph, fl
 // blk of out_c channels; in_p (in_c, PS) padded; tile: g->ob·Qr floats.
 void px_c3_conv(const px_c3 *g, const float *in_p, int in_c, const float *wr, int out_c, int blk, const float *bias,
                 float *out, float *tile);
+// px_c3_conv in parts: px_c3_conv_part sums input channels [c_lo, c_hi)
+// into the tile (the first part, c_lo = 0, starts it from the bias; c_lo
+// and c_hi are multiples of PX_C3_CB or in_c), px_c3_tile_out copies the
+// finished tile out.  Parts called in order of c_lo give px_c3_conv's bits:
+// the kernel sums PX_C3_CB channels at a time into the tile either way.
+#define PX_C3_CB 64
+void px_c3_conv_part(const px_c3 *g, const float *in_p, int in_c, int c_lo, int c_hi, const float *wr, int out_c,
+                     int blk, const float *bias, float *tile);
+void px_c3_tile_out(const px_c3 *g, const float *tile, int out_c, int blk, float *out);
 // Stride 2: dx's channels blk·ob .. of C (H, W) planes from dyq (O, dx_ps)
 // and the four phases' weights; tile: g->ob·dx_Qr floats.
 void px_c3_dx2(const px_c3 *g, const float *dyq, int O, const float *const wr[4], int C, int blk, float *dx,
@@ -105,6 +114,13 @@ void px_w4_weights(const px_w4 *g, const float *Wt, int O, int C, bool dx, int b
 // positions are written, the rest stays zero between calls (the slots of
 // absent samples, ns .. g->ns - 1, are zeroed).
 void px_w4_pad(const px_w4 *g, const float *x, size_t in_ss, int ns, int C, float *xp);
+// px_w4_sample's order for in_c input channels: true where the 36
+// transformed inputs of a chunk of tiles (36 · in_c · 3 vectors) outgrow
+// PX_W4_WIDE_BYTES, so that each block of outputs re-read them from L3.
+#define PX_W4_WIDE_BYTES ((size_t)1 << 19)
+static inline bool px_w4_wide(int vl, int in_c) {
+  return 36 * (size_t)in_c * 3 * (size_t)vl * sizeof(float) > PX_W4_WIDE_BYTES;
+}
 // Floats of scratch px_w4_sample needs (a thread's own).
 size_t px_w4_scratch(const px_w4 *g, int in_c, int out_c);
 // ns samples (out_ss floats apart): out (out_c, H, W) = bias + conv(x, w)
@@ -135,6 +151,7 @@ typedef struct px_c3_pass {
   size_t in_ps;
   int in_c, nt, out_c;
   const float *wr, *bias;
+  int c_lo, c_hi; /* input channels this run sums: [c_lo, c_hi) */
   ptrdiff_t off[9];
   size_t Qr;
 } px_c3_pass;
