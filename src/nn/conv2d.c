@@ -283,26 +283,31 @@ static float *conv_cols(conv2d *c, px_ctx *ctx, size_t KP, int need, bool fresh)
 }
 
 // Where the direct kernels' weights (in_c · out_c · 9 floats) outgrow
-// C3_SPLIT_BYTES, c3_conv_all takes the input channels PX_C3_CB at a time
-// across every (sample, block) item rather than every channel of one item
-// after another: an item's run otherwise streams all its block's weights,
-// and the next item (the next block) the next block's, so each sample read
-// all of them from L3 (ResNet-18's 512-channel 7×7 layer, batch 8: the
-// weight loads were most of the forward kernel's time).  A part's block
-// of weights (PX_C3_CB · 9 · ob floats) stays in L1 across the samples and
-// its slice of the inputs in L2 across the blocks; each item keeps its
-// tile in `tiles` between parts.  The same bits: each tile sums the same
-// parts in the same order (px_c3_conv_part).
+// C3_SPLIT_BYTES and the inputs' slice of PX_C3_CB channels over all N
+// samples fits in it, c3_conv_all takes the input channels PX_C3_CB at a
+// time across every (sample, block) item rather than every channel of one
+// item after another: an item's run otherwise streams all its block's
+// weights, and the next item (the next block) the next block's, so each
+// sample read all of them from L3 (ResNet-18's 512-channel 7×7 layer,
+// batch 8: the weight loads were most of the forward kernel's time, 14.7
+// → 13.6 ms split).  A part's block of weights (PX_C3_CB · 9 · ob floats)
+// stays in L1 across the samples and its slice of the inputs in L2 across
+// the blocks; each item keeps its tile in `tiles` between parts.  Where
+// that slice does not fit, the parts only re-read it from L3 (ResNet-18's
+// 128 → 256 stride-2 layer at batch 8, 2 MB a slice: 6.1 → 6.9 ms split).
+// The same bits either way: each tile sums the same parts in the same
+// order (px_c3_conv_part).
 #define C3_SPLIT_BYTES ((size_t)1 << 19)
-static bool c3_split(int in_c, int out_c) {
-  return in_c > PX_C3_CB && (size_t)in_c * (size_t)out_c * 9 * sizeof(float) > C3_SPLIT_BYTES;
+static bool c3_split(const px_c3 *g, int in_c, int out_c, int64_t N) {
+  return in_c > PX_C3_CB && (size_t)in_c * (size_t)out_c * 9 * sizeof(float) > C3_SPLIT_BYTES &&
+    (size_t)N * PX_C3_CB * g->PS * sizeof(float) <= C3_SPLIT_BYTES;
 }
 
 // Floats of tile c3_conv_all needs: one an item where it splits, else one
 // a thread (T threads).
 static size_t c3_tile_floats(const px_c3 *g, int in_c, int out_c, int64_t N, int T) {
   const size_t tile = (size_t)g->ob * g->Qr, blocks = (size_t)(out_c + g->ob - 1) / (size_t)g->ob;
-  return c3_split(in_c, out_c) ? (size_t)N * blocks * tile : (size_t)T * tile;
+  return c3_split(g, in_c, out_c, N) ? (size_t)N * blocks * tile : (size_t)T * tile;
 }
 
 // out (N samples of out_c planes, out_ss floats apart) = bias + the
@@ -314,7 +319,7 @@ static void c3_conv_all(const px_c3 *g, const float *in_p, size_t in_ss, int in_
   const int blocks = (out_c + g->ob - 1) / g->ob;
   const int64_t items = N * blocks;
   const size_t tile = (size_t)g->ob * g->Qr;
-  if (!c3_split(in_c, out_c)) {
+  if (!c3_split(g, in_c, out_c, N)) {
     float *t = tiles + (size_t)omp_get_thread_num() * tile;
     if (nowait) {
 #pragma omp for schedule(static) nowait
