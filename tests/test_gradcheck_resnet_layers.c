@@ -9,7 +9,9 @@
  * with more than 64 output channels and taps (im2col + GEMM's "wide"
  * backward path, whose GEMMs are cut into chunks of 64 rows, forced with
  * PX_CONV_DIRECT=0; and the same layers by default, which on a CPU with
- * AVX-512 take the direct 3×3 kernels at stride 1 and 2).
+ * AVX-512 take the direct 3×3 kernels at stride 1 and 2), and a layer whose
+ * weights pass 512 KiB (80 → 200 on 7×7 planes: there the direct kernels'
+ * forward and dx run in parts of 64 input channels).
  * If this fails, that layer's backward is wrong (a padded window's argmax
  * pointing at the wrong pixel, a missing 1/(H·W), a shortcut whose gradient
  * is dropped or counted twice, a chunk of dW or dx left out) and a ResNet
@@ -110,6 +112,16 @@ static void check_resnet_convs(void) {
   gradcheck("conv default path (N=1, 8->80, 3x3 s=1 p=1)", px_conv2d(8, 80, 3, 1, 1, true), &t1,
             (gc_opts){.max_checks = 128});
   gradcheck("conv default path (N=1, 8->80, 3x3 s=2 p=1)", px_conv2d(8, 80, 3, 2, 1, false), &t1,
+            (gc_opts){.max_checks = 128});
+  // Weights past 512 KiB (80·200·9 floats): with 16-float vectors the
+  // direct kernels' forward and dx in parts of 64 input channels (64 + 16,
+  // 3·64 + 8), 7×7 planes in two chunks of 2 vectors; with
+  // PX_CONV_WINOGRAD=1 Winograd's products element by element (80 and 200
+  // channels in).
+  float x2[2 * 80 * 7 * 7];
+  gc_fill_uniform(x2, sizeof x2 / sizeof *x2, 103, -1, 1);
+  px_tensor t2 = px_tensor_f32(x2, 4, 2, 80, 7, 7);
+  gradcheck("conv in parts of 64 channels (N=2, 80->200, 3x3 s=1 p=1, 7x7)", px_conv2d(80, 200, 3, 1, 1, true), &t2,
             (gc_opts){.max_checks = 128});
 }
 
