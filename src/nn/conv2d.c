@@ -313,31 +313,24 @@ static size_t c3_tile_floats(const px_c3 *g, int in_c, int out_c, int64_t N, int
 // out (N samples of out_c planes, out_ss floats apart) = bias + the
 // convolution of in_p (N samples of in_c padded planes, in_ss apart) with
 // wr, as (sample, block) items over the team of an enclosing parallel
-// region; nowait: the last loop leaves without its barrier.
+// region.  Its last loop leaves without a barrier: the caller's next loop
+// (dW beside dx) or the region's end waits.
 static void c3_conv_all(const px_c3 *g, const float *in_p, size_t in_ss, int in_c, const float *wr, int out_c,
-                        const float *bias, float *out, size_t out_ss, int64_t N, float *tiles, bool nowait) {
+                        const float *bias, float *out, size_t out_ss, int64_t N, float *tiles) {
   const int blocks = (out_c + g->ob - 1) / g->ob;
   const int64_t items = N * blocks;
   const size_t tile = (size_t)g->ob * g->Qr;
   if (!c3_split(g, in_c, out_c, N)) {
     float *t = tiles + (size_t)omp_get_thread_num() * tile;
-    if (nowait) {
 #pragma omp for schedule(static) nowait
-      for (int64_t it = 0; it < items; it++) {
-        const int64_t n = it / blocks;
-        px_c3_conv(g, in_p + (size_t)n * in_ss, in_c, wr, out_c, (int)(it % blocks), bias, out + (size_t)n * out_ss, t);
-      }
-    } else {
-#pragma omp for schedule(static)
-      for (int64_t it = 0; it < items; it++) {
-        const int64_t n = it / blocks;
-        px_c3_conv(g, in_p + (size_t)n * in_ss, in_c, wr, out_c, (int)(it % blocks), bias, out + (size_t)n * out_ss, t);
-      }
+    for (int64_t it = 0; it < items; it++) {
+      const int64_t n = it / blocks;
+      px_c3_conv(g, in_p + (size_t)n * in_ss, in_c, wr, out_c, (int)(it % blocks), bias, out + (size_t)n * out_ss, t);
     }
     return;
   }
   // Items block by block, the samples inside: a thread's run of items
-  // shares its blocks' weights.
+  // shares its blocks' weights.  Each part waits for the one before.
   for (int c0 = 0; c0 < in_c; c0 += PX_C3_CB) {
     const int c1 = c0 + PX_C3_CB < in_c ? c0 + PX_C3_CB : in_c;
 #pragma omp for schedule(static)
@@ -348,15 +341,9 @@ static void c3_conv_all(const px_c3 *g, const float *in_p, size_t in_ss, int in_
                       tiles + (size_t)(n * blocks + blk) * tile);
     }
   }
-  if (nowait) {
 #pragma omp for schedule(static) nowait
-    for (int64_t it = 0; it < items; it++)
-      px_c3_tile_out(g, tiles + (size_t)it * tile, out_c, (int)(it % blocks), out + (size_t)(it / blocks) * out_ss);
-  } else {
-#pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; it++)
-      px_c3_tile_out(g, tiles + (size_t)it * tile, out_c, (int)(it % blocks), out + (size_t)(it / blocks) * out_ss);
-  }
+  for (int64_t it = 0; it < items; it++)
+    px_c3_tile_out(g, tiles + (size_t)it * tile, out_c, (int)(it % blocks), out + (size_t)(it / blocks) * out_ss);
 }
 
 // Forward through the direct kernels: pad every sample, then (sample,
@@ -380,7 +367,7 @@ static px_status conv_forward_direct(conv2d *c, px_ctx *ctx, int64_t N, int H, i
   {
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) px_c3_pad(&g, X + (size_t)n * in_sample, C, xp + (size_t)n * xps);
-    c3_conv_all(&g, xp, xps, C, wr, O, b, Y, out_sample, N, tiles, false);
+    c3_conv_all(&g, xp, xps, C, wr, O, b, Y, out_sample, N, tiles);
   }
   c->xp = xp;
   return PX_OK;
@@ -903,7 +890,7 @@ static px_status conv_backward_direct(conv2d *c, px_ctx *ctx, const float *DY, f
       px_c3_pad_dy(&g, DY + (size_t)n * out_sample, O, dyp + (size_t)n * yps);
       if (dyq) px_c3_pad_dx2(&g, DY + (size_t)n * out_sample, O, dyq + (size_t)n * qps);
     }
-    if (DX && !s2) c3_conv_all(&g, dyp, yps, O, wr, C, NULL, DX, in_sample, N, tiles, true);
+    if (DX && !s2) c3_conv_all(&g, dyp, yps, O, wr, C, NULL, DX, in_sample, N, tiles);
     float *tile = DX && s2 ? tiles + (size_t)omp_get_thread_num() * tile_floats : NULL;
 #pragma omp for schedule(static) nowait
     for (int64_t it = 0; it < dx_items; it++) {
