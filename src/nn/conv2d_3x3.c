@@ -86,6 +86,21 @@ static int c3_isa(void) {
 // Floats per vector of a copy.
 static int c3_vl(int isa) { return isa == PX_C3_AVX512 ? 16 : isa == PX_C3_AVX2 ? 8 : BASE_VL; }
 
+// The shifted layout (conv2d_3x3.h) for a stride-1 H × W plane: where rows
+// of W + 2 take at least SHIFT_GAIN_PCT % more vectors of vl floats than
+// rows of W (8×8 at 16 floats: 5 against 4).  It holds three copies of the
+// input, so it is taken only where it saves that much.  PX_CONV_SHIFTED=0
+// or 1 turns it off or on for every stride-1 plane (tests, measurements).
+#define SHIFT_GAIN_PCT 20
+static bool c3_shifted(int H, int W, int vl) {
+  const char *e = getenv("PX_CONV_SHIFTED");
+  if (e && strcmp(e, "0") == 0) return false;
+  if (e && strcmp(e, "1") == 0) return true;
+  const size_t v = (size_t)vl, padded = ((size_t)H * (size_t)(W + 2) + v - 1) / v;
+  const size_t tight = ((size_t)H * (size_t)W + v - 1) / v;
+  return padded * 100 >= tight * (100 + SHIFT_GAIN_PCT);
+}
+
 void px_c3_geom(int H, int W, int stride, px_c3 *g) {
   memset(g, 0, sizeof *g);
   g->isa = c3_isa();
@@ -98,7 +113,8 @@ void px_c3_geom(int H, int W, int stride, px_c3 *g) {
   if (g->stride == 1) {
     g->Ho = H;
     g->Wo = W;
-    g->Wr = W + 2;
+    g->shifted = c3_shifted(H, W, g->vl);
+    g->Wr = g->shifted ? W : W + 2;
   } else {
     g->Ho = (H - 1) / 2 + 1;
     g->Wo = (W - 1) / 2 + 1;
@@ -108,7 +124,16 @@ void px_c3_geom(int H, int W, int stride, px_c3 *g) {
   g->Q = (size_t)g->Ho * (size_t)Wr;
   // The forward kernel's chunks: 3 vectors, then the 1 or 2 left.
   g->Qr = round_up(g->Q, vl);
-  if (g->stride == 1) {
+  if (g->shifted) {
+    // Copy j is read at q + i·Wr (i ≤ 2) for q < Qr, and dW reads dy's
+    // copy 1 at PSq + Wr + q.
+    size_t need = g->Qr + 2 * (size_t)Wr, img = (size_t)(H + 2) * (size_t)Wr;
+    g->PSq = round_up(need > img ? need : img, vl);
+    g->PS = 3 * g->PSq;
+    for (int t = 0; t < 9; t++) g->off[t] = (ptrdiff_t)((t % 3) * g->PSq) + (t / 3) * Wr;
+    g->dy_at = g->PSq + (size_t)Wr;
+    g->dy_ps = g->PS;
+  } else if (g->stride == 1) {
     size_t need = g->Qr + 2 * (size_t)Wr + 2, img = (size_t)(H + 2) * (size_t)Wr;
     g->PS = round_up(need > img ? need : img, vl);
     for (int t = 0; t < 9; t++) g->off[t] = (t / 3) * Wr + t % 3;
@@ -187,6 +212,33 @@ ROW_COPIES void px_c3_pad(const px_c3 *g, const float *x, int C, float *xp) {
         }
       const size_t done = (size_t)Hq * Wr;
       for (int ph = 0; ph < 4; ph++) memset(base + (size_t)ph * g->PSq + done, 0, (g->PSq - done) * sizeof(float));
+    }
+    return;
+  }
+  if (g->shifted) {
+    // Copy j's row r + 1 is image row r from column j - 1: copy 0 starts
+    // with a zero, copy 2 ends with one; rows 0 and H + 1 and the rest zero.
+    const size_t done = (size_t)(H + 1) * Wr;
+    for (int c = 0; c < C; c++) {
+      const float *s = x + (size_t)c * H * W;
+      for (int j = 0; j < 3; j++) {
+        float *p = xp + (size_t)c * g->PS + (size_t)j * g->PSq;
+        memset(p, 0, (size_t)Wr * sizeof *p);
+        for (int h = 0; h < H; h++) {
+          float *row = p + (size_t)(h + 1) * Wr;
+          const float *sr = s + (size_t)h * W;
+          if (j == 1) {
+            copy_row(row, sr, W);
+          } else if (j == 0) {
+            row[0] = 0.0f;
+            copy_row(row + 1, sr, W - 1);
+          } else {
+            copy_row(row, sr + 1, W - 1);
+            row[W - 1] = 0.0f;
+          }
+        }
+        memset(p + done, 0, (g->PSq - done) * sizeof *p);
+      }
     }
     return;
   }

@@ -22,12 +22,20 @@ enum { PX_C3_BASE, PX_C3_AVX2, PX_C3_AVX512 };
 // (i div 2)·Wr + (j div 2): the same 1-D form, with other offsets (off).
 // Either way positions with w ≥ Wo or q ≥ Q = Ho·Wr are computed and thrown
 // away (or, in dW, meet zeros).
+// Stride 1, shifted (where the two border columns would cost a fifth or
+// more of the vectors: px_c3_geom): channel c holds three copies of the
+// image with a zero row above and below, rows of Wr = W with no border
+// columns, copy j shifted so that its (r, w) is the padded image's (r,
+// w + j), each PSq floats long (PS = 3·PSq); tap (i, j) reads copy j at
+// q + i·Wr.  Every computed position below Q = Ho·W is kept: an 8×8 plane
+// is 4 vectors of 16 instead of 5.
 typedef struct px_c3 {
   int H, W, stride;
+  bool shifted;        /* stride 1 in the three shifted copies above */
   int Ho, Wo, Wr;      /* output plane; Wr: row stride of the flat layout */
   int isa, vl, ob;     /* the kernel copy (PX_C3_*), its floats per vector and output channels per block */
   size_t Q, Qr, PS;    /* Qr: Q rounded up to a vector; PS: a channel's floats, a multiple of vl */
-  size_t PSq;          /* stride 2: one phase plane's floats */
+  size_t PSq;          /* stride 2: one phase plane's floats; shifted: one copy's */
   ptrdiff_t off[9];    /* tap 3i + j reads position q + off[3i + j] of its channel */
   size_t dy_at, dy_ps; /* dW's dy: position q at dy_at of a plane, planes dy_ps apart */
   size_t dy_lead;      /* floats before dy_p's first plane that align dW's loads of it (px_c3_dw) */
@@ -43,10 +51,12 @@ typedef struct px_c3 {
 // The geometry of an H × W plane (stride 1 or 2, padding 1) for the kernel
 // copy this CPU runs.
 void px_c3_geom(int H, int W, int stride, px_c3 *g);
-// xp (C, PS) = x (C, H, W) padded (stride 1) or split into phases (stride 2) as above.
+// xp (C, PS) = x (C, H, W) padded (stride 1, shifted or not) or split into
+// phases (stride 2) as above.
 void px_c3_pad(const px_c3 *g, const float *x, int C, float *xp);
 // dy (O, Ho, Wo) laid out for px_c3_dw: stride 1, padded like x (dy_ps = PS,
-// dy_at = Wr + 1: the same planes also feed dx); stride 2, rows of Wr with a
+// dy_at = Wr + 1, shifted PSq + Wr: the unshifted copy's first image row;
+// the same planes also feed dx); stride 2, rows of Wr with a
 // zero column, zeros after them (dy_at = 0).
 void px_c3_pad_dy(const px_c3 *g, const float *dy, int O, float *dyp);
 // Stride 2: dy (O, Ho, Wo) in the dx2 layout (dx_ps floats a plane).
